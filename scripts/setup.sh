@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Idempotent set-up for hpc.stateless: host packages, a pinned .venv, and the
+# collection made visible to Ansible in place. A second run installs nothing.
+set -euo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$repo"
+
+host_packages=(
+  buildah podman systemd-container debootstrap squashfs-tools cpio zstd pigz
+  qemu-system-x86 git rsync fuse-overlayfs uidmap
+)
+
+step() { printf '==> %s\n' "$*"; }
+
+missing=()
+for pkg in "${host_packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing+=("$pkg")
+done
+if ((${#missing[@]})); then
+  step "installing host packages: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+else
+  step "host packages present"
+fi
+
+python="${PYTHON:-python3}"
+if [[ ! -x .venv/bin/python ]]; then
+  step "creating .venv"
+  "$python" -m venv .venv
+fi
+stamp=.venv/.requirements.sha256
+want="$(cat requirements.txt constraints.txt | sha256sum | cut -d' ' -f1)"
+if [[ ! -f $stamp || "$(cat "$stamp")" != "$want" ]]; then
+  step "installing pinned Python dependencies into .venv"
+  .venv/bin/pip install -q --disable-pip-version-check -r requirements.txt -c constraints.txt
+  echo "$want" > "$stamp"
+else
+  step "Python dependencies up to date"
+fi
+
+# The collection is used in place: ansible.cfg points collections_path here.
+link=.collections/ansible_collections/hpc/stateless
+if [[ "$(readlink "$link" 2>/dev/null)" != "$repo" ]]; then
+  step "linking collection at $link"
+  mkdir -p "$(dirname "$link")"
+  ln -sfn "$repo" "$link"
+fi
+
+step "set-up complete"
