@@ -1,0 +1,49 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026 hpc.stateless developers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+name: buildah_isolation
+type: aggregate
+short_description: Default BUILDAH_ISOLATION for the buildah connection
+version_added: 0.1.0
+author: hpc.stateless developers
+description:
+  - The C(containers.podman.buildah) connection runs C(buildah run) with the environment of the
+    C(ansible-playbook) process. On hosts where the OCI runtime cannot start (hybrid cgroups, nested
+    containers), C(buildah run) then fails; chroot isolation works everywhere a layer is built.
+  - This callback sets C(BUILDAH_ISOLATION) in the controller's environment when the play starts,
+    unless it is already set, so every later connection inherits it.
+  - Enable it with C(callbacks_enabled = hpc.stateless.buildah_isolation) in C(ansible.cfg).
+options:
+  isolation:
+    description: Isolation to use when C(BUILDAH_ISOLATION) is not set.
+    type: str
+    default: chroot
+    choices: [chroot, oci, rootless]
+    env:
+      - name: HPC_STATELESS_BUILDAH_ISOLATION
+    ini:
+      - section: hpc_stateless
+        key: buildah_isolation
+"""
+
+import os
+
+from ansible.plugins.callback import CallbackBase
+
+
+class CallbackModule(CallbackBase):
+    CALLBACK_VERSION = 2.0
+    CALLBACK_TYPE = "aggregate"
+    CALLBACK_NAME = "hpc.stateless.buildah_isolation"
+    CALLBACK_NEEDS_ENABLED = True
+
+    def set_options(self, task_keys=None, var_options=None, direct=None):
+        super().set_options(task_keys=task_keys, var_options=var_options, direct=direct)
+        # Set before any worker forks, so buildah run in every connection inherits it.
+        os.environ.setdefault("BUILDAH_ISOLATION", self.get_option("isolation"))

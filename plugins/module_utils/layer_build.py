@@ -1,0 +1,194 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026 hpc.stateless developers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Lifecycle of one layer's buildah working container.
+
+started   -> ``buildah from`` parent (or scratch), mount, bind the host package caches
+committed -> release the binds, label, ``buildah commit`` to ``<prefix>/<layer>:<key>``, remove
+absent    -> release the binds, unmount and remove the layer's working containers
+
+A layer whose image already exists is a cache hit: nothing is created.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from ansible_collections.hpc.stateless.plugins.module_utils._buildah import (
+    LABEL_PREFIX,
+    Buildah,
+    BuildahError,
+    container_name,
+    image_ref,
+)
+
+# In-image package cache -> host directory. Bound while roles run so a rebuild, or a
+# sibling layer, finds the packages already downloaded.
+DEFAULT_PACKAGE_CACHES = [
+    {"path": "/var/cache/apt/archives", "host_path": "/var/cache/hpc-stateless/apt"},
+    {"path": "/var/cache/dnf", "host_path": "/var/cache/hpc-stateless/dnf"},
+    {"path": "/var/cache/zypp/packages", "host_path": "/var/cache/hpc-stateless/zypp"},
+]
+
+
+@dataclass
+class LayerResult:
+    changed: bool = False
+    cached: bool = False
+    container: str = ""
+    mountpoint: str = ""
+    image: str = ""
+    image_id: str = ""
+    labels: dict[str, str] = field(default_factory=dict)
+    removed: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def layer_labels(name: str, key: str, parent: str | None, parent_key: str | None,
+                 git_commit: str | None, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The labels every layer image carries."""
+    labels = {
+        f"{LABEL_PREFIX}layer": name,
+        f"{LABEL_PREFIX}key": key,
+        f"{LABEL_PREFIX}parent": parent or "",
+        f"{LABEL_PREFIX}parent-key": parent_key or "",
+        f"{LABEL_PREFIX}git-commit": git_commit or "",
+    }
+    labels.update(extra or {})
+    return labels
+
+
+def mounts_under(root: str, mounts_file: str = "/proc/self/mounts") -> list[str]:
+    """Mount points strictly below ``root``, deepest first (the order to unmount them)."""
+    root = root.rstrip("/") + "/"
+    found = []
+    with open(mounts_file, encoding="utf-8") as handle:
+        for line in handle:
+            target = line.split()[1].replace("\\040", " ")
+            if target.startswith(root):
+                found.append(target)
+    return sorted(set(found), key=len, reverse=True)
+
+
+class LayerBuilder:
+    """Drives one layer's working container through buildah."""
+
+    def __init__(self, module: Any, buildah: Buildah, name: str, key: str | None,
+                 image_prefix: str) -> None:
+        self.module = module
+        self.buildah = buildah
+        self.name = name
+        self.key = key or ""
+        self.image = image_ref(image_prefix, name, self.key) if key else ""
+        self.container = container_name(name, self.key) if key else ""
+
+    # helpers ------------------------------------------------------------------
+    def _our_containers(self) -> list[str]:
+        """Working containers of this layer (every key), e.g. leftovers of a killed run."""
+        prefix = f"hpc-stateless-{self.name}-"
+        return [c["containername"] for c in self.buildah.containers()
+                if c.get("containername", "").startswith(prefix)]
+
+    def _release_binds(self, mountpoint: str) -> None:
+        for target in mounts_under(mountpoint):
+            rc, _out, err = self.module.run_command(["umount", target])
+            if rc != 0:
+                rc, _out, err = self.module.run_command(["umount", "-l", target])
+                if rc != 0:
+                    raise BuildahError(["umount", target], rc, err)
+
+    def _bind_caches(self, mountpoint: str, caches: list[dict[str, str]]) -> list[str]:
+        bound = []
+        already = set(mounts_under(mountpoint))
+        for cache in caches:
+            inside = os.path.join(mountpoint, cache["path"].lstrip("/"))
+            if not os.path.isdir(inside) or inside in already:
+                continue
+            os.makedirs(cache["host_path"], mode=0o755, exist_ok=True)
+            rc, _out, err = self.module.run_command(["mount", "--bind", cache["host_path"], inside])
+            if rc != 0:
+                raise BuildahError(["mount", "--bind", cache["host_path"], inside], rc, err)
+            bound.append(cache["path"])
+        return bound
+
+    def _remove(self, container: str) -> None:
+        rc, out, _err = self.buildah.run("mount", check=False)
+        for line in out.splitlines() if rc == 0 else []:
+            parts = line.split()
+            if len(parts) == 2 and parts[0] == container:
+                self._release_binds(parts[1])
+        self.buildah.umount(container)
+        self.buildah.rm(container)
+
+    # states -----------------------------------------------------------------
+    def start(self, parent_image: str, caches: list[dict[str, str]], check_mode: bool) -> LayerResult:
+        result = LayerResult(container=self.container, image=self.image)
+        if self.buildah.image_exists(self.image):
+            result.cached = True
+            return result
+        exists = self.buildah.container_exists(self.container)
+        if check_mode:
+            result.changed = not exists
+            return result
+        if not exists:
+            if parent_image != "scratch" and not self.buildah.image_exists(parent_image):
+                self.module.fail_json(
+                    msg=f"layer {self.name}: parent image {parent_image} is not in local containers-storage; "
+                        "build the parent layer first (run site.yml) or pull it")
+            try:
+                self.buildah.from_image(parent_image, self.container)
+            except BuildahError:
+                self.buildah.rm(self.container)
+                raise
+            result.changed = True
+        try:
+            result.mountpoint = self.buildah.mount(self.container)
+            self._bind_caches(result.mountpoint, caches)
+        except (BuildahError, OSError):
+            self._remove(self.container)
+            raise
+        return result
+
+    def commit(self, labels: dict[str, str], extra_tags: list[str], check_mode: bool) -> LayerResult:
+        result = LayerResult(container=self.container, image=self.image, labels=labels)
+        if self.buildah.image_exists(self.image):
+            result.cached = True
+            if not check_mode and self.buildah.container_exists(self.container):
+                self._remove(self.container)
+                result.removed = [self.container]
+            return result
+        if not self.buildah.container_exists(self.container):
+            self.module.fail_json(
+                msg=f"layer {self.name}: no working container {self.container} to commit; "
+                    "run this module with state=started first")
+        result.changed = True
+        if check_mode:
+            return result
+        try:
+            _rc, mountpoint, _err = self.buildah.run("mount", self.container)
+            self._release_binds(mountpoint.strip())
+            self.buildah.config_labels(self.container, labels)
+            result.image_id = self.buildah.commit(self.container, self.image)
+            for tag in extra_tags:
+                self.buildah.tag(self.image, f"{self.image.rsplit(':', 1)[0]}:{tag}")
+        except BuildahError:
+            # Never leave a half-configured working container behind.
+            self._remove(self.container)
+            raise
+        return result
+
+    def absent(self, check_mode: bool) -> LayerResult:
+        result = LayerResult(container=self.container, image=self.image)
+        targets = [self.container] if self.container else self._our_containers()
+        targets = [c for c in targets if c and self.buildah.container_exists(c)]
+        result.removed = targets
+        result.changed = bool(targets)
+        if not check_mode:
+            for container in targets:
+                self._remove(container)
+        return result

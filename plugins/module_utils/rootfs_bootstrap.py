@@ -1,0 +1,289 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026 hpc.stateless developers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""Command lines and records for bootstrapping a distribution root file system.
+
+Pure functions, no I/O: the ``rootfs`` module runs what these return.
+One builder per tool family: debootstrap (Debian, Ubuntu), ``dnf --installroot``
+(EL family, Fedora) and ``zypper --root`` (SUSE).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+# distro -> tool family. layer_graph.SUPPORTED_DISTROS holds the same content.
+DISTRO_FAMILIES: dict[str, str] = {
+    "debian": "debootstrap",
+    "ubuntu": "debootstrap",
+    "rocky": "dnf",
+    "almalinux": "dnf",
+    "centos": "dnf",
+    "rhel": "dnf",
+    "fedora": "dnf",
+    "ol": "dnf",
+    "opensuse-leap": "zypper",
+    "opensuse-tumbleweed": "zypper",
+    "sles": "zypper",
+}
+
+DEFAULT_MIRRORS: dict[str, str] = {
+    "debian": "http://deb.debian.org/debian",
+    "ubuntu": "http://archive.ubuntu.com/ubuntu",
+}
+
+# family -> Debian package that provides the tool's binary (named in errors).
+TOOL_PACKAGES: dict[str, str] = {
+    "debootstrap": "debootstrap",
+    "dnf": "dnf",
+    "zypper": "zypper",
+}
+
+# Installed when `packages` is empty: enough for Ansible (python3) and for the
+# image to manage its own packages later.
+DEFAULT_PACKAGES: dict[str, tuple[str, ...]] = {
+    "dnf": ("bash", "systemd", "python3", "dnf"),
+    "zypper": ("bash", "systemd", "python3", "zypper"),
+}
+
+# Where the target distribution's own rpm looks for its database. A Debian
+# build host's rpm defaults to ~/.rpmdb, which would hide the database from
+# the image, so the module pins %_dbpath to this value.
+RPMDB_PATHS: dict[str, str] = {
+    "fedora": "/usr/lib/sysimage/rpm",
+    "opensuse-leap": "/usr/lib/sysimage/rpm",
+    "opensuse-tumbleweed": "/usr/lib/sysimage/rpm",
+    "sles": "/usr/lib/sysimage/rpm",
+}
+DEFAULT_RPMDB_PATH = "/var/lib/rpm"
+
+REPO_ID = "hpc-stateless-base"
+RECORD_RELPATH = "var/lib/hpc-stateless/rootfs.json"
+DEFAULT_CACHE_ROOT = "/var/cache/hpc-stateless"
+
+# Keys whose change means a different root file system. The tool version is
+# recorded for provenance only: a host upgrade of debootstrap must not make
+# every existing root "different".
+COMPARED_KEYS: tuple[str, ...] = (
+    "distro",
+    "release",
+    "mirror",
+    "variant",
+    "packages",
+    "components",
+    "arch",
+    "extra_args",
+)
+
+
+@dataclass(frozen=True)
+class BootstrapSpec:
+    """What to bootstrap where; built from the module parameters."""
+
+    path: str
+    distro: str
+    release: str
+    mirror: str
+    variant: str | None = None
+    packages: tuple[str, ...] = ()
+    components: tuple[str, ...] = ("main",)
+    arch: str | None = None
+    extra_args: tuple[str, ...] = ()
+    keyring: str | None = None
+    gpg_check: bool = True
+    cache_dir: str = ""
+    family: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "family", distro_family(self.distro))
+        if not self.cache_dir:
+            object.__setattr__(self, "cache_dir", default_cache_dir(self.family))
+
+
+def distro_family(distro: str) -> str:
+    """Return the tool family for `distro`; ValueError lists the supported ones."""
+    try:
+        return DISTRO_FAMILIES[distro]
+    except KeyError:
+        supported = ", ".join(sorted(DISTRO_FAMILIES))
+        raise ValueError(f"distro {distro!r} is not supported; supported: {supported}") from None
+
+
+def default_cache_dir(family: str) -> str:
+    """Return the default package cache directory of a tool family."""
+    return os.path.join(DEFAULT_CACHE_ROOT, family)
+
+
+def resolve_mirror(distro: str, mirror: str | None) -> str:
+    """Return `mirror`, or the distro's default; ValueError naming `mirror` if none."""
+    if mirror:
+        return mirror
+    if distro in DEFAULT_MIRRORS:
+        return DEFAULT_MIRRORS[distro]
+    raise ValueError(
+        f"mirror is required for distro {distro!r}: give a repository URL or a local "
+        f"directory holding repodata (e.g. mirror: https://dl.rockylinux.org/pub/rocky/9/BaseOS/x86_64/os/)"
+    )
+
+
+def effective_packages(spec: BootstrapSpec) -> list[str]:
+    """Return the sorted, de-duplicated package list the tool is asked to install."""
+    packages = spec.packages or DEFAULT_PACKAGES.get(spec.family, ())
+    return sorted(set(packages))
+
+
+def rpmdb_path(distro: str) -> str:
+    """Return the rpm database path the distro's own rpm expects."""
+    return RPMDB_PATHS.get(distro, DEFAULT_RPMDB_PATH)
+
+
+def rpm_macros(distro: str) -> str:
+    """Return an ~/.rpmmacros body that puts the rpm database where the image expects it."""
+    return f"%_dbpath {rpmdb_path(distro)}\n"
+
+
+def _as_file_url(location: str) -> str:
+    """Turn a local path into a file:// URL; URLs pass through."""
+    return f"file://{location}" if location.startswith("/") else location
+
+
+def debootstrap_argv(spec: BootstrapSpec, binary: str = "debootstrap") -> list[str]:
+    """Return the debootstrap command line; options first, since debootstrap stops at the first positional."""
+    argv = [binary]
+    if spec.variant:
+        argv.append(f"--variant={spec.variant}")
+    if spec.packages:
+        argv.append("--include=" + ",".join(effective_packages(spec)))
+    argv.append("--components=" + ",".join(spec.components or ("main",)))
+    if spec.arch:
+        argv += ["--arch", spec.arch]
+    argv.append(f"--cache-dir={spec.cache_dir}")
+    if not spec.gpg_check:
+        argv.append("--no-check-gpg")
+    elif spec.keyring:
+        argv.append(f"--keyring={spec.keyring}")
+    argv += list(spec.extra_args)
+    argv += [spec.release, spec.path, spec.mirror]
+    return argv
+
+
+def dnf_argv(spec: BootstrapSpec, binary: str = "dnf") -> list[str]:
+    """Return the ``dnf --installroot`` command line; only our one repository is ever enabled."""
+    argv = [
+        binary,
+        f"--installroot={spec.path}",
+        f"--releasever={spec.release}",
+        # Never read or use the host's repositories (invariant 3).
+        "--setopt=reposdir=/dev/null",
+        "--disablerepo=*",
+        f"--repofrompath={REPO_ID},{_as_file_url(spec.mirror)}",
+        f"--enablerepo={REPO_ID}",
+        "--setopt=install_weak_deps=False",
+        f"--setopt=cachedir={spec.cache_dir}",
+        "--setopt=keepcache=True",
+    ]
+    if spec.arch:
+        argv.append(f"--forcearch={spec.arch}")
+    if not spec.gpg_check:
+        argv.append("--nogpgcheck")
+    else:
+        argv.append(f"--setopt={REPO_ID}.gpgcheck=True")
+        if spec.keyring:
+            argv.append(f"--setopt={REPO_ID}.gpgkey={_as_file_url(spec.keyring)}")
+    argv += list(spec.extra_args)
+    argv += ["-y", "install"] + effective_packages(spec)
+    return argv
+
+
+def _zypper_global(spec: BootstrapSpec, binary: str) -> list[str]:
+    """Return the zypper global options shared by every zypper call."""
+    argv = [
+        binary,
+        f"--root={spec.path}",
+        "--non-interactive",
+        # All of zypper's caches (metadata and kept packages) live on the host, outside the root.
+        f"--cache-dir={spec.cache_dir}",
+    ]
+    if not spec.gpg_check:
+        argv.append("--no-gpg-checks")
+    return argv
+
+
+def zypper_argvs(spec: BootstrapSpec, binary: str = "zypper", rpm_binary: str = "rpm") -> list[list[str]]:
+    """Return the zypper command lines: [rpm key import,] addrepo, install.
+
+    ``--root`` keeps repository definitions inside the new root, so the host's
+    repositories are neither read nor changed. A given keyring is imported into
+    the new root's rpm database, so only that key is trusted (no auto-import).
+    """
+    if spec.arch:
+        raise ValueError("arch is not supported for zypper-family distros: zypper installs the build host's architecture; remove arch")
+    commands: list[list[str]] = []
+    if spec.gpg_check and spec.keyring:
+        commands.append([rpm_binary, f"--root={spec.path}", "--import", spec.keyring])
+    addrepo = _zypper_global(spec, binary) + ["addrepo", "--refresh", "--keep-packages"]
+    addrepo.append("--gpgcheck" if spec.gpg_check else "--no-gpgcheck")
+    addrepo += [_as_file_url(spec.mirror), REPO_ID]
+    commands.append(addrepo)
+    install = _zypper_global(spec, binary) + ["install", "--no-recommends"]
+    install += list(spec.extra_args)
+    install += effective_packages(spec)
+    commands.append(install)
+    return commands
+
+
+def bootstrap_commands(spec: BootstrapSpec, binaries: dict[str, str] | None = None) -> list[list[str]]:
+    """Return every command line, in order, that bootstraps `spec`.
+
+    `binaries` maps tool names (debootstrap, dnf, zypper, rpm) to resolved paths.
+    """
+    binaries = binaries or {}
+    if spec.family == "debootstrap":
+        return [debootstrap_argv(spec, binaries.get("debootstrap", "debootstrap"))]
+    if spec.family == "dnf":
+        return [dnf_argv(spec, binaries.get("dnf", "dnf"))]
+    return zypper_argvs(spec, binaries.get("zypper", "zypper"), binaries.get("rpm", "rpm"))
+
+
+def required_binaries(spec: BootstrapSpec) -> dict[str, str]:
+    """Return {binary: Debian package providing it} that bootstrapping `spec` runs."""
+    needed = {spec.family: TOOL_PACKAGES[spec.family]}
+    if spec.family == "zypper" and spec.gpg_check and spec.keyring:
+        needed["rpm"] = "rpm"
+    return needed
+
+
+def bootstrap_record(spec: BootstrapSpec, tool_version: str | None = None) -> dict[str, Any]:
+    """Return the record of what `spec` bootstraps, as stored in the root."""
+    debootstrap = spec.family == "debootstrap"
+    return {
+        "distro": spec.distro,
+        "release": spec.release,
+        "mirror": spec.mirror,
+        # dnf and zypper always install minimally: no variant, no components.
+        "variant": spec.variant if debootstrap else None,
+        "packages": effective_packages(spec),
+        "components": list(spec.components) if debootstrap else None,
+        "arch": spec.arch,
+        "extra_args": list(spec.extra_args),
+        "tool": spec.family,
+        "tool_version": tool_version,
+    }
+
+
+def record_differences(existing: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
+    """Return the sorted keys whose values differ between two records (provenance keys ignored)."""
+    return sorted(key for key in COMPARED_KEYS if existing.get(key) != wanted.get(key))
+
+
+def parse_tool_version(output: str) -> str | None:
+    """Return the version from a tool's ``--version`` output (first line, last word)."""
+    for line in output.splitlines():
+        words = line.split()
+        if words:
+            return words[-1]
+    return None

@@ -1,0 +1,215 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026 hpc.stateless developers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: layer
+short_description: Manage the buildah working container of one image layer
+version_added: 0.1.0
+author: hpc.stateless developers
+description:
+  - Drives the lifecycle of one layer of a stateless node image in local containers-storage.
+  - O(state=started) creates a working container from the parent image (or C(scratch)), mounts it
+    and bind-mounts the host's package caches into it, so roles applied over the
+    C(containers.podman.buildah) connection do not download packages twice.
+  - O(state=committed) releases the binds, labels the container, commits it to
+    C(<image_prefix>/<name>:<key>) and removes the working container.
+  - O(state=absent) unmounts and removes working containers of the layer.
+  - When an image with the layer's key already exists (a cache hit), O(state=started) and
+    O(state=committed) create nothing and report C(changed=false).
+  - On failure no working container and no mount of the layer is left behind.
+  - buildah runs with C(BUILDAH_ISOLATION=chroot) unless O(isolation) or the environment says otherwise.
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  idempotent:
+    support: full
+options:
+  name:
+    description: Layer name; used in the image name and the working-container name.
+    type: str
+    required: true
+  key:
+    description:
+      - Content key of the layer (sha256 hex), as computed by M(hpc.stateless.plan). The image is tagged with it.
+      - Required for O(state=started) and O(state=committed). With O(state=absent) and no key, every
+        working container of the layer is removed (leftovers of killed runs included).
+    type: str
+  state:
+    description: Desired state of the layer's working container.
+    type: str
+    choices: [started, committed, absent]
+    default: started
+  parent_image:
+    description: Image to start from, or C(scratch) for a root layer that a distribution is bootstrapped into.
+    type: str
+    default: scratch
+  image_prefix:
+    description: Repository prefix of layer images.
+    type: str
+    default: localhost/hpc-stateless
+  parent:
+    description: Name of the parent layer, recorded as a label.
+    type: str
+  parent_key:
+    description: Content key of the parent layer, recorded as a label.
+    type: str
+  git_commit:
+    description: Commit of the configuration repository, recorded as a label (not part of the key).
+    type: str
+  labels:
+    description: Extra image labels.
+    type: dict
+    default: {}
+  extra_tags:
+    description: Further tags given to the committed image, for example C(latest).
+    type: list
+    elements: str
+    default: [latest]
+  package_caches:
+    description:
+      - Host directories bind-mounted over in-image package caches while the container is started.
+      - Only caches whose in-image directory exists are bound.
+    type: list
+    elements: dict
+    suboptions:
+      path:
+        description: Directory inside the image.
+        type: str
+        required: true
+      host_path:
+        description: Directory on the build host.
+        type: path
+        required: true
+  isolation:
+    description:
+      - Value of C(BUILDAH_ISOLATION) for buildah. Defaults to the environment's value, else C(chroot).
+    type: str
+    choices: [chroot, oci, rootless]
+notes:
+  - Runs on the build host; with the C(containers.podman.buildah) connection, delegate it to C(localhost).
+seealso:
+  - module: hpc.stateless.plan
+  - module: hpc.stateless.rootfs
+"""
+
+EXAMPLES = r"""
+- name: Start the working container of layer compute
+  hpc.stateless.layer:
+    name: compute
+    key: "{{ hpc_stateless_layer_key }}"
+    parent_image: localhost/hpc-stateless/base:{{ parent_key }}
+    state: started
+  delegate_to: localhost
+  register: compute_container
+
+- name: Commit it
+  hpc.stateless.layer:
+    name: compute
+    key: "{{ hpc_stateless_layer_key }}"
+    parent: base
+    parent_key: "{{ parent_key }}"
+    state: committed
+  delegate_to: localhost
+
+- name: Remove every working container of layer compute
+  hpc.stateless.layer:
+    name: compute
+    state: absent
+  delegate_to: localhost
+"""
+
+RETURN = r"""
+cached:
+  description: The layer image with this key already existed; nothing was built.
+  returned: always
+  type: bool
+container:
+  description: Name of the working container.
+  returned: always
+  type: str
+  sample: hpc-stateless-compute-3f2a9c0d1e4b
+mountpoint:
+  description: Where the working container's root is mounted on the build host.
+  returned: when O(state=started) and not cached
+  type: str
+image:
+  description: Image reference of the layer.
+  returned: always
+  type: str
+  sample: localhost/hpc-stateless/compute:3f2a9c0d1e4b...
+image_id:
+  description: ID of the committed image.
+  returned: when O(state=committed) and a commit happened
+  type: str
+labels:
+  description: Labels written to the image.
+  returned: when O(state=committed)
+  type: dict
+removed:
+  description: Working containers removed.
+  returned: always
+  type: list
+  elements: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.hpc.stateless.plugins.module_utils._buildah import Buildah, BuildahError
+from ansible_collections.hpc.stateless.plugins.module_utils.layer_build import (
+    DEFAULT_PACKAGE_CACHES,
+    LayerBuilder,
+    layer_labels,
+)
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec=dict(
+            name=dict(type="str", required=True),
+            key=dict(type="str", no_log=False),
+            state=dict(type="str", default="started", choices=["started", "committed", "absent"]),
+            parent_image=dict(type="str", default="scratch"),
+            image_prefix=dict(type="str", default="localhost/hpc-stateless"),
+            parent=dict(type="str"),
+            parent_key=dict(type="str", no_log=False),
+            git_commit=dict(type="str"),
+            labels=dict(type="dict", default={}),
+            extra_tags=dict(type="list", elements="str", default=["latest"]),
+            package_caches=dict(type="list", elements="dict", options=dict(
+                path=dict(type="str", required=True),
+                host_path=dict(type="path", required=True),
+            )),
+            isolation=dict(type="str", choices=["chroot", "oci", "rootless"]),
+        ),
+        required_if=[("state", "started", ["key"]), ("state", "committed", ["key"])],
+        supports_check_mode=True,
+    )
+    params = module.params
+    buildah = Buildah(module, isolation=params["isolation"])
+    builder = LayerBuilder(module, buildah, params["name"], params["key"], params["image_prefix"])
+    try:
+        if params["state"] == "started":
+            caches = params["package_caches"]
+            result = builder.start(params["parent_image"], DEFAULT_PACKAGE_CACHES if caches is None else caches,
+                                   module.check_mode)
+        elif params["state"] == "committed":
+            labels = layer_labels(params["name"], params["key"], params["parent"], params["parent_key"],
+                                  params["git_commit"], params["labels"])
+            result = builder.commit(labels, params["extra_tags"], module.check_mode)
+        else:
+            result = builder.absent(module.check_mode)
+    except BuildahError as exc:
+        module.fail_json(msg=f"layer {params['name']}: {exc}", cmd=exc.argv, rc=exc.rc, stderr=exc.stderr)
+    module.exit_json(**result.as_dict())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,110 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026 hpc.stateless developers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: layer_info
+short_description: List layer images and working containers in local containers-storage
+version_added: 0.1.0
+author: hpc.stateless developers
+description:
+  - Lists the images built by M(hpc.stateless.layer) (those labelled C(hpc.stateless.layer)) with their
+    names, content keys and parents, and the layer working containers that exist.
+  - M(hpc.stateless.plan) uses it to tell cached layers from stale ones.
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  idempotent:
+    support: full
+options:
+  isolation:
+    description: Value of C(BUILDAH_ISOLATION) for buildah. Defaults to the environment's value, else C(chroot).
+    type: str
+    choices: [chroot, oci, rootless]
+"""
+
+EXAMPLES = r"""
+- name: Show which layer images exist
+  hpc.stateless.layer_info:
+  register: layer_images
+
+- name: Keys of every built compute layer
+  ansible.builtin.debug:
+    msg: "{{ layer_images.images | selectattr('layer', 'eq', 'compute') | map(attribute='key') }}"
+"""
+
+RETURN = r"""
+images:
+  description: Layer images, one entry per image ID.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    id:
+      description: Image ID.
+      type: str
+    names:
+      description: Image names (references) of the image.
+      type: list
+      elements: str
+    layer:
+      description: Layer name label.
+      type: str
+    key:
+      description: Content key label.
+      type: str
+    parent:
+      description: Parent layer label.
+      type: str
+    labels:
+      description: All labels.
+      type: dict
+keys:
+  description: Content keys present, per layer name.
+  returned: always
+  type: dict
+  sample: {base: [3f2a...], compute: [9c1e...]}
+containers:
+  description: Names of layer working containers (C(hpc-stateless-*)) that exist.
+  returned: always
+  type: list
+  elements: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.hpc.stateless.plugins.module_utils._buildah import LABEL_PREFIX, Buildah, BuildahError
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec=dict(isolation=dict(type="str", choices=["chroot", "oci", "rootless"])),
+        supports_check_mode=True,
+    )
+    buildah = Buildah(module, isolation=module.params["isolation"])
+    try:
+        images = []
+        keys: dict[str, list[str]] = {}
+        for image in buildah.layer_images():
+            labels = image["labels"]
+            entry = dict(image, layer=labels.get(f"{LABEL_PREFIX}layer", ""),
+                         key=labels.get(f"{LABEL_PREFIX}key", ""),
+                         parent=labels.get(f"{LABEL_PREFIX}parent", ""))
+            images.append(entry)
+            keys.setdefault(entry["layer"], []).append(entry["key"])
+        containers = sorted(c["containername"] for c in buildah.containers()
+                            if c.get("containername", "").startswith("hpc-stateless-"))
+    except BuildahError as exc:
+        module.fail_json(msg=str(exc), cmd=exc.argv, rc=exc.rc)
+    module.exit_json(changed=False, images=images, keys=keys, containers=containers)
+
+
+if __name__ == "__main__":
+    main()
