@@ -92,13 +92,13 @@ class ActionModule(ActionBase):
         except LayerSpecError as exc:
             raise AnsibleActionFail(str(exc)) from exc
 
-        existing: dict[str, list[str]] = {}
+        existing: set[str] = set()
         if args["compute_keys"] and args["check_storage"]:
             info = self._execute_module(module_name="hpc.stateless.layer_info", module_args={},
                                         task_vars=task_vars)
             if info.get("failed"):
                 raise AnsibleActionFail(f"could not list layer images: {info.get('msg')}")
-            existing = info.get("keys", {})
+            existing = {name for image in info.get("images", []) for name in image.get("names", [])}
 
         result.update(self._plan(graph, keys, existing, prefix, args["check_storage"]))
         result["git_commit"] = git_describe(playbook_dir)
@@ -118,15 +118,13 @@ class ActionModule(ActionBase):
     def _layer_vars(self, hostvars: Any, layer: str, own_raw: dict[str, Any],
                     graph: LayerGraph) -> dict[str, Any]:
         """Raw variables the layer's inventory host will see while it is built."""
-        layer_raw = self._raw_host_vars(hostvars, layer)
-        if layer_raw:
-            return layer_raw
-        merged = dict(own_raw)
+        merged = self._raw_host_vars(hostvars, layer) or dict(own_raw)
+        # build_layer.yml applies the layer's vars as facts, above inventory variables.
         merged.update(graph.spec(layer).get("vars", {}))
         return merged
 
     @staticmethod
-    def _plan(graph: LayerGraph, keys: dict[str, Any], existing: dict[str, list[str]],
+    def _plan(graph: LayerGraph, keys: dict[str, Any], existing: set[str],
               prefix: str, storage_checked: bool) -> dict[str, Any]:
         layers = {}
         stale = []
@@ -156,7 +154,7 @@ class ActionModule(ActionBase):
                         variables=sorted(keys[name].variables),
                     )
                     if storage_checked:
-                        entry["cached"] = key in existing.get(name, [])
+                        entry["cached"] = entry["image"] in existing
                         if not entry["cached"]:
                             stale.append(name)
                 layers[name] = entry
