@@ -66,7 +66,7 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         task_vars = task_vars or {}
         result = super().run(tmp, task_vars)
-        _validation, args = self.validate_argument_specs(_ARGUMENT_SPEC)
+        _validation, args = self.validate_argument_spec(_ARGUMENT_SPEC)
 
         hostvars = task_vars.get("hostvars")
         own_raw = self._raw_host_vars(hostvars, task_vars.get("inventory_hostname", "localhost"))

@@ -1,0 +1,82 @@
+"""Helpers for integration tests that run site.yml against real buildah and debootstrap."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+TEST_INVENTORY = REPO / "tests" / "integration" / "inventory"
+BUILDAH_ENV = {**os.environ, "BUILDAH_ISOLATION": os.environ.get("BUILDAH_ISOLATION", "chroot")}
+
+
+def run_site(*extra: str, inventory: Path = TEST_INVENTORY, playbook: str = "site.yml") -> subprocess.CompletedProcess:
+    """Run a playbook of the checkout the way a user does, and capture its output."""
+    env = {**BUILDAH_ENV, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_FORCE_COLOR": "0",
+           "ANSIBLE_NOCOLOR": "1"}
+    argv = [str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", str(inventory), str(REPO / playbook), *extra]
+    proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, check=False)
+    log = REPO / "build" / "test-logs"
+    log.mkdir(parents=True, exist_ok=True)
+    (log / f"{uuid.uuid4().hex[:8]}.log").write_text(" ".join(argv) + "\n" + proc.stdout + proc.stderr)
+    return proc
+
+
+def buildah(*args: str, check: bool = True) -> str:
+    proc = subprocess.run(["buildah", *args], env=BUILDAH_ENV, capture_output=True, text=True, check=False)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"buildah {' '.join(args)} failed: {proc.stderr}")
+    return proc.stdout
+
+
+def layer_images(prefix: str) -> dict[str, str]:
+    """``{image reference: image id}`` for every image under ``prefix``."""
+    found = {}
+    for image in json.loads(buildah("images", "--json") or "[]") or []:
+        for name in image.get("names") or []:
+            if name.startswith(prefix + "/"):
+                found[name] = image["id"]
+    return found
+
+
+def image_labels(ref: str) -> dict[str, str]:
+    data = json.loads(buildah("inspect", "--type", "image", ref))
+    return data["OCIv1"]["config"].get("Labels") or {}
+
+
+def our_containers() -> list[str]:
+    return [c["containername"] for c in json.loads(buildah("containers", "--json") or "[]") or []
+            if c["containername"].startswith("hpc-stateless-")]
+
+
+def our_mounts() -> list[str]:
+    """Mounts a layer build makes: bind-mounted package caches and container roots of ours."""
+    with open("/proc/self/mounts", encoding="utf-8") as handle:
+        return [line for line in handle if "/var/cache/hpc-stateless" in line or "hpc-stateless-" in line]
+
+
+def read_from_image(ref: str, path: str) -> str:
+    """Read one file from an image through a throw-away working container."""
+    name = f"hpc-stateless-read-{uuid.uuid4().hex[:8]}"
+    buildah("from", "--pull=never", "--quiet", "--name", name, ref)
+    try:
+        root = buildah("mount", name).strip()
+        return Path(root, path.lstrip("/")).read_text(encoding="utf-8")
+    finally:
+        buildah("umount", name, check=False)
+        buildah("rm", name, check=False)
+
+
+@pytest.fixture(scope="session")
+def image_prefix():
+    """A prefix of our own, so the test builds everything for real and removes it after."""
+    prefix = f"localhost/hpc-stateless-test-{uuid.uuid4().hex[:6]}"
+    yield prefix
+    refs = list(layer_images(prefix))
+    if refs:
+        buildah("rmi", "--force", *refs, check=False)

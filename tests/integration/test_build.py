@@ -1,0 +1,128 @@
+"""site.yml end to end with real buildah and debootstrap.
+
+The tests share one build and run in file order: full build, no-op rerun, a change to a
+variable one role reads, a change to a variable no role reads, a failing role.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import (
+    TEST_INVENTORY,
+    image_labels,
+    layer_images,
+    our_containers,
+    our_mounts,
+    read_from_image,
+    run_site,
+)
+
+LAYERS = ["base", "probe", "probe_child", "sibling"]
+
+
+def by_layer(prefix: str) -> dict[str, dict[str, str]]:
+    """``{layer: {key: image id}}`` for the test prefix (the ``latest`` tags left out)."""
+    result: dict[str, dict[str, str]] = {}
+    for ref, image_id in layer_images(prefix).items():
+        layer, tag = ref[len(prefix) + 1:].rsplit(":", 1)
+        if tag != "latest":
+            result.setdefault(layer, {})[tag] = image_id
+    return result
+
+
+def assert_clean() -> None:
+    assert our_containers() == [], "working containers left behind"
+    assert our_mounts() == [], "mounts left behind"
+
+
+@pytest.fixture(scope="module")
+def first_build(image_prefix):
+    proc = run_site("-e", f"hpc_stateless_image_prefix={image_prefix}")
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    return proc
+
+
+def test_full_build_commits_every_layer_with_labels(first_build, image_prefix):
+    built = by_layer(image_prefix)
+    assert sorted(built) == sorted(LAYERS)
+    keys = {layer: next(iter(tags)) for layer, tags in built.items()}
+    labels = image_labels(f"{image_prefix}/probe_child:{keys['probe_child']}")
+    assert labels["hpc.stateless.layer"] == "probe_child"
+    assert labels["hpc.stateless.key"] == keys["probe_child"]
+    assert labels["hpc.stateless.parent"] == "probe"
+    assert labels["hpc.stateless.parent-key"] == keys["probe"]
+    assert labels["hpc.stateless.git-commit"], "git commit label is empty"
+    assert "4 to build: base -> probe -> probe_child -> sibling" in first_build.stdout.replace("\n", " ")
+    assert_clean()
+
+
+def test_roles_ran_inside_the_layer_with_its_own_facts(first_build, image_prefix):
+    keys = {layer: next(iter(tags)) for layer, tags in by_layer(image_prefix).items()}
+    probe = read_from_image(f"{image_prefix}/probe_child:{keys['probe_child']}", "/etc/hpc-stateless/probe.conf")
+    assert "message=hello from the probe role" in probe
+    # Facts come from the Debian 12 layer, whatever the build host runs.
+    assert "distribution=Debian bookworm" in probe
+    child = read_from_image(f"{image_prefix}/probe_child:{keys['probe_child']}", "/etc/hpc-stateless-sibling")
+    assert child == "child of the probe layer\n"
+    sibling = read_from_image(f"{image_prefix}/sibling:{keys['sibling']}", "/etc/hpc-stateless-sibling")
+    assert sibling == "sibling layer\n"
+    # The package the probe role installed is in the image, its download on the host cache.
+    dpkg = read_from_image(f"{image_prefix}/probe:{keys['probe']}", "/var/lib/dpkg/status")
+    assert "Package: file\n" in dpkg
+    assert list(Path("/var/cache/hpc-stateless/apt").glob("file_*.deb"))
+
+
+def test_noop_rerun_builds_nothing(first_build, image_prefix):
+    before = by_layer(image_prefix)
+    proc = run_site("-e", f"hpc_stateless_image_prefix={image_prefix}")
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    assert "0 to build" in proc.stdout
+    assert "hpc_stateless_stale" not in proc.stdout or "skipping: no hosts matched" in proc.stdout
+    assert by_layer(image_prefix) == before
+    assert_clean()
+
+
+def test_changed_role_variable_rebuilds_that_layer_and_descendants_only(first_build, image_prefix):
+    before = by_layer(image_prefix)
+    proc = run_site("-e", f"hpc_stateless_image_prefix={image_prefix}", "-e", "probe_message=changed message")
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    after = by_layer(image_prefix)
+    new = {layer for layer in after if set(after[layer]) - set(before.get(layer, {}))}
+    assert new == {"probe", "probe_child"}
+    assert after["base"] == before["base"] and after["sibling"] == before["sibling"]
+    new_child = (set(after["probe_child"]) - set(before["probe_child"])).pop()
+    probe = read_from_image(f"{image_prefix}/probe_child:{new_child}", "/etc/hpc-stateless/probe.conf")
+    assert "message=changed message" in probe
+    assert_clean()
+
+
+def test_unrelated_variable_changes_no_key(first_build, image_prefix):
+    before = by_layer(image_prefix)
+    proc = run_site("-e", f"hpc_stateless_image_prefix={image_prefix}",
+                    "-e", "unrelated_setting=something else entirely")
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    assert "0 to build" in proc.stdout
+    assert by_layer(image_prefix) == before
+
+
+def test_failing_role_leaves_no_container_mount_or_image(first_build, image_prefix, tmp_path):
+    inventory = tmp_path / "inventory"
+    shutil.copytree(TEST_INVENTORY, inventory)
+    layers_file = inventory / "group_vars" / "all" / "layers.yml"
+    data = yaml.safe_load(layers_file.read_text())
+    data["hpc_stateless_layers"]["broken"] = {"parent": "base", "roles": ["always_fails"]}
+    data["hpc_stateless_layers"]["below_broken"] = {"parent": "broken", "roles": ["sibling_marker"]}
+    layers_file.write_text(yaml.safe_dump(data))
+    before = by_layer(image_prefix)
+    proc = run_site("-e", f"hpc_stateless_image_prefix={image_prefix}", inventory=inventory)
+    assert proc.returncode != 0
+    assert "layer broken failed at task 'Fail on purpose'" in proc.stdout.replace("\n", " ")
+    after = by_layer(image_prefix)
+    assert "broken" not in after and "below_broken" not in after
+    assert after == before
+    assert_clean()
