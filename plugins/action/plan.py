@@ -149,7 +149,7 @@ class ActionModule(ActionBase):
                         parent_key=parent_key,
                         image=image_ref(prefix, name, key),
                         parent_image=image_ref(prefix, parent, parent_key) if parent else "scratch",
-                        container=container_name(name, key),
+                        container=container_name(prefix, name, key),
                         role_closure=keys[name].roles,
                         variables=sorted(keys[name].variables),
                     )

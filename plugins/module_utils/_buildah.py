@@ -11,6 +11,7 @@ otherwise: crun cannot start on hosts with hybrid cgroups, chroot isolation can)
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from typing import Any
@@ -30,9 +31,19 @@ class BuildahError(Exception):
         super().__init__(f"{' '.join(argv)} failed (rc={rc}): {self.stderr}")
 
 
-def container_name(layer: str, key: str) -> str:
+def container_stem(prefix: str, layer: str) -> str:
+    """Start of every working-container name of ``layer`` under image ``prefix``.
+
+    The prefix is part of the name so that builds into different prefixes (tests,
+    CI runners, benchmarks) never see, or clean up, each other's containers.
+    """
+    tag = hashlib.sha256(prefix.rstrip("/").encode("utf-8")).hexdigest()[:6]
+    return f"hpc-stateless-{layer}-{tag}-"
+
+
+def container_name(prefix: str, layer: str, key: str) -> str:
     """Deterministic working-container name, so a rerun finds a leftover."""
-    return f"hpc-stateless-{layer}-{key[:12]}"
+    return container_stem(prefix, layer) + key[:12]
 
 
 def image_ref(prefix: str, layer: str, key: str) -> str:

@@ -22,6 +22,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils._buildah import (
     Buildah,
     BuildahError,
     container_name,
+    container_stem,
     image_ref,
 )
 
@@ -85,14 +86,14 @@ class LayerBuilder:
         self.name = name
         self.key = key or ""
         self.image = image_ref(image_prefix, name, self.key) if key else ""
-        self.container = container_name(name, self.key) if key else ""
+        self.container = container_name(image_prefix, name, self.key) if key else ""
+        self.container_stem = container_stem(image_prefix, name)
 
     # helpers ------------------------------------------------------------------
     def _our_containers(self) -> list[str]:
-        """Working containers of this layer (every key), e.g. leftovers of a killed run."""
-        prefix = f"hpc-stateless-{self.name}-"
+        """Working containers of this layer and prefix (every key), e.g. leftovers of a killed run."""
         return [c["containername"] for c in self.buildah.containers()
-                if c.get("containername", "").startswith(prefix)]
+                if c.get("containername", "").startswith(self.container_stem)]
 
     def _release_binds(self, mountpoint: str) -> None:
         for target in mounts_under(mountpoint):

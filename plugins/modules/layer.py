@@ -135,7 +135,7 @@ container:
   description: Name of the working container.
   returned: always
   type: str
-  sample: hpc-stateless-compute-3f2a9c0d1e4b
+  sample: hpc-stateless-compute-5d41a2-3f2a9c0d1e4b
 mountpoint:
   description: Where the working container's root is mounted on the build host.
   returned: when O(state=started) and not cached

@@ -7,6 +7,7 @@ here, the real runs are in tests/integration.
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -14,6 +15,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils._buildah import (
     Buildah,
     BuildahError,
     container_name,
+    container_stem,
     image_ref,
 )
 from ansible_collections.hpc.stateless.plugins.module_utils.layer_build import (
@@ -48,8 +50,12 @@ class FakeModule:
         raise RuntimeError(kwargs["msg"])
 
 
-def test_names_are_derived_from_layer_and_key():
-    assert container_name("compute", KEY) == "hpc-stateless-compute-aaaaaaaaaaaa"
+def test_names_are_derived_from_prefix_layer_and_key():
+    name = container_name("localhost/p", "compute", KEY)
+    assert re.fullmatch(r"hpc-stateless-compute-[0-9a-f]{6}-aaaaaaaaaaaa", name)
+    assert container_name("localhost/p/", "compute", KEY) == name
+    assert container_name("localhost/q", "compute", KEY) != name
+    assert name.startswith(container_stem("localhost/p", "compute"))
     assert image_ref("localhost/hpc-stateless/", "compute", KEY) == f"localhost/hpc-stateless/compute:{KEY}"
 
 
@@ -92,12 +98,12 @@ def test_start_from_parent_uses_pull_never_and_names_container():
     })
     result = LayerBuilder(module, Buildah(module), "compute", KEY, "localhost/p").start("localhost/p/base:b", [], False)
     assert result.changed and result.mountpoint.endswith("/merged")
-    assert ["/usr/bin/buildah", "from", "--pull=never", "--quiet", "--name", "hpc-stateless-compute-aaaaaaaaaaaa",
+    assert ["/usr/bin/buildah", "from", "--pull=never", "--quiet", "--name", container_name("localhost/p", "compute", KEY),
             "localhost/p/base:b"] in module.calls
 
 
 def test_commit_failure_removes_the_working_container():
-    name = container_name("compute", KEY)
+    name = container_name("localhost/p", "compute", KEY)
     module = FakeModule({
         ("/usr/bin/buildah", "inspect"): (1, "", "no such image"),
         ("/usr/bin/buildah", "containers"): (0, json.dumps([{"containername": name}]), ""),
@@ -110,15 +116,15 @@ def test_commit_failure_removes_the_working_container():
     assert ["/usr/bin/buildah", "rm", name] in module.calls
 
 
-def test_absent_without_key_removes_every_container_of_the_layer():
-    module = FakeModule({("/usr/bin/buildah", "containers"): (0, json.dumps([
-        {"containername": "hpc-stateless-compute-111111111111"},
-        {"containername": "hpc-stateless-compute-222222222222"},
-        {"containername": "hpc-stateless-computer-333333333333"},
-    ]), "")})
+def test_absent_without_key_removes_the_layers_containers_of_this_prefix_only():
+    ours = [container_name("localhost/p", "compute", k * 64) for k in "12"]
+    others = [container_name("localhost/p", "computer", "3" * 64), container_name("localhost/q", "compute", "4" * 64)]
+    module = FakeModule({("/usr/bin/buildah", "containers"): (0, json.dumps(
+        [{"containername": n} for n in ours + others]), "")})
     result = LayerBuilder(module, Buildah(module), "compute", None, "localhost/p").absent(False)
-    assert result.removed == ["hpc-stateless-compute-111111111111", "hpc-stateless-compute-222222222222"]
-    assert ["/usr/bin/buildah", "rm", "hpc-stateless-compute-111111111111"] in module.calls
+    assert result.removed == ours
+    assert ["/usr/bin/buildah", "rm", ours[0]] in module.calls
+    assert not any(call[-1] in others for call in module.calls)
 
 
 def test_labels_carry_key_parent_and_commit():
