@@ -24,7 +24,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils._buildah import (
     container_name,
     image_ref,
 )
-from ansible_collections.hpc.stateless.plugins.module_utils.content_key import RoleIndex, compute_keys
+from ansible_collections.hpc.stateless.plugins.module_utils.content_key import RoleIndex, compute_keys, layer_key
 from ansible_collections.hpc.stateless.plugins.module_utils.layer_graph import LayerGraph, LayerSpecError
 
 # ansible_collections/hpc/stateless/plugins/action/plan.py -> the dir holding ansible_collections
@@ -153,10 +153,23 @@ class ActionModule(ActionBase):
                         role_closure=keys[name].roles,
                         variables=sorted(keys[name].variables),
                     )
+                    if parent is None:
+                        # The bootstrapped root is committed on its own before the roles run,
+                        # so a change to a root layer's roles does not bootstrap again.
+                        bootstrap_key = layer_key(None, {"bootstrap": spec["bootstrap"]}, [], {})
+                        bootstrap_prefix = f"{prefix.rstrip('/')}/bootstrap"
+                        entry.update(
+                            bootstrap_key=bootstrap_key,
+                            bootstrap_prefix=bootstrap_prefix,
+                            bootstrap_image=image_ref(bootstrap_prefix, name, bootstrap_key),
+                        )
+                        entry["parent_image"] = entry["bootstrap_image"]
                     if storage_checked:
                         entry["cached"] = entry["image"] in existing
                         if not entry["cached"]:
                             stale.append(name)
+                        if parent is None:
+                            entry["bootstrap_cached"] = entry["bootstrap_image"] in existing
                 layers[name] = entry
         order = graph.order()
         return {

@@ -103,8 +103,22 @@ layers:
       description: Image reference the layer is committed to.
       type: str
     parent_image:
-      description: Image the working container starts from, C(scratch) for a root layer.
+      description: Image the working container starts from; for a root layer its RV(layers.bootstrap_image).
       type: str
+    bootstrap_key:
+      description: Root layers only. Key of the bootstrapped root (the C(bootstrap) spec alone).
+      type: str
+    bootstrap_prefix:
+      description: Root layers only. Image prefix of bootstrapped roots, C(<image_prefix>/bootstrap).
+      type: str
+    bootstrap_image:
+      description:
+        - Root layers only. The bootstrapped root before any role ran, committed on its own so that
+          a change to the roles of a root layer does not bootstrap again.
+      type: str
+    bootstrap_cached:
+      description: Root layers only. RV(layers.bootstrap_image) exists.
+      type: bool
     container:
       description: Name of the working container while the layer builds.
       type: str
