@@ -10,7 +10,7 @@ export PYTHONPATH := $(CURDIR)/.collections
 export BUILDAH_ISOLATION ?= chroot
 SANITY_ROOT := $(CURDIR)/build/sanity/ansible_collections/hpc/stateless
 
-.PHONY: help setup image test unit lint sanity integration collection bench clean
+.PHONY: help setup image build test unit lint sanity integration collection molecule bench clean
 
 help:
 	@echo "make image  - set up, then build the default layers (ansible-playbook site.yml)"
@@ -21,10 +21,15 @@ setup:
 	@bash scripts/setup.sh
 
 image: setup
+	@$(MAKE) --no-print-directory build
+
+# The default layers, built (or found cached) with the embedded inventory.
+build:
 	ansible-playbook site.yml
 
+# Integration tests and Molecule scenarios start from the default layers built here.
 test: setup
-	@$(MAKE) --no-print-directory unit lint sanity collection integration
+	@$(MAKE) --no-print-directory unit lint sanity collection build integration molecule
 
 unit:
 	pytest -q tests/unit
@@ -44,8 +49,11 @@ collection:
 integration:
 	pytest -q -p no:cacheprovider tests/integration
 
+molecule:
+	@if ls molecule/*/molecule.yml >/dev/null 2>&1; then molecule test --all; else echo "no molecule scenarios"; fi
+
 bench: setup
-	python benchmarks/build_bench.py
+	@set -e; for bench in benchmarks/*_bench.py; do echo "==> $$bench"; python "$$bench"; done
 
 clean:
 	rm -rf build .pytest_cache

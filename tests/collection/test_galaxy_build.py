@@ -54,5 +54,9 @@ def test_tarball_installs_and_runs_elsewhere(tmp_path):
     (elsewhere / "play.yml").write_text(PLAYBOOK)
     env["ANSIBLE_COLLECTIONS_PATH"] = str(collections)
     run([str(BIN / "ansible-playbook"), "-i", "localhost,", "-c", "local", "play.yml"], elsewhere, env)
+    # A site playbook imports our build playbook by its FQCN, as the README shows.
+    (elsewhere / "site.yml").write_text("- name: Build our layers\n  ansible.builtin.import_playbook: hpc.stateless.build\n")
+    listed = run([str(BIN / "ansible-playbook"), "-i", "localhost,", "--list-tasks", "site.yml"], elsewhere, env)
+    assert "Compute content keys and find stale layers" in listed.stdout
     doc = run([str(BIN / "ansible-doc"), "hpc.stateless.layer"], elsewhere, env)
-    assert "buildah working container" in doc.stdout
+    assert "creates a working container from the parent image" in " ".join(doc.stdout.split())

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 import subprocess
 import uuid
 from pathlib import Path
@@ -49,15 +51,35 @@ def image_labels(ref: str) -> dict[str, str]:
     return data["OCIv1"]["config"].get("Labels") or {}
 
 
-def our_containers() -> list[str]:
-    return [c["containername"] for c in json.loads(buildah("containers", "--json") or "[]") or []
-            if c["containername"].startswith("hpc-stateless-")]
+def _prefix_tag(prefix: str) -> str:
+    """The part of a working-container name that says which image prefix it builds for."""
+    return hashlib.sha256(prefix.rstrip("/").encode("utf-8")).hexdigest()[:6]
+
+
+def our_containers(prefix: str | None = None) -> list[str]:
+    """Working containers of ours; with ``prefix``, only those building into that prefix
+    (other builds may run on the same host at the same time)."""
+    names = [c["containername"] for c in json.loads(buildah("containers", "--json") or "[]") or []
+             if c["containername"].startswith("hpc-stateless-")]
+    if prefix is not None:
+        names = [n for n in names if re.fullmatch(rf"hpc-stateless-.+-{_prefix_tag(prefix)}-[0-9a-f]{{12}}", n)]
+    return names
 
 
 def our_mounts() -> list[str]:
-    """Mounts a layer build makes: bind-mounted package caches and container roots of ours."""
-    with open("/proc/self/mounts", encoding="utf-8") as handle:
-        return [line for line in handle if "/var/cache/hpc-stateless" in line or "hpc-stateless-" in line]
+    """Leaked mounts: package-cache binds and container-root mounts that belong to no live
+    working container (a live build elsewhere on the host is not a leak)."""
+    live = [line.split(None, 1)[1].strip() for line in buildah("mount").splitlines() if " " in line]
+    leaked = []
+    with open("/proc/self/mountinfo", encoding="utf-8") as handle:
+        for line in handle:
+            fields = line.split()
+            root, target = fields[3], fields[4].replace("\\040", " ")
+            ours = root.startswith("/var/cache/hpc-stateless") or (
+                target.startswith("/var/lib/containers/storage/overlay/") and "/merged" in target)
+            if ours and not any(target == m or target.startswith(m + "/") for m in live):
+                leaked.append(target)
+    return leaked
 
 
 def read_from_image(ref: str, path: str) -> str:

@@ -7,7 +7,7 @@ import shutil
 import pytest
 import yaml
 
-from conftest import TEST_INVENTORY, our_containers, run_site
+from conftest import TEST_INVENTORY, our_containers, our_mounts, run_site
 
 BASE = {
     "bootstrap": {"distro": "debian", "release": "bookworm", "variant": "minbase"},
@@ -54,4 +54,5 @@ def test_bad_layer_definition_is_named(case, tmp_path):
     first_failure = proc.stdout[proc.stdout.index("FAILED!"):]
     for fragment in expected:
         assert fragment in first_failure, f"{fragment!r} not in {first_failure[:600]}"
-    assert our_containers() == []
+    assert our_containers("localhost/hpc-stateless-bad-input") == []
+    assert our_mounts() == []

@@ -30,13 +30,13 @@ def by_layer(prefix: str) -> dict[str, dict[str, str]]:
     result: dict[str, dict[str, str]] = {}
     for ref, image_id in layer_images(prefix).items():
         layer, tag = ref[len(prefix) + 1:].rsplit(":", 1)
-        if tag != "latest":
+        if tag != "latest" and not layer.startswith("bootstrap/"):
             result.setdefault(layer, {})[tag] = image_id
     return result
 
 
-def assert_clean() -> None:
-    assert our_containers() == [], "working containers left behind"
+def assert_clean(prefix: str) -> None:
+    assert our_containers(prefix) == [], "working containers left behind"
     assert our_mounts() == [], "mounts left behind"
 
 
@@ -57,8 +57,12 @@ def test_full_build_commits_every_layer_with_labels(first_build, image_prefix):
     assert labels["hpc.stateless.parent"] == "probe"
     assert labels["hpc.stateless.parent-key"] == keys["probe"]
     assert labels["hpc.stateless.git-commit"], "git commit label is empty"
+    # The bootstrapped root is cached on its own, so changing base's roles never bootstraps again.
+    bootstrap = [ref for ref in layer_images(image_prefix) if ref.startswith(f"{image_prefix}/bootstrap/base:")]
+    assert len(bootstrap) == 2, bootstrap  # keyed tag + latest
+    assert image_labels(f"{image_prefix}/base:{keys['base']}")["hpc.stateless.layer"] == "base"
     assert "4 to build: base -> probe -> probe_child -> sibling" in first_build.stdout.replace("\n", " ")
-    assert_clean()
+    assert_clean(image_prefix)
 
 
 def test_roles_ran_inside_the_layer_with_its_own_facts(first_build, image_prefix):
@@ -84,12 +88,12 @@ def test_noop_rerun_builds_nothing(first_build, image_prefix):
     assert "0 to build" in proc.stdout
     assert "hpc_stateless_stale" not in proc.stdout or "skipping: no hosts matched" in proc.stdout
     assert by_layer(image_prefix) == before
-    assert_clean()
+    assert_clean(image_prefix)
 
 
 def test_changed_role_variable_rebuilds_that_layer_and_descendants_only(first_build, image_prefix):
     before = by_layer(image_prefix)
-    proc = run_site("-e", f"hpc_stateless_image_prefix={image_prefix}", "-e", "probe_message=changed message")
+    proc = run_site("-e", f"hpc_stateless_image_prefix={image_prefix}", "-e", '{"probe_message": "changed message"}')
     assert proc.returncode == 0, proc.stdout[-4000:]
     after = by_layer(image_prefix)
     new = {layer for layer in after if set(after[layer]) - set(before.get(layer, {}))}
@@ -98,7 +102,7 @@ def test_changed_role_variable_rebuilds_that_layer_and_descendants_only(first_bu
     new_child = (set(after["probe_child"]) - set(before["probe_child"])).pop()
     probe = read_from_image(f"{image_prefix}/probe_child:{new_child}", "/etc/hpc-stateless/probe.conf")
     assert "message=changed message" in probe
-    assert_clean()
+    assert_clean(image_prefix)
 
 
 def test_unrelated_variable_changes_no_key(first_build, image_prefix):
@@ -125,4 +129,4 @@ def test_failing_role_leaves_no_container_mount_or_image(first_build, image_pref
     after = by_layer(image_prefix)
     assert "broken" not in after and "below_broken" not in after
     assert after == before
-    assert_clean()
+    assert_clean(image_prefix)
