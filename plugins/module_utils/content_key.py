@@ -81,6 +81,7 @@ _YAML_SUFFIXES = (".yml", ".yaml", ".json", "")
 _TASK_DIRS = ("tasks", "handlers", "meta")  # conditionals are expressions here
 _DATA_DIRS = ("defaults", "vars")
 _LOOKUP_FUNCTIONS = ("lookup", "query", "q")
+_VARS_LOOKUPS = ("vars", "ansible.builtin.vars", "ansible.legacy.vars")
 
 
 class RoleError(LayerSpecError):
@@ -98,12 +99,30 @@ class _TolerantLoader(yaml.SafeLoader if yaml else object):  # type: ignore[misc
     """SafeLoader that reads Ansible tags (``!unsafe``, ``!vault``...) as plain data."""
 
 
+class _UnsafeText(str):
+    """A ``!unsafe`` string of a role file: Ansible never templates it."""
+
+    __UNSAFE__ = True
+
+
+def _mark_unsafe(value: Any) -> Any:
+    if isinstance(value, str):
+        return _UnsafeText(value)
+    if isinstance(value, Mapping):
+        return {_mark_unsafe(k): _mark_unsafe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_mark_unsafe(v) for v in value]
+    return value
+
+
 def _construct_unknown_tag(loader: Any, tag_suffix: str, node: Any) -> Any:
     if isinstance(node, yaml.ScalarNode):
-        return loader.construct_scalar(node)
-    if isinstance(node, yaml.SequenceNode):
-        return loader.construct_sequence(node, deep=True)
-    return loader.construct_mapping(node, deep=True)
+        value = loader.construct_scalar(node)
+    elif isinstance(node, yaml.SequenceNode):
+        value = loader.construct_sequence(node, deep=True)
+    else:
+        value = loader.construct_mapping(node, deep=True)
+    return _mark_unsafe(value) if tag_suffix == "unsafe" else value
 
 
 if yaml is not None:
@@ -357,7 +376,7 @@ def role_digest(role_dir: str) -> str:
         for name in sorted(dirs + files):
             path, rel = os.path.join(root, name), rel_root + name
             mode = os.lstat(path).st_mode
-            if stat.S_ISLNK(mode):
+            if stat.S_ISLNK(mode) and not _excluded_from_digest(rel, name in dirs):
                 target = hashlib.sha256(os.readlink(path).encode("utf-8", "surrogateescape"))
                 entries.append(f"link\0{rel}\0{target.hexdigest()}")
             elif stat.S_ISREG(mode) and not _excluded_from_digest(rel, False):
@@ -378,11 +397,26 @@ def role_digest(role_dir: str) -> str:
 _ENVIRONMENT = None
 
 
+def _unknown_plugin(*args: Any, **kwargs: Any) -> None:
+    """Stands in for filters and tests only Ansible knows; templates are analysed, never rendered."""
+
+
+class _AnyPluginTable(dict):
+    """Filter/test table that knows every name, so that ``| bool`` or ``is succeeded``
+    (Ansible and collection plugins) do not fail jinja2.meta's compile step."""
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        return super().get(key, _unknown_plugin)
+
+
 def _jinja_environment() -> Any:
     global _ENVIRONMENT
     if _ENVIRONMENT is None:
         # Ansible enables these extensions; without them `{% do %}`/`{% break %}` fail to parse.
-        _ENVIRONMENT = jinja2.Environment(extensions=["jinja2.ext.do", "jinja2.ext.loopcontrols"])
+        environment = jinja2.Environment(extensions=["jinja2.ext.do", "jinja2.ext.loopcontrols"])
+        environment.filters = _AnyPluginTable(environment.filters)
+        environment.tests = _AnyPluginTable(environment.tests)
+        _ENVIRONMENT = environment
     return _ENVIRONMENT
 
 
@@ -395,7 +429,7 @@ def _literal_lookups(ast: Any) -> Iterator[str]:
             and call.node.name in _LOOKUP_FUNCTIONS
             and call.args
             and isinstance(call.args[0], jinja_nodes.Const)
-            and call.args[0].value == "vars"
+            and call.args[0].value in _VARS_LOOKUPS
         ):
             for arg in call.args[1:]:
                 if isinstance(arg, jinja_nodes.Const) and isinstance(arg.value, str):
@@ -447,6 +481,8 @@ def _expression_variables(value: object, source: str) -> set[str]:
 def _data_variables(data: object, source: str, conditionals: bool, task: str | None = None) -> set[str]:
     """Names read by the Jinja strings (and, if ``conditionals``, the bare
     conditional expressions) anywhere in parsed YAML ``data``."""
+    if getattr(data, "__UNSAFE__", False):  # ``!unsafe``: never templated
+        return set()
     if isinstance(data, str):
         return template_variables(data, source) if _has_jinja(data) else set()
     found: set[str] = set()
@@ -455,7 +491,7 @@ def _data_variables(data: object, source: str, conditionals: bool, task: str | N
             task = data["name"]
         where = f"{source}: task {task!r}" if task and conditionals else source
         for key, value in data.items():
-            if isinstance(key, str) and _has_jinja(key):
+            if isinstance(key, str) and _has_jinja(key) and not getattr(key, "__UNSAFE__", False):
                 found |= template_variables(key, where)
             if conditionals and key in _CONDITIONAL_KEYS:
                 found |= _expression_variables(value, where)
@@ -486,7 +522,7 @@ def referenced_variables(role_dir: str) -> set[str]:
         dirs.sort()
         for name in sorted(files):
             path = os.path.join(root, name)
-            if _excluded_from_digest(name, False):
+            if _excluded_from_digest(os.path.relpath(path, role_dir).replace(os.sep, "/"), False):
                 continue
             try:
                 with open(path, encoding="utf-8") as handle:

@@ -178,7 +178,10 @@ def _normalise_bootstrap(path: str, raw: object) -> dict[str, Any]:
                 raise LayerSpecError(key_path, f"expected a bool, got {_type_name(value)}")
             result[key] = value
         elif key == "extra_args" and isinstance(value, str):
-            result[key] = shlex.split(value)
+            try:
+                result[key] = shlex.split(value)
+            except ValueError as exc:  # e.g. an unbalanced quote
+                raise LayerSpecError(key_path, f"cannot split {value!r}: {exc}") from None
         else:
             result[key] = _expect_strings(key_path, value)
     if result["distro"] not in SUPPORTED_DISTROS:
