@@ -1,0 +1,219 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026 hpc.stateless developers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""What pack writes next to the artifacts, and into the packed copy: pure functions.
+
+* ``/etc/image-release`` (KEY=value lines: IMAGE, VERSION, LAYER, LAYER_KEY, BUILD_TIME);
+* ``manifest.json`` - the contract with deploy (see docs/pack.md);
+* ``SHA256SUMS`` in ``sha256sum`` format with names relative to the version directory;
+* the installed package list (dpkg status parsed here; rpm output parsed here) and the size report.
+
+Every value is derived from the image and SOURCE_DATE_EPOCH, never from the clock, so a
+second pack of the same image writes the same bytes.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import heapq
+import json
+import re
+from typing import Any, Iterable
+
+MANIFEST_NAME = "manifest.json"
+SUMS_NAME = "SHA256SUMS"
+KERNEL_NAME = "vmlinuz"
+INITRD_NAME = "initrd.img"
+RELEASE_PATH = "etc/image-release"
+
+# Names end up in directory names and in KEY=value lines: keep them tame.
+SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+~-]*$")
+
+
+def iso_utc(epoch: int) -> str:
+    return datetime.datetime.fromtimestamp(epoch, tz=datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_iso_utc(text: str) -> int:
+    """Seconds since the epoch of an RFC 3339 time as buildah prints it (fractions dropped)."""
+    match = re.match(r"^(\d{4}-\d{2}-\d{2})[T ](\d{2}:\d{2}:\d{2})(?:\.\d+)?(Z|[+-]\d{2}:?\d{2})?", text.strip())
+    if not match:
+        raise ValueError(f"not an ISO 8601 time: {text!r}")
+    zone = match.group(3) or "Z"
+    zone = "+00:00" if zone == "Z" else (zone if ":" in zone else zone[:3] + ":" + zone[3:])
+    stamp = datetime.datetime.fromisoformat(f"{match.group(1)}T{match.group(2)}{zone}")
+    return int(stamp.timestamp())
+
+
+def check_name(what: str, value: str) -> str:
+    """``value`` unchanged, or ValueError naming ``what`` when it is unfit for a path or a release line."""
+    if not value or not SAFE_NAME.match(value) or value in (".", ".."):
+        raise ValueError(f"{what} {value!r} is not usable as a directory name: use letters, digits and . _ + ~ - "
+                         "(no / or spaces), starting with a letter or digit")
+    return value
+
+
+def image_release(image: str, version: str, layer: str, layer_key: str, build_time: int,
+                  extra: dict[str, str] | None = None) -> bytes:
+    """Content of ``/etc/image-release`` in the packed copy."""
+    lines = [
+        f"IMAGE={image}",
+        f"VERSION={version}",
+        f"LAYER={layer}",
+        f"LAYER_KEY={layer_key}",
+        f"BUILD_TIME={iso_utc(build_time)}",
+    ]
+    for key in sorted(extra or {}):
+        if not re.match(r"^[A-Z][A-Z0-9_]*$", key) or key in {line.split("=", 1)[0] for line in lines}:
+            raise ValueError(f"release_extra key {key!r}: use an upper-case KEY that is not one of IMAGE, VERSION, "
+                             "LAYER, LAYER_KEY, BUILD_TIME")
+        value = str((extra or {})[key])
+        if "\n" in value:
+            raise ValueError(f"release_extra {key}: the value must be one line")
+        lines.append(f"{key}={value}")
+    return ("\n".join(lines) + "\n").encode("utf-8")
+
+
+# -- packages ---------------------------------------------------------------------------------
+def parse_dpkg_status(text: str) -> list[dict[str, Any]]:
+    """Installed packages from ``/var/lib/dpkg/status``: name, version, installed size in bytes."""
+    packages = []
+    for stanza in re.split(r"\n\s*\n", text):
+        fields: dict[str, str] = {}
+        current = None
+        for line in stanza.splitlines():
+            if line[:1] in (" ", "\t") and current:
+                continue  # continuation lines (descriptions, conffiles)
+            name, sep, value = line.partition(":")
+            if sep:
+                current = name.strip()
+                fields[current] = value.strip()
+        if not fields.get("Package"):
+            continue
+        state = fields.get("Status", "").split()
+        if state[-1:] != ["installed"]:
+            continue
+        size_kib = fields.get("Installed-Size", "0")
+        packages.append({
+            "name": fields["Package"],
+            "version": fields.get("Version", ""),
+            "architecture": fields.get("Architecture", ""),
+            "size": int(size_kib) * 1024 if size_kib.isdigit() else 0,
+        })
+    return sorted(packages, key=lambda p: (p["name"], p["architecture"], p["version"]))
+
+
+RPM_QUERY_FORMAT = r"%{NAME}\t%{EPOCH}:%{VERSION}-%{RELEASE}\t%{ARCH}\t%{SIZE}\n"
+
+
+def parse_rpm_query(text: str) -> list[dict[str, Any]]:
+    """Packages from ``rpm -qa --qf RPM_QUERY_FORMAT`` output (``(none):`` epochs dropped)."""
+    packages = []
+    for line in text.splitlines():
+        parts = line.split("\t")
+        if len(parts) != 4:
+            continue
+        name, version, arch, size = parts
+        if version.startswith("(none):"):
+            version = version[len("(none):"):]
+        packages.append({"name": name, "version": version, "architecture": arch,
+                         "size": int(size) if size.isdigit() else 0})
+    return sorted(packages, key=lambda p: (p["name"], p["architecture"], p["version"]))
+
+
+def largest_packages(packages: Iterable[dict[str, Any]], count: int = 20) -> list[dict[str, Any]]:
+    ranked = heapq.nlargest(count, packages, key=lambda p: (p["size"], p["name"]))
+    return [{"name": p["name"], "version": p["version"], "bytes": p["size"]} for p in ranked]
+
+
+def size_report(uncompressed: int, files: int, packages: list[dict[str, Any]],
+                directories: list[dict[str, Any]], largest_files: list[tuple[int, str]],
+                count: int = 20) -> dict[str, Any]:
+    return {
+        "uncompressed_size": uncompressed,
+        "files": files,
+        "largest_packages": largest_packages(packages, count),
+        "largest_directories": directories[:count],
+        "largest_files": [{"path": "/" + rel, "bytes": size}
+                          for size, rel in sorted(largest_files, key=lambda t: (-t[0], t[1]))[:count]],
+    }
+
+
+def human_size(value: int) -> str:
+    size = float(value)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{value} B"
+
+
+def format_size_report(report: dict[str, Any]) -> str:
+    """The size report as the text table printed to the user."""
+    lines = [f"uncompressed: {human_size(report['uncompressed_size'])} in {report['files']} files"]
+    if report["largest_packages"]:
+        lines.append("largest packages:")
+        lines += [f"  {human_size(p['bytes']):>10}  {p['name']} {p['version']}" for p in report["largest_packages"]]
+    lines.append("largest directories:")
+    lines += [f"  {human_size(d['bytes']):>10}  {d['path']}" for d in report["largest_directories"]]
+    return "\n".join(lines)
+
+
+# -- manifest and sums ----------------------------------------------------------------------
+def sha256_file(path: str, chunk: int = 1 << 20) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while True:
+            block = handle.read(chunk)
+            if not block:
+                break
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def sha256sums(files: dict[str, str]) -> str:
+    """``SHA256SUMS`` content for ``{relative name: hex digest}`` (sorted by name)."""
+    return "".join(f"{files[name]}  {name}\n" for name in sorted(files))
+
+
+def parse_sha256sums(text: str) -> dict[str, str]:
+    sums = {}
+    for line in text.splitlines():
+        match = re.match(r"^([0-9a-f]{64}) [ *](.+)$", line.strip())
+        if match:
+            sums[match.group(2)] = match.group(1)
+    return sums
+
+
+def manifest(*, image: str, version: str, created: int, layer: str, layer_keys: dict[str, str],
+             kernel: dict[str, Any], artifacts: list[dict[str, Any]], uncompressed_size: int,
+             packages: list[dict[str, Any]], kernel_args: str = "", initrd: dict[str, Any] | None = None,
+             source: dict[str, Any] | None = None, options: dict[str, Any] | None = None,
+             report: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The manifest deploy reads; keys beyond the shared contract are additions, never renames."""
+    data: dict[str, Any] = {
+        "image": image,
+        "version": version,
+        "created": iso_utc(created),
+        "layer": layer,
+        "layer_keys": dict(sorted(layer_keys.items())),
+        "kernel": kernel,
+        "artifacts": artifacts,
+        "uncompressed_size": uncompressed_size,
+        "packages": [{"name": p["name"], "version": p["version"]} for p in packages],
+        "kernel_args": kernel_args,
+        "initrd": initrd,
+    }
+    if source is not None:
+        data["source"] = source
+    if options is not None:
+        data["options"] = options
+    if report is not None:
+        data["size_report"] = report
+    return data
+
+
+def manifest_bytes(data: dict[str, Any]) -> bytes:
+    return (json.dumps(data, indent=2, sort_keys=False) + "\n").encode("utf-8")

@@ -1,0 +1,644 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026 hpc.stateless developers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""One pack run: source tree -> ``<output_dir>/<image>/<version>/`` with every artifact.
+
+Order of work, so that bad input costs nothing and leaves nothing:
+
+1. validate the request (names, formats, levels);
+2. open the source: a throw-away buildah working container of the image (the cached
+   layer is never written), or a directory;
+3. find the kernel; pass 1 over the tree: sizes, secrets, files too large for cpio;
+   refuse or warn *before* writing a byte;
+4. write every artifact into ``.<version>.partial-<pid>/`` next to the final directory,
+   sums and manifest last, then rename the directory into place (one rename(2));
+5. on any failure remove the partial directory and the working container.
+
+A version directory whose manifest records the same source image and options, and
+whose files match SHA256SUMS, is up to date: nothing is written (``changed=false``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import stat
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from ansible_collections.hpc.stateless.plugins.module_utils import pack_manifest as pm
+from ansible_collections.hpc.stateless.plugins.module_utils._buildah import Buildah, BuildahError
+from ansible_collections.hpc.stateless.plugins.module_utils._compress import (
+    COMPRESSORS,
+    CompressError,
+    CompressorProcess,
+    compressor_argv,
+)
+from ansible_collections.hpc.stateless.plugins.module_utils._squashfs import (
+    SQUASHFS_COMPRESSION,
+    SquashfsError,
+    exclude_lines,
+    mksquashfs_argv,
+    pseudo_definitions,
+    run_mksquashfs,
+)
+from ansible_collections.hpc.stateless.plugins.module_utils.pack_kernel import (
+    DRACUT_KERNEL_ARGS,
+    LIVE_BOOT_KERNEL_ARGS,
+    Kernel,
+    KernelError,
+    find_kernel,
+    has_modules,
+    image_initrd,
+    squashfs_boot_method,
+)
+from ansible_collections.hpc.stateless.plugins.module_utils.pack_newc import MAX_FILE_SIZE, NewcError
+from ansible_collections.hpc.stateless.plugins.module_utils.pack_tree import (
+    DEFAULT_EXCLUDES,
+    ExcludeRules,
+    Overlay,
+    OverlayFile,
+    PackTreeError,
+    SecretRules,
+    TreeScan,
+    scan_tree,
+    write_cpio,
+)
+
+FORMATS = (*COMPRESSORS, "squashfs")
+CONTAINER_STEM = "hpc-stateless-pack-"
+LABEL = "hpc.stateless."
+_DRACUT_OUT = "/run/hpc-stateless-pack-out"
+
+
+class PackError(Exception):
+    """Packing failed or was refused; the message names the file, key or option at fault."""
+
+
+@dataclass
+class PackRequest:
+    image: str
+    output_dir: str
+    formats: list[str]
+    version: str | None = None
+    source_image: str | None = None
+    source_path: str | None = None
+    layer: str | None = None
+    layer_keys: dict[str, str] | None = None
+    levels: dict[str, int] = field(default_factory=dict)
+    squashfs_compression: str = "zstd"
+    threads: int = 0
+    exclude: list[str] = field(default_factory=list)
+    exclude_defaults: bool = True
+    secret_patterns: list[str] = field(default_factory=list)
+    allow_secrets: bool = False
+    allowed_secrets: list[str] = field(default_factory=list)
+    kernel: str | None = None
+    kernel_version: str | None = None
+    initrd: str | None = None
+    dracut: bool = True
+    kernel_args: str = ""
+    source_date_epoch: int | None = None
+    size_ceiling: int = 4 << 30
+    size_warn_ratio: float = 0.8
+    size_ceiling_action: str = "fail"
+    reset_machine_id: bool = True
+    release_extra: dict[str, str] = field(default_factory=dict)
+    force: bool = False
+
+    def validate(self) -> None:
+        try:
+            pm.check_name("image", self.image)
+            if self.version is not None:
+                pm.check_name("version", self.version)
+        except ValueError as exc:
+            raise PackError(str(exc)) from exc
+        if bool(self.source_image) == bool(self.source_path):
+            raise PackError("give exactly one of source_image (a layer image) and source_path (a directory)")
+        if not self.formats:
+            raise PackError("formats is empty: name at least one of " + ", ".join(FORMATS))
+        for fmt in self.formats:
+            if fmt not in FORMATS:
+                raise PackError(f"unknown format {fmt!r} (supported: {', '.join(FORMATS)})")
+        for fmt in self.levels:
+            if fmt not in FORMATS:
+                raise PackError(f"levels: unknown format {fmt!r} (supported: {', '.join(FORMATS)})")
+        if self.squashfs_compression not in SQUASHFS_COMPRESSION:
+            raise PackError(f"squashfs_compression {self.squashfs_compression!r} is not one of "
+                            f"{', '.join(SQUASHFS_COMPRESSION)}")
+        if not 0 < self.size_warn_ratio <= 1:
+            raise PackError("size_warn_ratio must be in (0, 1]")
+
+
+@dataclass
+class Source:
+    root: str
+    image_id: str | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+    created: int | None = None
+    container: str | None = None
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _pid_of(name: str, stem: str) -> int | None:
+    rest = name[len(stem):] if name.startswith(stem) else ""
+    head = rest.split("-", 1)[0]
+    return int(head) if head.isdigit() else None
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class Packer:
+    """Runs one :class:`PackRequest` for an AnsibleModule (run_command, get_bin_path, warn)."""
+
+    def __init__(self, module: Any, request: PackRequest, buildah: Buildah | None = None) -> None:
+        self.module = module
+        self.req = request
+        self.buildah = buildah
+        self.warnings: list[str] = []
+        self._partial: str | None = None
+
+    # -- public ------------------------------------------------------------------------
+    def run(self, check_mode: bool) -> dict[str, Any]:
+        self.req.validate()
+        image_dir = os.path.join(os.path.abspath(self.req.output_dir), self.req.image)
+        self._check_output_dir(image_dir, check_mode)
+        source = self._open_source()
+        try:
+            return self._pack(source, image_dir, check_mode)
+        finally:
+            self._close_source(source)
+            if self._partial and os.path.exists(self._partial):
+                shutil.rmtree(self._partial, ignore_errors=True)
+
+    # -- output directory --------------------------------------------------------------
+    def _check_output_dir(self, image_dir: str, check_mode: bool) -> None:
+        probe = image_dir
+        while not os.path.exists(probe):
+            parent = os.path.dirname(probe)
+            if parent == probe:
+                break
+            probe = parent
+        if not os.path.isdir(probe):
+            raise PackError(f"output directory {image_dir}: {probe} exists and is not a directory; "
+                            "choose another output_dir")
+        if check_mode:
+            if not os.access(probe, os.W_OK):
+                raise PackError(f"output directory {image_dir} is not writable ({probe}); "
+                                "choose a writable output_dir or fix its permissions")
+            return
+        try:
+            os.makedirs(image_dir, exist_ok=True)
+            test = os.path.join(image_dir, f".write-test-{os.getpid()}")
+            with open(test, "wb"):
+                pass
+            os.unlink(test)
+        except OSError as exc:
+            raise PackError(f"output directory {image_dir} is not writable: {exc.strerror}; "
+                            "choose a writable output_dir or fix its permissions/mount") from exc
+        # Leftovers of killed packs (their pid is gone) are removed; a live pack's are left alone.
+        for name in os.listdir(image_dir):
+            for marker in (".partial-", ".old-"):
+                tail = name.rsplit(marker, 1)[1] if name.startswith(".") and marker in name else ""
+                if tail.isdigit() and not _pid_alive(int(tail)):
+                    shutil.rmtree(os.path.join(image_dir, name), ignore_errors=True)
+
+    # -- source --------------------------------------------------------------------------
+    def _open_source(self) -> Source:
+        if self.req.source_path:
+            root = os.path.abspath(self.req.source_path)
+            if not os.path.isdir(root):
+                raise PackError(f"source_path {root} is not a directory")
+            return Source(root=root)
+        if self.buildah is None:
+            raise PackError("source_image needs buildah on the build host")
+        ref = self.req.source_image
+        assert ref is not None
+        self._remove_stale_containers()
+        try:
+            _rc, out, _err = self.buildah.run("inspect", "--type", "image", ref, check=False)
+            if _rc != 0:
+                raise PackError(f"source_image {ref} is not in local containers-storage: build it first "
+                                "(ansible-playbook site.yml) or check the name")
+            data = json.loads(out)
+            labels = data.get("OCIv1", {}).get("config", {}).get("Labels") or {}
+            created = data.get("OCIv1", {}).get("created") or data.get("Docker", {}).get("created")
+            image_id = data.get("FromImageID") or ""
+            name = f"{CONTAINER_STEM}{os.getpid()}-{uuid.uuid4().hex[:8]}"
+            self.buildah.from_image(ref, name)
+            source = Source(root="", image_id=image_id, labels=labels,
+                            created=pm.parse_iso_utc(created) if created else None, container=name)
+            source.root = self.buildah.mount(name)
+        except BuildahError as exc:
+            raise PackError(f"source_image {ref}: {exc}") from exc
+        return source
+
+    def _close_source(self, source: Source) -> None:
+        if source.container and self.buildah is not None:
+            self.buildah.umount(source.container)
+            self.buildah.rm(source.container)
+
+    def _remove_stale_containers(self) -> None:
+        assert self.buildah is not None
+        for container in self.buildah.containers():
+            name = container.get("containername") or ""
+            pid = _pid_of(name, CONTAINER_STEM)
+            if pid is not None and pid != os.getpid() and not _pid_alive(pid):
+                self.buildah.umount(name)
+                self.buildah.rm(name)
+
+    def _layer_keys(self, source: Source) -> dict[str, str]:
+        """``{layer: key}`` along the parent chain, from the image labels."""
+        keys: dict[str, str] = {}
+        labels = source.labels
+        ref = self.req.source_image or ""
+        prefix = ref.rsplit("/", 1)[0] if "/" in ref else ""
+        for _depth in range(64):
+            layer, key = labels.get(LABEL + "layer"), labels.get(LABEL + "key")
+            if not layer or not key:
+                break
+            keys[layer] = key
+            parent, parent_key = labels.get(LABEL + "parent"), labels.get(LABEL + "parent-key")
+            if not parent or not parent_key or self.buildah is None or not prefix:
+                if parent and parent_key:
+                    keys[parent] = parent_key
+                break
+            try:
+                labels = self.buildah.image_labels(f"{prefix}/{parent}:{parent_key}")
+            except (BuildahError, ValueError):
+                keys[parent] = parent_key
+                break
+        return keys
+
+    # -- packing -------------------------------------------------------------------------
+    def _pack(self, source: Source, image_dir: str, check_mode: bool) -> dict[str, Any]:
+        req = self.req
+        root = source.root
+        layer = req.layer or source.labels.get(LABEL + "layer") or ""
+        layer_keys = dict(req.layer_keys) if req.layer_keys else self._layer_keys(source)
+        layer_key = layer_keys.get(layer, source.labels.get(LABEL + "key", ""))
+        version = req.version or source.labels.get(LABEL + "git-commit") or (layer_key[:12] if layer_key else "")
+        if not version:
+            raise PackError("version is not set and the source carries no git commit or layer key: set version")
+        try:
+            pm.check_name("version", version)
+        except ValueError as exc:
+            raise PackError(str(exc)) from exc
+        try:
+            kernel = find_kernel(root, req.kernel_version, req.kernel)
+        except KernelError as exc:
+            raise PackError(f"image {req.image} ({req.source_image or req.source_path}): {exc}") from exc
+        if req.kernel and not has_modules(root, kernel.version):
+            self._warn(f"the kernel {req.kernel} ({kernel.version}) has no /lib/modules/{kernel.version} in the "
+                       "image: modules will not load on the node")
+
+        rules = ExcludeRules([*(DEFAULT_EXCLUDES if req.exclude_defaults else ()), *req.exclude])
+        secrets = SecretRules(req.secret_patterns, ["*"] if req.allow_secrets else req.allowed_secrets)
+        scan = scan_tree(root, rules, secrets)
+        sde = self._source_date_epoch(source, scan)
+        overlay = self._overlay(root, req.image, version, layer, layer_key, sde)
+        uncompressed = scan.total_bytes + sum(len(f.data) for f in overlay.files.values()
+                                              if stat.S_ISREG(f.mode))
+        self._preflight(scan, uncompressed)
+
+        options = self._options_fingerprint(kernel, sde)
+        source_info = ({"image": req.source_image, "image_id": source.image_id} if req.source_image
+                       else {"path": os.path.abspath(req.source_path or "")})
+        final = os.path.join(image_dir, version)
+        if not req.force and self._up_to_date(final, source_info, options):
+            return self._result(False, final, json.loads(open(os.path.join(final, pm.MANIFEST_NAME), "rb").read()),
+                                scan, uncompressed, up_to_date=True)
+        if check_mode:
+            would = {"image": req.image, "version": version, "layer": layer, "layer_keys": layer_keys,
+                     "artifacts": [{"file": f"{req.image}.{fmt}", "format": fmt} for fmt in req.formats],
+                     "kernel": {"file": pm.KERNEL_NAME, "version": kernel.version}}
+            return self._result(True, final, would, scan, uncompressed)
+
+        self._partial = os.path.join(image_dir, f".{version}.partial-{os.getpid()}")
+        shutil.rmtree(self._partial, ignore_errors=True)
+        os.makedirs(self._partial)
+        try:
+            artifacts = self._write_artifacts(root, rules, overlay, scan, sde)
+            files = {a["file"]: a["sha256"] for a in artifacts}
+            kernel_entry = self._copy_kernel(kernel)
+            files[pm.KERNEL_NAME] = kernel_entry["sha256"]
+            initrd_entry = None
+            if "squashfs" in req.formats:
+                initrd_entry = self._initrd(source, kernel, sde)
+                if initrd_entry:
+                    files[pm.INITRD_NAME] = initrd_entry["sha256"]
+            packages = self._packages(root)
+            report = pm.size_report(uncompressed, scan.files, packages, scan.largest_directories(),
+                                    scan.largest_files)
+            data = pm.manifest(image=req.image, version=version, created=sde, layer=layer, layer_keys=layer_keys,
+                               kernel=kernel_entry, artifacts=artifacts, uncompressed_size=uncompressed,
+                               packages=packages, kernel_args=req.kernel_args, initrd=initrd_entry,
+                               source=source_info, options=options, report=report)
+            self._write_small(pm.MANIFEST_NAME, pm.manifest_bytes(data))
+            files[pm.MANIFEST_NAME] = hashlib.sha256(pm.manifest_bytes(data)).hexdigest()
+            self._write_small(pm.SUMS_NAME, pm.sha256sums(files).encode())
+            _fsync_dir(self._partial)
+            self._publish(final)
+        except OSError as exc:
+            where = exc.filename or self._partial
+            raise PackError(f"writing {where} failed: {exc.strerror or exc}; nothing was published "
+                            f"(free space or permissions of {image_dir}?)") from exc
+        return self._result(True, final, data, scan, uncompressed)
+
+    def _source_date_epoch(self, source: Source, scan: TreeScan) -> int:
+        if self.req.source_date_epoch is not None:
+            return self.req.source_date_epoch
+        env = os.environ.get("SOURCE_DATE_EPOCH", "")
+        if env.isdigit():
+            return int(env)
+        if source.created is not None:
+            return source.created
+        return scan.newest_mtime
+
+    def _overlay(self, root: str, image: str, version: str, layer: str, layer_key: str, sde: int) -> Overlay:
+        try:
+            release = pm.image_release(image, version, layer, layer_key, sde, self.req.release_extra)
+        except ValueError as exc:
+            raise PackError(str(exc)) from exc
+        files = [OverlayFile(pm.RELEASE_PATH, stat.S_IFREG | 0o644, release)]
+        if self.req.reset_machine_id:
+            # Every node must make its own machine-id at first boot (systemd does when the file is empty).
+            files.append(OverlayFile("etc/machine-id", stat.S_IFREG | 0o444, b""))
+            dbus_id = os.path.join(root, "var", "lib", "dbus", "machine-id")
+            if os.path.lexists(dbus_id) and not os.path.islink(dbus_id):
+                files.append(OverlayFile("var/lib/dbus/machine-id", stat.S_IFLNK | 0o777, b"/etc/machine-id"))
+        # The kernel opens /dev/console before init runs, and execs /init of an initramfs.
+        if not os.path.lexists(os.path.join(root, "dev", "console")):
+            files.append(OverlayFile("dev/console", stat.S_IFCHR | 0o600, rdev=os.makedev(5, 1), cpio_only=True))
+        if not os.path.lexists(os.path.join(root, "init")):
+            for candidate in ("sbin/init", "usr/sbin/init", "usr/lib/systemd/systemd", "lib/systemd/systemd"):
+                if os.path.exists(os.path.join(root, candidate)) or os.path.islink(os.path.join(root, candidate)):
+                    files.append(OverlayFile("init", stat.S_IFLNK | 0o777, ("/" + candidate).encode(),
+                                             cpio_only=True))
+                    break
+        return Overlay(files, sde)
+
+    def _preflight(self, scan: TreeScan, uncompressed: int) -> None:
+        req = self.req
+        problems = []
+        if scan.secrets:
+            listed = "; ".join(str(s) for s in scan.secrets)
+            problems.append(f"refusing to pack secrets: {listed}. Remove them in a layer role, exclude them "
+                            "(exclude: [...]), or allow them explicitly (allowed_secrets: [...] or allow_secrets: true)")
+        for secret in scan.allowed_secrets:
+            self._warn(f"packing an allowed secret: {secret}")
+        if scan.too_large and any(f.startswith("cpio.") for f in req.formats):
+            listed = "; ".join(f"/{rel} ({size} bytes)" for rel, size in scan.too_large)
+            problems.append(f"files too large for the cpio newc format (limit {MAX_FILE_SIZE} bytes, 4 GiB - 1): "
+                            f"{listed}. Exclude them, or pack squashfs instead")
+        if uncompressed > req.size_ceiling:
+            message = (f"the packed tree is {uncompressed} bytes ({pm.human_size(uncompressed)}), above size_ceiling "
+                       f"{req.size_ceiling} bytes ({pm.human_size(req.size_ceiling)}): legacy BIOS/PXE loaders "
+                       "cannot load such an initrd and the node needs that much RAM; exclude what the size report "
+                       "lists or raise size_ceiling")
+            if req.size_ceiling_action == "fail":
+                problems.append(message)
+            else:
+                self._warn(message)
+        elif uncompressed >= req.size_warn_ratio * req.size_ceiling:
+            self._warn(f"the packed tree is {pm.human_size(uncompressed)}, {100 * uncompressed // req.size_ceiling}% "
+                       f"of size_ceiling {pm.human_size(req.size_ceiling)}")
+        if problems:
+            raise PackError(" | ".join(problems))
+
+    def _options_fingerprint(self, kernel: Kernel, sde: int) -> dict[str, Any]:
+        req = self.req
+        return {
+            "formats": list(req.formats),
+            "levels": {fmt: req.levels[fmt] for fmt in sorted(req.levels) if fmt in req.formats},
+            "squashfs_compression": req.squashfs_compression if "squashfs" in req.formats else None,
+            "exclude": ([*DEFAULT_EXCLUDES] if req.exclude_defaults else []) + list(req.exclude),
+            "kernel": kernel.origin,
+            "initrd": req.initrd,
+            "dracut": req.dracut,
+            "kernel_args": req.kernel_args,
+            "source_date_epoch": sde,
+            "reset_machine_id": req.reset_machine_id,
+            "release_extra": dict(sorted(req.release_extra.items())),
+        }
+
+    def _up_to_date(self, final: str, source_info: dict[str, Any], options: dict[str, Any]) -> bool:
+        if "image_id" not in source_info or not source_info.get("image_id"):
+            return False  # a directory may have changed in place: always pack it
+        try:
+            with open(os.path.join(final, pm.MANIFEST_NAME), "rb") as handle:
+                current = json.load(handle)
+            with open(os.path.join(final, pm.SUMS_NAME), encoding="utf-8") as handle:
+                sums = pm.parse_sha256sums(handle.read())
+        except (OSError, ValueError):
+            return False
+        if current.get("source") != source_info or current.get("options") != options:
+            return False
+        expected = {a["file"] for a in current.get("artifacts", [])} | {pm.KERNEL_NAME, pm.MANIFEST_NAME}
+        if not expected <= set(sums):
+            return False
+        for name, digest in sums.items():
+            path = os.path.join(final, name)
+            if not os.path.isfile(path) or pm.sha256_file(path) != digest:
+                return False
+        return True
+
+    def _write_artifacts(self, root: str, rules: ExcludeRules, overlay: Overlay, scan: TreeScan,
+                         sde: int) -> list[dict[str, Any]]:
+        assert self._partial is not None
+        artifacts = []
+        for fmt in self.req.formats:
+            name = f"{self.req.image}.{fmt}"
+            path = os.path.join(self._partial, name)
+            if fmt == "squashfs":
+                self._write_squashfs(root, overlay.for_format(cpio=False), scan, sde, path)
+            else:
+                self._write_cpio(fmt, root, rules, overlay, scan, sde, path)
+            size = os.path.getsize(path)
+            if size > self.req.size_ceiling:
+                message = (f"{name} is {size} bytes ({pm.human_size(size)}), above size_ceiling "
+                           f"{pm.human_size(self.req.size_ceiling)}")
+                if self.req.size_ceiling_action == "fail":
+                    raise PackError(message + "; nothing was published")
+                self._warn(message)
+            artifacts.append({"file": name, "format": fmt, "size": size, "sha256": pm.sha256_file(path)})
+        return artifacts
+
+    def _write_cpio(self, fmt: str, root: str, rules: ExcludeRules, overlay: Overlay, scan: TreeScan,
+                    sde: int, path: str) -> None:
+        try:
+            command = compressor_argv(fmt, self.req.levels.get(fmt), self.req.threads,
+                                      lambda tool: self.module.get_bin_path(tool))
+        except CompressError as exc:
+            raise PackError(str(exc)) from exc
+        if command.tool == "gzip":
+            self._warn("pigz is not installed: cpio.gz is compressed by single-threaded gzip")
+        try:
+            with CompressorProcess(command, path) as proc:
+                try:
+                    write_cpio(root, rules, overlay, scan.hardlinks, sde, proc.fd)
+                except BrokenPipeError:
+                    said = proc.abort()
+                    raise PackError(f"{command.tool} stopped while writing {path}: {said or 'no message'}; "
+                                    "nothing was published (disk full?)") from None
+                proc.close()
+        except (CompressError, NewcError, PackTreeError) as exc:
+            raise PackError(f"{fmt}: {exc}; nothing was published") from exc
+
+    def _write_squashfs(self, root: str, overlay: Overlay, scan: TreeScan, sde: int, path: str) -> None:
+        assert self._partial is not None
+        binary = self.module.get_bin_path("mksquashfs")
+        if not binary:
+            raise PackError("mksquashfs is not installed on the build host (Debian: apt-get install squashfs-tools)")
+        work = os.path.join(self._partial, ".squashfs-work")
+        os.makedirs(work, exist_ok=True)
+        try:
+            excluded = list(scan.excluded)
+            items = list(overlay.files.values())
+            for item in list(items):
+                if os.path.lexists(os.path.join(root, item.rel)) and not stat.S_ISDIR(item.mode):
+                    excluded.append(item.rel)  # replaced by the pseudo file
+                parent = os.path.dirname(item.rel)
+                while parent and not os.path.lexists(os.path.join(root, parent)):
+                    items.append(OverlayFile(parent, stat.S_IFDIR | 0o755))
+                    parent = os.path.dirname(parent)
+            lines, contents = pseudo_definitions(items, work, sde)
+            for file_path, data in contents.items():
+                with open(file_path, "wb") as handle:
+                    handle.write(data)
+            exclude_file = os.path.join(work, "exclude")
+            with open(exclude_file, "w", encoding="utf-8", errors="surrogateescape") as handle:
+                handle.write("".join(line + "\n" for line in exclude_lines(excluded)))
+            pseudo_file = os.path.join(work, "pseudo")
+            with open(pseudo_file, "w", encoding="utf-8") as handle:
+                handle.write("".join(line + "\n" for line in lines))
+            argv = mksquashfs_argv(binary, root, path, self.req.squashfs_compression, self.req.levels.get("squashfs"),
+                                   self.req.threads, exclude_file, pseudo_file)
+            run_mksquashfs(self.module.run_command, argv, sde)
+        except SquashfsError as exc:
+            raise PackError(f"squashfs: {exc}; nothing was published") from exc
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+    def _copy_kernel(self, kernel: Kernel) -> dict[str, Any]:
+        assert self._partial is not None
+        dest = os.path.join(self._partial, pm.KERNEL_NAME)
+        shutil.copyfile(kernel.path, dest)
+        os.chmod(dest, 0o644)
+        return {"file": pm.KERNEL_NAME, "version": kernel.version, "origin": kernel.origin,
+                "size": os.path.getsize(dest), "sha256": pm.sha256_file(dest)}
+
+    def _initrd(self, source: Source, kernel: Kernel, sde: int) -> dict[str, Any] | None:
+        """An initrd that mounts the squashfs root, or None (with a warning saying why)."""
+        assert self._partial is not None
+        dest = os.path.join(self._partial, pm.INITRD_NAME)
+        if self.req.initrd:
+            if not os.path.isfile(self.req.initrd):
+                raise PackError(f"initrd {self.req.initrd} does not exist on the build host (option initrd)")
+            shutil.copyfile(self.req.initrd, dest)
+            generator, args = f"host:{self.req.initrd}", ""
+        else:
+            method = squashfs_boot_method(source.root)
+            if method == "dracut" and self.req.dracut and source.container and self.buildah is not None:
+                self._run_dracut(source.container, kernel.version, sde)
+                generator, args = "dracut", DRACUT_KERNEL_ARGS
+            elif method == "live-boot" and image_initrd(source.root, kernel.version):
+                shutil.copyfile(image_initrd(source.root, kernel.version) or "", dest)
+                generator, args = "live-boot", LIVE_BOOT_KERNEL_ARGS
+            else:
+                self._warn("squashfs: no initrd.img was made - the image carries neither dracut with its live "
+                           "modules (Debian: dracut dracut-live, EL: dracut-live) nor live-boot; add one to a "
+                           "layer, or pass initrd=<path on the build host>. See docs/pack.md")
+                return None
+        os.chmod(dest, 0o644)
+        return {"file": pm.INITRD_NAME, "generator": generator, "kernel_args": args,
+                "size": os.path.getsize(dest), "sha256": pm.sha256_file(dest)}
+
+    def _run_dracut(self, container: str, kernel_version: str, sde: int) -> None:
+        """dracut inside the throw-away working container; the initrd lands in the partial directory."""
+        assert self.buildah is not None and self._partial is not None
+        argv = ["run", "--volume", f"{self._partial}:{_DRACUT_OUT}", "--env", f"SOURCE_DATE_EPOCH={sde}",
+                container, "--", "dracut", "--quiet", "--force", "--no-hostonly", "--no-hostonly-cmdline",
+                "--reproducible", "--add", "dmsquash-live livenet", "--kver", kernel_version,
+                f"{_DRACUT_OUT}/{pm.INITRD_NAME}"]
+        try:
+            self.buildah.run(*argv)
+        except BuildahError as exc:
+            raise PackError(f"dracut could not build the squashfs initrd: {exc}") from exc
+
+    def _packages(self, root: str) -> list[dict[str, Any]]:
+        status = os.path.join(root, "var", "lib", "dpkg", "status")
+        if os.path.isfile(status):
+            with open(status, encoding="utf-8", errors="replace") as handle:
+                return pm.parse_dpkg_status(handle.read())
+        if any(os.path.isdir(os.path.join(root, p)) for p in ("var/lib/rpm", "usr/lib/sysimage/rpm")):
+            chroot = self.module.get_bin_path("chroot")
+            if chroot and os.path.exists(os.path.join(root, "usr", "bin", "rpm")):
+                rc, out, err = self.module.run_command([chroot, root, "rpm", "-qa", "--qf", pm.RPM_QUERY_FORMAT],
+                                                       environ_update={"LANG": "C", "LC_ALL": "C"})
+                if rc == 0:
+                    return pm.parse_rpm_query(out)
+                self._warn(f"rpm -qa in the image failed: {err.strip()}; the manifest lists no packages")
+        return []
+
+    def _write_small(self, name: str, data: bytes) -> None:
+        assert self._partial is not None
+        with open(os.path.join(self._partial, name), "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+
+    def _publish(self, final: str) -> None:
+        """Rename the finished partial directory to its version name (replacing an older pack)."""
+        assert self._partial is not None
+        old = None
+        if os.path.lexists(final):
+            old = os.path.join(os.path.dirname(final), f".{os.path.basename(final)}.old-{os.getpid()}")
+            shutil.rmtree(old, ignore_errors=True)
+            os.rename(final, old)
+        os.rename(self._partial, final)
+        self._partial = None
+        _fsync_dir(os.path.dirname(final))
+        if old:
+            shutil.rmtree(old, ignore_errors=True)
+
+    def _warn(self, message: str) -> None:
+        self.warnings.append(message)
+
+    def _result(self, changed: bool, final: str, data: dict[str, Any], scan: TreeScan, uncompressed: int,
+                up_to_date: bool = False) -> dict[str, Any]:
+        report = data.get("size_report") or pm.size_report(uncompressed, scan.files, [], scan.largest_directories(),
+                                                            scan.largest_files)
+        return {
+            "changed": changed,
+            "up_to_date": up_to_date,
+            "version_dir": final,
+            "version": data.get("version"),
+            "manifest": data,
+            "artifacts": [os.path.join(final, a["file"]) for a in data.get("artifacts", [])],
+            "kernel": os.path.join(final, pm.KERNEL_NAME),
+            "uncompressed_size": uncompressed,
+            "size_report": report,
+            "size_report_text": pm.format_size_report(report),
+            "excluded": len(scan.excluded),
+            "allowed_secrets": [str(s) for s in scan.allowed_secrets],
+        }

@@ -1,0 +1,336 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026 hpc.stateless developers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: pack
+short_description: Pack a layer image or a directory into boot artifacts (cpio initramfs, squashfs)
+version_added: 0.1.0
+author: hpc.stateless developers
+description:
+  - Packs the tree of a layer image (mounted through a throw-away buildah working container, so the
+    cached layer is never written) or of a directory into C(<output_dir>/<image>/<version>/).
+  - "Writes C(<image>.cpio.zst), C(<image>.cpio.gz), C(<image>.cpio.xz) (the SVR4 newc cpio format the
+    Linux kernel unpacks as its root file system) and/or C(<image>.squashfs), the kernel as C(vmlinuz),
+    for squashfs an C(initrd.img) that mounts it when the image can make one (dracut with its live
+    modules, or Debian live-boot), C(SHA256SUMS) and C(manifest.json)."
+  - "C(/etc/image-release) is added to the packed copy only: C(IMAGE=), C(VERSION=), C(LAYER=),
+    C(LAYER_KEY=), C(BUILD_TIME=) lines."
+  - Reproducible - packing the same image twice gives byte-identical artifacts. Entries are sorted,
+    inode numbers renumbered, and modification times newer than C(SOURCE_DATE_EPOCH) clamped to it.
+  - Before any byte is written the tree is checked - secrets (SSH host and private keys, the MUNGE key,
+    files named in O(secret_patterns)) are refused and named unless allowed, files of 4 GiB or more are
+    refused for cpio formats, and the uncompressed size is held against O(size_ceiling).
+  - Artifacts are written into a hidden C(.<version>.partial-<pid>) directory that is renamed into place
+    at the end; a failed or killed pack leaves no file under a final name.
+  - When the version directory already holds a pack of the same source image with the same options and
+    its files match C(SHA256SUMS), nothing is done (C(changed=false)) unless O(force=true).
+  - The cpio stream is written by the module itself from a sorted walk and piped into zstd, pigz or xz, so
+    memory use does not grow with the image.
+attributes:
+  check_mode:
+    support: full
+    details: Mounts the source and runs every check (kernel, secrets, sizes); writes nothing.
+  diff_mode:
+    support: none
+  idempotent:
+    support: full
+    details: Up to date when the manifest records the same source image ID and options; a O(source_path) is always packed.
+options:
+  image:
+    description: Image name; names the output directory and the artifacts, and goes into C(/etc/image-release).
+    type: str
+    required: true
+  source_image:
+    description:
+      - Layer image in local containers-storage to pack, for example C(localhost/hpc-stateless/slurm:<key>).
+      - Its C(hpc.stateless.*) labels give the layer, the layer keys and the default version.
+      - Exactly one of O(source_image) and O(source_path) is required.
+    type: str
+  source_path:
+    description: A directory to pack instead of an image (not modified).
+    type: path
+  output_dir:
+    description: Where C(<image>/<version>/) is created.
+    type: path
+    required: true
+  version:
+    description:
+      - Version directory name and C(VERSION=) of C(/etc/image-release), typically C(git describe) of the
+        inventory repository.
+      - Defaults to the image's C(hpc.stateless.git-commit) label, else the first 12 characters of its layer key.
+    type: str
+  layer:
+    description: Layer name recorded in the release file and manifest. Defaults to the image's C(hpc.stateless.layer) label.
+    type: str
+  layer_keys:
+    description: "C({layer: key}) of the layer and its ancestors. Defaults to the labels of the image and its parent images."
+    type: dict
+  formats:
+    description: Artifacts to write.
+    type: list
+    elements: str
+    default: [cpio.zst]
+    choices: [cpio.zst, cpio.gz, cpio.xz, squashfs]
+  levels:
+    description:
+      - Compression level per format, for example C({cpio.zst: 19, squashfs: 15}).
+      - "Defaults and ranges: cpio.zst 3 (1-19), cpio.gz 6 (1-9), cpio.xz 6 (0-9), squashfs with zstd 3 (1-22),
+        with gzip 6 (1-9); mksquashfs' xz has no level."
+    type: dict
+    default: {}
+  squashfs_compression:
+    description: Compressor of the squashfs image.
+    type: str
+    choices: [zstd, xz, gzip]
+    default: zstd
+  threads:
+    description: Compressor threads; C(0) uses every processor.
+    type: int
+    default: 0
+  exclude:
+    description:
+      - Shell globs of paths (relative to the image root, a leading C(/) is ignored) left out of the image.
+        C(*) also matches C(/). C(dir/*) keeps C(dir) empty; C(dir) drops it.
+    type: list
+    elements: str
+    default: []
+  exclude_defaults:
+    description:
+      - Also leave out runtime trees and caches - the contents of C(/proc), C(/sys), C(/run), C(/tmp),
+        C(/var/tmp), C(/boot), apt/dnf/yum/zypper caches and lists, C(/var/log/journal).
+    type: bool
+    default: true
+  secret_patterns:
+    description: Further globs of files that are secrets and must not be packed.
+    type: list
+    elements: str
+    default: []
+  allowed_secrets:
+    description: Globs of secret files that may be packed anyway (each one is reported as a warning).
+    type: list
+    elements: str
+    default: []
+  allow_secrets:
+    description: Pack every secret found (each one is reported as a warning).
+    type: bool
+    default: false
+  kernel:
+    description: Take the kernel from this path on the build host instead of the image's C(/boot).
+    type: path
+  kernel_version:
+    description: Which of several kernels in the image to publish (default the newest).
+    type: str
+  kernel_args:
+    description: Kernel command line recorded in the manifest for deploy.
+    type: str
+    default: ""
+  initrd:
+    description: Initrd (path on the build host) published with a squashfs image instead of building one.
+    type: path
+  dracut:
+    description: Build the squashfs initrd with the image's dracut (dmsquash-live, livenet) when it has them.
+    type: bool
+    default: true
+  source_date_epoch:
+    description:
+      - Time (seconds since the epoch) for C(BUILD_TIME), the manifest's C(created) and the mtime clamp.
+      - Defaults to the environment's C(SOURCE_DATE_EPOCH), else the image's creation time, else the newest
+        mtime in O(source_path).
+    type: int
+  size_ceiling:
+    description:
+      - Largest acceptable uncompressed tree and artifact, as bytes or with a unit (C(3G), C(3584M)).
+        Legacy BIOS/pxelinux loaders cannot load initrds near 4 GiB and the node needs the tree in RAM.
+    type: str
+    default: 4G
+  size_warn_ratio:
+    description: Warn when the uncompressed tree reaches this fraction of O(size_ceiling).
+    type: float
+    default: 0.8
+  size_ceiling_action:
+    description: What exceeding O(size_ceiling) does.
+    type: str
+    choices: [fail, warn]
+    default: fail
+  reset_machine_id:
+    description: Pack an empty C(/etc/machine-id), so every node makes its own at boot.
+    type: bool
+    default: true
+  release_extra:
+    description: Further C(KEY=value) lines for C(/etc/image-release) (upper-case keys).
+    type: dict
+    default: {}
+  force:
+    description: Pack even when the version directory is up to date.
+    type: bool
+    default: false
+notes:
+  - Runs on the build host as root (it mounts images). Needs buildah for O(source_image), zstd, pigz (or gzip), xz
+    and mksquashfs for the formats asked for.
+  - The newc format has no extended attributes, so file capabilities (C(security.capability)) are not in cpio
+    images; squashfs images keep them.
+seealso:
+  - module: hpc.stateless.layer
+  - module: hpc.stateless.plan
+"""
+
+EXAMPLES = r"""
+- name: Pack the compute image as cpio.zst and squashfs
+  hpc.stateless.pack:
+    image: compute
+    source_image: localhost/hpc-stateless/slurm:{{ plan.layers.slurm.key }}
+    output_dir: build/images
+    version: "{{ plan.git_commit }}"
+    formats: [cpio.zst, squashfs]
+    kernel_args: console=ttyS0
+  register: packed
+
+- name: Show the size report
+  ansible.builtin.debug:
+    msg: "{{ packed.size_report_text }}"
+
+- name: Pack a directory, dropping documentation, with the munge key allowed
+  hpc.stateless.pack:
+    image: test
+    source_path: /srv/roots/test
+    output_dir: /srv/images
+    version: "1.0"
+    exclude: [usr/share/doc/*, usr/share/man/*]
+    allowed_secrets: [etc/munge/munge.key]
+"""
+
+RETURN = r"""
+version_dir:
+  description: The version directory.
+  returned: always
+  type: str
+  sample: /work/build/images/compute/v1.2-3-gabc123
+version:
+  description: The version packed.
+  returned: always
+  type: str
+up_to_date:
+  description: The version directory already held this pack; nothing was written.
+  returned: always
+  type: bool
+manifest:
+  description: Content of C(manifest.json) (in check mode, what would be packed).
+  returned: always
+  type: dict
+artifacts:
+  description: Paths of the image artifacts.
+  returned: always
+  type: list
+  elements: str
+kernel:
+  description: Path of the published kernel.
+  returned: always
+  type: str
+uncompressed_size:
+  description: Bytes of the packed tree (file data and symlink targets).
+  returned: always
+  type: int
+size_report:
+  description: Uncompressed size, number of files, 20 largest packages, directories and files.
+  returned: always
+  type: dict
+size_report_text:
+  description: The size report as a table.
+  returned: always
+  type: str
+excluded:
+  description: Number of excluded paths (pruned subtrees count once).
+  returned: always
+  type: int
+allowed_secrets:
+  description: Secrets packed because they were allowed.
+  returned: always
+  type: list
+  elements: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.common.text.formatters import human_to_bytes
+
+from ansible_collections.hpc.stateless.plugins.module_utils._buildah import Buildah
+from ansible_collections.hpc.stateless.plugins.module_utils.pack_run import FORMATS, Packer, PackError, PackRequest
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec=dict(
+            image=dict(type="str", required=True),
+            source_image=dict(type="str"),
+            source_path=dict(type="path"),
+            output_dir=dict(type="path", required=True),
+            version=dict(type="str"),
+            layer=dict(type="str"),
+            layer_keys=dict(type="dict", no_log=False),
+            formats=dict(type="list", elements="str", default=["cpio.zst"], choices=list(FORMATS)),
+            levels=dict(type="dict", default={}),
+            squashfs_compression=dict(type="str", default="zstd", choices=["zstd", "xz", "gzip"]),
+            threads=dict(type="int", default=0),
+            exclude=dict(type="list", elements="str", default=[]),
+            exclude_defaults=dict(type="bool", default=True),
+            secret_patterns=dict(type="list", elements="str", default=[], no_log=False),
+            allowed_secrets=dict(type="list", elements="str", default=[], no_log=False),
+            allow_secrets=dict(type="bool", default=False, no_log=False),
+            kernel=dict(type="path"),
+            kernel_version=dict(type="str"),
+            kernel_args=dict(type="str", default=""),
+            initrd=dict(type="path"),
+            dracut=dict(type="bool", default=True),
+            source_date_epoch=dict(type="int"),
+            size_ceiling=dict(type="str", default="4G"),
+            size_warn_ratio=dict(type="float", default=0.8),
+            size_ceiling_action=dict(type="str", default="fail", choices=["fail", "warn"]),
+            reset_machine_id=dict(type="bool", default=True),
+            release_extra=dict(type="dict", default={}),
+            force=dict(type="bool", default=False),
+        ),
+        mutually_exclusive=[("source_image", "source_path")],
+        required_one_of=[("source_image", "source_path")],
+        supports_check_mode=True,
+    )
+    p = module.params
+    try:
+        ceiling = human_to_bytes(p["size_ceiling"])
+    except ValueError as exc:
+        module.fail_json(msg=f"size_ceiling {p['size_ceiling']!r}: {exc}")
+    try:
+        levels = {str(k): int(v) for k, v in p["levels"].items()}
+    except (TypeError, ValueError):
+        module.fail_json(msg=f"levels must map a format to an integer level, got {p['levels']!r}")
+    request = PackRequest(
+        image=p["image"], output_dir=p["output_dir"], formats=p["formats"], version=p["version"],
+        source_image=p["source_image"], source_path=p["source_path"], layer=p["layer"],
+        layer_keys=p["layer_keys"], levels=levels, squashfs_compression=p["squashfs_compression"],
+        threads=p["threads"], exclude=p["exclude"], exclude_defaults=p["exclude_defaults"],
+        secret_patterns=p["secret_patterns"], allow_secrets=p["allow_secrets"],
+        allowed_secrets=p["allowed_secrets"], kernel=p["kernel"], kernel_version=p["kernel_version"],
+        initrd=p["initrd"], dracut=p["dracut"], kernel_args=p["kernel_args"],
+        source_date_epoch=p["source_date_epoch"], size_ceiling=ceiling, size_warn_ratio=p["size_warn_ratio"],
+        size_ceiling_action=p["size_ceiling_action"], reset_machine_id=p["reset_machine_id"],
+        release_extra={str(k): str(v) for k, v in p["release_extra"].items()}, force=p["force"],
+    )
+    buildah = Buildah(module) if p["source_image"] else None
+    packer = Packer(module, request, buildah)
+    try:
+        result = packer.run(module.check_mode)
+    except PackError as exc:
+        for warning in packer.warnings:
+            module.warn(warning)
+        module.fail_json(msg=f"pack {p['image']}: {exc}")
+    for warning in packer.warnings:
+        module.warn(warning)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
