@@ -1,0 +1,142 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026 hpc.stateless developers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The one place that knows how git is called by the change planner.
+
+Runs on the controller (the plan action plugin): argv lists, ``LANG=C``, no shell.
+Every failure raises :class:`GitError` naming the repository and the revision or file.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+
+class GitError(Exception):
+    """A git command failed or a revision/file is unknown; ``str()`` says which and what to do."""
+
+
+class GitRepository:
+    """Read-only access to one work tree and its history."""
+
+    def __init__(self, path: str, executable: str = "git") -> None:
+        self.executable = executable
+        self.root = os.path.realpath(self._toplevel(path))
+        self._trees: dict[tuple[str, str], list[str]] = {}
+
+    def _run(self, *args: str, cwd: str | None = None, what: str = "") -> bytes:
+        argv = [self.executable, "-C", cwd or self.root, *args]
+        try:
+            proc = subprocess.run(argv, capture_output=True, check=False, timeout=120,
+                                  env={**os.environ, "LANG": "C", "LC_ALL": "C", "GIT_PAGER": "cat"})
+        except FileNotFoundError:
+            raise GitError("git is not installed on the controller; install it (apt-get install git)") from None
+        except subprocess.TimeoutExpired:
+            raise GitError(f"{' '.join(argv)} timed out") from None
+        if proc.returncode != 0:
+            detail = proc.stderr.decode("utf-8", "replace").strip()
+            raise GitError(f"{what or ' '.join(argv)}: {detail}")
+        return proc.stdout
+
+    def _toplevel(self, path: str) -> str:
+        if not os.path.isdir(path):
+            raise GitError(f"repository directory {path} does not exist")
+        try:
+            return self._run("rev-parse", "--show-toplevel", cwd=path,
+                             what=f"{path} is not inside a git work tree").decode().strip()
+        except GitError:
+            raise
+
+    def resolve(self, revision: str) -> str:
+        """Full commit id of ``revision``; :class:`GitError` names it when git does not know it."""
+        if not revision or revision.startswith("-"):
+            raise GitError(f"invalid git revision {revision!r}")
+        try:
+            return self._run("rev-parse", "--verify", "--quiet", "--end-of-options", f"{revision}^{{commit}}",
+                             what=f"unknown git revision {revision!r}").decode().strip()
+        except GitError:
+            raise GitError(f"unknown git revision {revision!r} in {self.root}: fetch it "
+                           f"(git fetch origin) or name an existing branch, tag or commit") from None
+
+    def merge_base(self, first: str, second: str = "HEAD") -> str:
+        """Common ancestor of two commits (what a merge request is compared against)."""
+        return self._run("merge-base", first, second,
+                         what=f"no common ancestor of {first} and {second}").decode().strip()
+
+    def changed_files(self, base: str) -> list[str]:
+        """Paths that differ between commit ``base`` and the work tree, untracked files included.
+
+        Renames are reported as a deletion and an addition (both paths).
+        """
+        diff = self._run("diff", "--name-only", "--no-renames", "-z", base, "--",
+                         what=f"git diff against {base}")
+        untracked = self._run("ls-files", "--others", "--exclude-standard", "-z", what="git ls-files")
+        names = {n for n in (diff + untracked).decode("utf-8", "surrogateescape").split("\0") if n}
+        return sorted(names)
+
+    def show(self, revision: str, path: str) -> bytes | None:
+        """Content of ``path`` at ``revision``, or None when the file does not exist there."""
+        if path not in self.tree(revision, os.path.dirname(path)):
+            return None
+        return self._run("show", f"{revision}:{path}", what=f"{path} at revision {revision}")
+
+    def tree(self, revision: str, directory: str) -> list[str]:
+        """Files below ``directory`` (repository-relative, '' for all) at ``revision``."""
+        key = (revision, directory)
+        if key not in self._trees:
+            args = ["ls-tree", "-r", "--name-only", "-z", revision]
+            if directory:
+                args += ["--", directory.rstrip("/") + "/"]
+            out = self._run(*args, what=f"list {directory or '/'} at revision {revision}")
+            self._trees[key] = sorted(n for n in out.decode("utf-8", "surrogateescape").split("\0") if n)
+        return self._trees[key]
+
+
+class GitRevisionReader:
+    """Files at a base commit (through git) and in the work tree (from disk).
+
+    Implements ``change_plan.RevisionReader``; ``base_label`` says which revision the
+    base is, for messages (for example ``origin/main (3f2a9c0d1e4b)``). Without a base
+    commit (both None) only the work tree is read.
+    """
+
+    def __init__(self, repository: GitRepository, base_commit: str | None, base_label: str | None) -> None:
+        self.repository = repository
+        self.base_commit = base_commit
+        self.base_label = base_label
+
+    @staticmethod
+    def _decode(data: bytes, path: str, where: str) -> str:
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise GitError(f"{path} at {where}: not UTF-8 text") from None
+
+    def base(self, path: str) -> str | None:
+        if self.base_commit is None:
+            return None
+        data = self.repository.show(self.base_commit, path)
+        return None if data is None else self._decode(data, path, self.base_label)
+
+    def head(self, path: str) -> str | None:
+        full = os.path.join(self.repository.root, path)
+        if not os.path.isfile(full):
+            return None
+        with open(full, "rb") as handle:
+            return self._decode(handle.read(), path, "the work tree")
+
+    def base_files(self, directory: str) -> list[str]:
+        if self.base_commit is None:
+            return []
+        return self.repository.tree(self.base_commit, directory)
+
+    def head_files(self, directory: str) -> list[str]:
+        top = os.path.join(self.repository.root, directory)
+        found = []
+        for root, dirs, files in os.walk(top):
+            dirs.sort()
+            for name in files:
+                found.append(os.path.relpath(os.path.join(root, name), self.repository.root).replace(os.sep, "/"))
+        return sorted(found)
