@@ -313,20 +313,24 @@ class Packer:
 
         rules = ExcludeRules([*(DEFAULT_EXCLUDES if req.exclude_defaults else ()), *req.exclude])
         secrets = SecretRules(req.secret_patterns, ["*"] if req.allow_secrets else req.allowed_secrets)
+        source_info = ({"image": req.source_image, "image_id": source.image_id} if req.source_image
+                       else {"path": os.path.abspath(req.source_path or "")})
+        final = os.path.join(image_dir, version)
+        sde = self._source_date_epoch(source)
+        if sde is not None and not req.force and self._up_to_date(final, source_info,
+                                                                  self._options_fingerprint(kernel, sde)):
+            with open(os.path.join(final, pm.MANIFEST_NAME), "rb") as handle:
+                current = json.load(handle)
+            return self._result(False, final, current, None, current.get("uncompressed_size", 0), up_to_date=True)
+
         scan = scan_tree(root, rules, secrets)
-        sde = self._source_date_epoch(source, scan)
+        if sde is None:
+            sde = scan.newest_mtime
+        options = self._options_fingerprint(kernel, sde)
         overlay = self._overlay(root, req.image, version, layer, layer_key, sde)
         uncompressed = scan.total_bytes + sum(len(f.data) for f in overlay.files.values()
                                               if stat.S_ISREG(f.mode))
         self._preflight(scan, uncompressed)
-
-        options = self._options_fingerprint(kernel, sde)
-        source_info = ({"image": req.source_image, "image_id": source.image_id} if req.source_image
-                       else {"path": os.path.abspath(req.source_path or "")})
-        final = os.path.join(image_dir, version)
-        if not req.force and self._up_to_date(final, source_info, options):
-            return self._result(False, final, json.loads(open(os.path.join(final, pm.MANIFEST_NAME), "rb").read()),
-                                scan, uncompressed, up_to_date=True)
         if check_mode:
             would = {"image": req.image, "version": version, "layer": layer, "layer_keys": layer_keys,
                      "artifacts": [{"file": f"{req.image}.{fmt}", "format": fmt} for fmt in req.formats],
@@ -364,15 +368,14 @@ class Packer:
                             f"(free space or permissions of {image_dir}?)") from exc
         return self._result(True, final, data, scan, uncompressed)
 
-    def _source_date_epoch(self, source: Source, scan: TreeScan) -> int:
+    def _source_date_epoch(self, source: Source) -> int | None:
+        """SOURCE_DATE_EPOCH: the option, the environment, the image's creation time; None for a directory."""
         if self.req.source_date_epoch is not None:
             return self.req.source_date_epoch
         env = os.environ.get("SOURCE_DATE_EPOCH", "")
         if env.isdigit():
             return int(env)
-        if source.created is not None:
-            return source.created
-        return scan.newest_mtime
+        return source.created
 
     def _overlay(self, root: str, image: str, version: str, layer: str, layer_key: str, sde: int) -> Overlay:
         try:
@@ -438,6 +441,10 @@ class Packer:
             "kernel_args": req.kernel_args,
             "source_date_epoch": sde,
             "reset_machine_id": req.reset_machine_id,
+            "secret_patterns": list(req.secret_patterns),
+            "allowed_secrets": ["*"] if req.allow_secrets else list(req.allowed_secrets),
+            "size_ceiling": req.size_ceiling,
+            "size_ceiling_action": req.size_ceiling_action,
             "release_extra": dict(sorted(req.release_extra.items())),
         }
 
@@ -624,10 +631,12 @@ class Packer:
     def _warn(self, message: str) -> None:
         self.warnings.append(message)
 
-    def _result(self, changed: bool, final: str, data: dict[str, Any], scan: TreeScan, uncompressed: int,
+    def _result(self, changed: bool, final: str, data: dict[str, Any], scan: TreeScan | None, uncompressed: int,
                 up_to_date: bool = False) -> dict[str, Any]:
-        report = data.get("size_report") or pm.size_report(uncompressed, scan.files, [], scan.largest_directories(),
-                                                            scan.largest_files)
+        report = data.get("size_report")
+        if not report:
+            scan = scan or TreeScan()
+            report = pm.size_report(uncompressed, scan.files, [], scan.largest_directories(), scan.largest_files)
         return {
             "changed": changed,
             "up_to_date": up_to_date,
@@ -639,6 +648,6 @@ class Packer:
             "uncompressed_size": uncompressed,
             "size_report": report,
             "size_report_text": pm.format_size_report(report),
-            "excluded": len(scan.excluded),
-            "allowed_secrets": [str(s) for s in scan.allowed_secrets],
+            "excluded": len(scan.excluded) if scan else None,
+            "allowed_secrets": [str(s) for s in scan.allowed_secrets] if scan else [],
         }

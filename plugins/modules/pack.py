@@ -246,7 +246,7 @@ size_report_text:
   type: str
 excluded:
   description: Number of excluded paths (pruned subtrees count once).
-  returned: always
+  returned: when the tree was scanned (not when up to date)
   type: int
 allowed_secrets:
   description: Secrets packed because they were allowed.

@@ -1,0 +1,75 @@
+"""Finding the kernel in an image tree and how a squashfs root boots."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+
+from ansible_collections.hpc.stateless.plugins.module_utils.pack_kernel import (
+    KernelError,
+    bzimage_version,
+    find_kernel,
+    image_initrd,
+    squashfs_boot_method,
+    version_key,
+)
+
+
+def fake_bzimage(path, version):
+    """Just enough of an x86 boot sector + setup header for the version look-up."""
+    data = bytearray(0x1000)
+    data[0x202:0x206] = b"HdrS"
+    struct.pack_into("<H", data, 0x20E, 0x600)
+    text = f"{version} (debian-kernel@lists.debian.org) #1 SMP".encode()
+    data[0x800:0x800 + len(text)] = text
+    path.write_bytes(bytes(data))
+
+
+def test_newest_kernel_wins_in_natural_order(tmp_path):
+    (tmp_path / "boot").mkdir()
+    for version in ("6.1.0-9-amd64", "6.1.0-10-amd64"):
+        (tmp_path / "boot" / f"vmlinuz-{version}").write_bytes(b"k")
+    (tmp_path / "boot" / "vmlinuz").symlink_to("vmlinuz-6.1.0-9-amd64")
+    kernel = find_kernel(str(tmp_path))
+    assert kernel.version == "6.1.0-10-amd64" and kernel.origin == "/boot/vmlinuz-6.1.0-10-amd64"
+    assert find_kernel(str(tmp_path), "6.1.0-9-amd64").version == "6.1.0-9-amd64"
+    assert version_key("6.1.0-10") > version_key("6.1.0-9")
+
+
+def test_el9_kernel_in_modules_dir(tmp_path):
+    (tmp_path / "usr/lib/modules/5.14.0-362.el9.x86_64").mkdir(parents=True)
+    (tmp_path / "usr/lib/modules/5.14.0-362.el9.x86_64/vmlinuz").write_bytes(b"k")
+    assert find_kernel(str(tmp_path)).version == "5.14.0-362.el9.x86_64"
+
+
+def test_missing_kernel_says_what_to_do(tmp_path):
+    (tmp_path / "boot").mkdir()
+    with pytest.raises(KernelError, match="linux-image-amd64.*kernel option"):
+        find_kernel(str(tmp_path))
+    (tmp_path / "boot" / "vmlinuz-1").write_bytes(b"k")
+    with pytest.raises(KernelError, match="found: 1"):
+        find_kernel(str(tmp_path), "2")
+
+
+def test_kernel_from_the_build_host_reads_its_version(tmp_path):
+    fake_bzimage(tmp_path / "bzImage", "6.9.1-custom")
+    kernel = find_kernel(str(tmp_path / "empty-root"), host_path=str(tmp_path / "bzImage"))
+    assert kernel.version == "6.9.1-custom" and kernel.origin.startswith("host:")
+    assert bzimage_version(str(tmp_path / "bzImage")) == "6.9.1-custom"
+    with pytest.raises(KernelError, match="does not exist"):
+        find_kernel(str(tmp_path), host_path=str(tmp_path / "nope"))
+
+
+def test_squashfs_boot_method(tmp_path):
+    assert squashfs_boot_method(str(tmp_path)) is None
+    (tmp_path / "usr/share/initramfs-tools/scripts").mkdir(parents=True)
+    (tmp_path / "usr/share/initramfs-tools/scripts/live").write_text("")
+    assert squashfs_boot_method(str(tmp_path)) == "live-boot"
+    (tmp_path / "usr/bin").mkdir(parents=True)
+    (tmp_path / "usr/bin/dracut").write_text("")
+    (tmp_path / "usr/lib/dracut/modules.d/90dmsquash-live").mkdir(parents=True)
+    assert squashfs_boot_method(str(tmp_path)) == "dracut"
+    (tmp_path / "boot").mkdir()
+    (tmp_path / "boot/initrd.img-6.1").write_bytes(b"i")
+    assert image_initrd(str(tmp_path), "6.1").endswith("boot/initrd.img-6.1")

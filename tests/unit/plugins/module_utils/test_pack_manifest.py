@@ -1,0 +1,116 @@
+"""Release file, manifest contract, sums, package lists and the size report."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from ansible_collections.hpc.stateless.plugins.module_utils import pack_manifest as pm
+
+DPKG_STATUS = """Package: bash
+Status: install ok installed
+Priority: required
+Installed-Size: 7175
+Architecture: amd64
+Version: 5.2.15-2+b2
+Description: GNU Bourne Again SHell
+ Bash is an sh-compatible command language interpreter.
+ .
+ Installed-Size: 1 (a continuation line that must not count)
+
+Package: removed-thing
+Status: deinstall ok config-files
+Installed-Size: 10
+Version: 1.0
+
+Package: libc6
+Status: install ok installed
+Installed-Size: 12988
+Architecture: amd64
+Multi-Arch: same
+Version: 2.36-9+deb12u4
+Conffiles:
+ /etc/ld.so.conf.d/x86_64-linux-gnu.conf abc
+"""
+
+
+def test_image_release_lines():
+    text = pm.image_release("compute", "v1.2-3-gabc", "slurm", "f" * 64, 1_700_000_000, {"SITE": "lab"})
+    assert text.decode() == ("IMAGE=compute\nVERSION=v1.2-3-gabc\nLAYER=slurm\nLAYER_KEY=" + "f" * 64
+                             + "\nBUILD_TIME=2023-11-14T22:13:20Z\nSITE=lab\n")
+
+
+@pytest.mark.parametrize("extra", [{"VERSION": "x"}, {"lower": "x"}, {"OK": "two\nlines"}])
+def test_image_release_refuses_bad_extra_keys(extra):
+    with pytest.raises(ValueError, match="release_extra"):
+        pm.image_release("i", "v", "l", "k", 0, extra)
+
+
+@pytest.mark.parametrize("value", ["", ".", "..", "a/b", "has space", "-lead"])
+def test_check_name_refuses_what_cannot_be_a_directory(value):
+    with pytest.raises(ValueError, match="version"):
+        pm.check_name("version", value)
+
+
+def test_check_name_accepts_git_describe_output():
+    assert pm.check_name("version", "v1.2-3-gabc123-dirty") == "v1.2-3-gabc123-dirty"
+
+
+@pytest.mark.parametrize("text, epoch", [
+    ("2023-11-14T22:13:20Z", 1_700_000_000),
+    ("2023-11-14T22:13:20.123456789Z", 1_700_000_000),
+    ("2023-11-14T23:13:20+01:00", 1_700_000_000),
+    ("2023-11-14 22:13:20.5 +0000", 1_700_000_000),
+])
+def test_parse_iso_utc(text, epoch):
+    assert pm.parse_iso_utc(text) == epoch
+
+
+def test_parse_dpkg_status_keeps_installed_packages_with_sizes():
+    packages = pm.parse_dpkg_status(DPKG_STATUS)
+    assert [(p["name"], p["version"], p["size"]) for p in packages] == [
+        ("bash", "5.2.15-2+b2", 7175 * 1024), ("libc6", "2.36-9+deb12u4", 12988 * 1024)]
+
+
+def test_parse_rpm_query_drops_empty_epochs():
+    out = "bash\t(none):5.1.8-9.el9\tx86_64\t7738634\nopenssl\t1:3.0.7-27.el9\tx86_64\t1923\nnoise\n"
+    assert [(p["name"], p["version"], p["size"]) for p in pm.parse_rpm_query(out)] == [
+        ("bash", "5.1.8-9.el9", 7738634), ("openssl", "1:3.0.7-27.el9", 1923)]
+
+
+def test_size_report_ranks_packages_and_directories():
+    packages = [{"name": f"p{i}", "version": "1", "size": i} for i in range(30)]
+    dirs = [{"path": f"/d{i}", "bytes": 100 - i} for i in range(25)]
+    report = pm.size_report(1234, 3, packages, dirs, [(5, "a"), (9, "b")])
+    assert [p["name"] for p in report["largest_packages"]][:3] == ["p29", "p28", "p27"]
+    assert len(report["largest_packages"]) == 20 and len(report["largest_directories"]) == 20
+    assert report["largest_files"][0] == {"path": "/b", "bytes": 9}
+    text = pm.format_size_report(report)
+    assert text.splitlines()[0] == "uncompressed: 1.2 KiB in 3 files" and "p29" in text
+
+
+def test_sha256sums_is_what_sha256sum_checks(tmp_path):
+    (tmp_path / "a.cpio.zst").write_bytes(b"a")
+    (tmp_path / "vmlinuz").write_bytes(b"k")
+    sums = {name: pm.sha256_file(str(tmp_path / name)) for name in ("vmlinuz", "a.cpio.zst")}
+    text = pm.sha256sums(sums)
+    (tmp_path / "SHA256SUMS").write_text(text)
+    subprocess.run(["sha256sum", "--check", "--strict", "--quiet", "SHA256SUMS"], cwd=tmp_path, check=True)
+    assert pm.parse_sha256sums(text) == sums
+    assert text.splitlines()[0].endswith("  a.cpio.zst")
+
+
+def test_manifest_has_the_keys_deploy_reads():
+    data = pm.manifest(image="compute", version="v1", created=1_700_000_000, layer="slurm",
+                       layer_keys={"slurm": "b", "base": "a"}, kernel={"file": "vmlinuz", "version": "6.1"},
+                       artifacts=[{"file": "compute.cpio.zst", "format": "cpio.zst", "size": 1, "sha256": "0" * 64}],
+                       uncompressed_size=99, packages=[{"name": "bash", "version": "5", "size": 1}])
+    for key in ("image", "version", "created", "layer", "layer_keys", "kernel", "artifacts", "uncompressed_size",
+                "packages"):
+        assert key in data
+    assert data["created"] == "2023-11-14T22:13:20Z"
+    assert data["packages"] == [{"name": "bash", "version": "5"}]
+    assert list(data["layer_keys"]) == ["base", "slurm"]
+    assert json.loads(pm.manifest_bytes(data)) == data
