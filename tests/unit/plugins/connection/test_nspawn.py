@@ -1,0 +1,340 @@
+"""Pure logic of the nspawn connection: command lines, parsing, root checks, session identity.
+
+Nothing here starts systemd-nspawn; the real boots are in tests/integration/test_nspawn*.py.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+from ansible import constants as C
+from ansible.playbook.play_context import PlayContext
+
+from ansible_collections.hpc.stateless.plugins.connection import nspawn as nspawn_plugin
+from ansible_collections.hpc.stateless.plugins.module_utils import _nspawn as n
+from ansible_collections.hpc.stateless.plugins.module_utils._nspawn import NspawnError, SessionSpec
+
+# ---------------------------------------------------------------- command lines (table driven)
+COMMAND_LINES = [
+    pytest.param(
+        lambda: n.nspawn_command_argv("/usr/bin/systemd-nspawn", "/r", "m-1", ["/bin/sh", "-c", "true"]),
+        ["/usr/bin/systemd-nspawn", "--quiet", "--pipe", "--as-pid2", "--register=no", "--keep-unit",
+         "--directory=/r", "--machine=m-1", "--", "/bin/sh", "-c", "true"],
+        id="directory-mode-minimal"),
+    pytest.param(
+        lambda: n.nspawn_command_argv("nspawn", "/r", "m", ["id"], hostname="c1", network="private",
+                                      extra_args=["--bind-ro=/a:/b"], user="tester"),
+        ["nspawn", "--quiet", "--pipe", "--as-pid2", "--register=no", "--keep-unit", "--directory=/r",
+         "--machine=m", "--hostname=c1", "--private-network", "--bind-ro=/a:/b", "--user=tester", "--", "id"],
+        id="directory-mode-user-network-extra"),
+    pytest.param(
+        lambda: n.nspawn_command_argv("nspawn", "/r", "m", ["id"], user="root"),
+        ["nspawn", "--quiet", "--pipe", "--as-pid2", "--register=no", "--keep-unit", "--directory=/r",
+         "--machine=m", "--", "id"],
+        id="directory-mode-root-needs-no-user-flag"),
+    pytest.param(
+        lambda: n.nspawn_boot_argv("nspawn", "/r", "m", hostname="ctl", network="/run/netns/x",
+                                   extra_args=["--load-credential=munge.key:/k"],
+                                   binds_ro=[("/s/hostname", "/etc/hostname")]),
+        ["nspawn", "--quiet", "--boot", "--register=no", "--keep-unit", "--notify-ready=yes",
+         "--console=read-only", "--directory=/r", "--machine=m", "--hostname=ctl",
+         "--bind-ro=/s/hostname:/etc/hostname", "--network-namespace-path=/run/netns/x",
+         "--load-credential=munge.key:/k"],
+        id="booted-mode"),
+    pytest.param(
+        lambda: n.nspawn_boot_argv("nspawn", "/r", "m"),
+        ["nspawn", "--quiet", "--boot", "--register=no", "--keep-unit", "--notify-ready=yes",
+         "--console=read-only", "--directory=/r", "--machine=m", "--private-network"],
+        id="booted-mode-private-network-by-default"),
+    pytest.param(
+        lambda: n.nsenter_argv("/usr/bin/nsenter", 4242, ["/bin/sh", "-c", "id"]),
+        ["/usr/bin/nsenter", "--target=4242", "--mount", "--uts", "--ipc", "--net", "--pid", "--cgroup",
+         "--root", "--wd", "--", "/bin/sh", "-c", "id"],
+        id="nsenter-root"),
+    pytest.param(
+        lambda: n.nsenter_argv("nsenter", 7, ["id"], uid=1000, gid=100),
+        ["nsenter", "--target=7", "--mount", "--uts", "--ipc", "--net", "--pid", "--cgroup", "--root", "--wd",
+         "--setuid=1000", "--setgid=100", "--", "id"],
+        id="nsenter-user"),
+]
+
+
+@pytest.mark.parametrize(("build", "expected"), COMMAND_LINES)
+def test_command_lines(build, expected):
+    assert build() == expected
+
+
+@pytest.mark.parametrize(("network", "expected"), [
+    ("host", []),
+    ("private", ["--private-network"]),
+    ("/run/netns/hpc-slurm", ["--network-namespace-path=/run/netns/hpc-slurm"]),
+])
+def test_network_args(network, expected):
+    assert n.network_args(network) == expected
+
+
+def test_network_rejects_other_values():
+    with pytest.raises(NspawnError, match="network must be 'host', 'private' or the path"):
+        n.network_args("bridge")
+
+
+def test_overlay_options_escape_separators():
+    assert n.overlay_options("/a,b:c", "/u", "/w\\x") == "lowerdir=/a\\,b\\:c,upperdir=/u,workdir=/w\\\\x"
+
+
+# ---------------------------------------------------------------- names and identity
+@pytest.mark.parametrize(("host", "salt", "expected"), [
+    ("compute", "", "compute"),
+    ("Slurm_Ctl.example", "", "slurm-ctl-example"),
+    ("___", "", "host"),
+    ("c1", "0123456789abcdef", "c1-01234567"),
+])
+def test_machine_name(host, salt, expected):
+    assert n.machine_name(host, salt) == expected
+
+
+def test_machine_name_is_at_most_64_characters():
+    name = n.machine_name("x" * 100, "f" * 16)
+    assert len(name) == 64
+    assert name.endswith("-ffffffff")
+
+
+def spec(**kwargs) -> SessionSpec:
+    defaults = dict(host="c1", image="localhost/p/slurm:latest", owner_pid=1234, owner_start="99")
+    defaults.update(kwargs)
+    return SessionSpec(**defaults)
+
+
+def test_session_id_is_stable_and_depends_on_identity():
+    assert spec().id == spec().id
+    assert len(spec().id) == 16
+    others = {spec(host="c2").id, spec(boot=True).id, spec(owner_pid=1235).id, spec(owner_start="100").id,
+              spec(hostname="other").id, spec(extra_args=["--bind-ro=/a:/b"]).id,
+              spec(image="localhost/p/slurm:abc").id}
+    assert spec().id not in others
+    assert len(others) == 7
+
+
+def test_session_id_ignores_timeouts_and_executables():
+    assert spec(boot_timeout=5, stop_timeout=1, nspawn="/opt/nspawn").id == spec().id
+
+
+def test_spec_round_trips_through_json_dict():
+    original = spec(boot=True, extra_args=["--bind-ro=/k:/etc/munge/munge.key"], network="/run/netns/t")
+    copy = SessionSpec.from_dict(original.to_dict())
+    assert copy.to_dict() == original.to_dict()
+    assert copy.id == original.id
+
+
+@pytest.mark.parametrize(("kwargs", "network", "supervised"), [
+    (dict(boot=True), "private", True),
+    (dict(boot=False), "host", True),  # an image needs its working container kept
+    (dict(image=None, root="/srv/tree", ephemeral=True), "host", True),  # the overlay must outlive a task
+    (dict(image=None, root="/srv/tree", ephemeral=False), "host", False),
+    (dict(boot=True, network="host"), "host", True),
+])
+def test_spec_defaults(kwargs, network, supervised):
+    made = spec(**kwargs)
+    assert made.network == network
+    assert made.needs_supervisor is supervised
+    assert made.hostname == "c1"
+    assert made.machine.startswith("c1-")
+
+
+@pytest.mark.parametrize("kwargs", [dict(image=None), dict(root="/srv/tree")])
+def test_spec_needs_exactly_one_of_root_and_image(kwargs):
+    with pytest.raises(NspawnError, match="set exactly one of ansible_nspawn_root"):
+        spec(**kwargs)
+
+
+# ---------------------------------------------------------------- parsing tool output
+def test_parse_notify():
+    fields = n.parse_notify(b"STATUS=Container running.\nX_NSPAWN_LEADER_PID=29061")
+    assert fields == {"STATUS": "Container running.", "X_NSPAWN_LEADER_PID": "29061"}
+    assert n.parse_notify(b"READY=1\n") == {"READY": "1"}
+    assert n.parse_notify(b"garbage\n") == {}
+
+
+def test_parse_unit_list_with_and_without_markers():
+    text = ("broken.service loaded failed failed Always fails\n"
+            "● munge.service loaded failed failed MUNGE authentication service\n"
+            "\n")
+    assert n.parse_unit_list(text) == ["broken.service", "munge.service"]
+
+
+def test_parse_job_list():
+    text = ("131 systemd-update-utmp-runlevel.service start waiting\n"
+            "118 hang.service                         start running\n")
+    assert n.parse_job_list(text) == ["systemd-update-utmp-runlevel.service (start, waiting)",
+                                      "hang.service (start, running)"]
+
+
+def test_strip_noise_removes_only_the_propagation_warning():
+    err = (b'real error\nAttempted to remove disk file system under "/run/systemd/nspawn/propagate/c1-ab", '
+           b"and we can't allow that.\nlast line\n")
+    assert n.strip_noise(err) == b"real error\nlast line\n"
+
+
+def test_console_tail_drops_colours_and_keeps_the_end():
+    text = "".join(f"\x1b[0;32m  OK  \x1b[0m] line {i}\r\n" for i in range(30))
+    tail = n.console_tail(text, lines=3)
+    assert tail == "  OK  ] line 27\n  OK  ] line 28\n  OK  ] line 29"
+
+
+PASSWD = "root:x:0:0:root:/root:/bin/bash\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n" \
+         "slurm:x:64030:64030::/nonexistent:/bin/false\nbroken-line\n"
+
+
+@pytest.mark.parametrize(("user", "expected"), [
+    ("slurm", (64030, 64030, "/nonexistent")),
+    ("65534", (65534, 65534, "/nonexistent")),
+    ("absent", None),
+])
+def test_lookup_user(user, expected):
+    assert n.lookup_user(PASSWD, user) == expected
+
+
+# ---------------------------------------------------------------- root checks on small trees
+def make_tree(root, files=(), links=()):
+    for path in files:
+        target = root / path.lstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text("#!/bin/sh\n")
+        target.chmod(0o755)
+    for path, dest in links:
+        link = root / path.lstrip("/")
+        link.parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(dest, link)
+    return root
+
+
+def test_resolve_in_root_keeps_absolute_links_inside(tmp_path):
+    root = make_tree(tmp_path / "r", files=["/usr/bin/dash", "/usr/lib/systemd/systemd"],
+                     links=[("/bin", "usr/bin"), ("/usr/bin/sh", "/bin/dash"), ("/sbin/init", "/lib/systemd/systemd"),
+                            ("/lib", "usr/lib"), ("/etc/escape", "/../../../../etc/passwd")])
+    assert n.resolve_in_root(str(root), "/bin/sh") == str(root / "usr/bin/dash")
+    assert n.resolve_in_root(str(root), "/sbin/init") == str(root / "usr/lib/systemd/systemd")
+    # '..' stops at the container's root, so a link cannot reach the host's /etc/passwd
+    assert n.resolve_in_root(str(root), "/etc/escape") is None
+    assert n.resolve_in_root(str(root), "/missing/file") is None
+
+
+def test_resolve_in_root_gives_up_on_link_loops(tmp_path):
+    root = make_tree(tmp_path / "r", links=[("/a", "/b"), ("/b", "/a")])
+    assert n.resolve_in_root(str(root), "/a") is None
+
+
+def test_check_root_accepts_a_bootable_tree(tmp_path):
+    root = make_tree(tmp_path / "r", files=["/bin/sh", "/lib/systemd/systemd"])
+    n.check_root(str(root), boot=True)
+    assert n.find_systemd(str(root)) == "/lib/systemd/systemd"
+
+
+@pytest.mark.parametrize(("files", "links", "boot", "message"), [
+    (None, [], False, r"root .*/r does not exist: build the layer first"),
+    ([], [], False, r"has no /bin/sh: it is not an OS tree"),
+    (["/bin/sh"], [], True, r"has no systemd \(/usr/lib/systemd/systemd and /lib/systemd/systemd are missing, "
+                            r"/sbin/init is missing\): it cannot be booted"),
+    (["/bin/sh", "/bin/busybox"], [("/sbin/init", "/bin/busybox")], True, r"/sbin/init is /bin/busybox\)"),
+    (["/bin/sh"], [], False, None),
+])
+def test_check_root_errors(tmp_path, files, links, boot, message):
+    root = tmp_path / "r"
+    if files is not None:
+        root.mkdir()
+        make_tree(root, files=files, links=links)
+    if message is None:
+        n.check_root(str(root), boot=boot)
+        return
+    with pytest.raises(NspawnError, match=message):
+        n.check_root(str(root), boot=boot)
+
+
+def test_check_root_rejects_a_file(tmp_path):
+    (tmp_path / "f").write_text("")
+    with pytest.raises(NspawnError, match="is not a directory"):
+        n.check_root(str(tmp_path / "f"), boot=False, label="image x (mounted at /m)")
+
+
+# ---------------------------------------------------------------- processes
+def test_process_alive_checks_the_start_time():
+    start = n.process_start(os.getpid())
+    assert start is not None
+    assert n.process_alive(os.getpid(), start)
+    assert not n.process_alive(os.getpid(), "1")  # a recycled pid has another start time
+    assert not n.process_alive(None)
+
+
+def test_a_zombie_is_not_alive():
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    while n.process_start(child.pid) is not None:  # exits, stays a zombie until waited for
+        os.sched_yield()
+    assert not n.process_alive(child.pid)
+    child.wait()
+
+
+def test_owner_process_is_the_caller_outside_a_worker():
+    assert n.owner_process() == os.getpid()
+
+
+# ---------------------------------------------------------------- the plugin's options
+PLUGIN = "hpc.stateless.nspawn"
+
+
+def new_connection():
+    """The plugin with its option definitions registered, as Ansible's plugin loader does.
+
+    (The loader itself cannot be used here: pytest already imported ansible_collections as a
+    plain namespace package, which Ansible's collection finder refuses to take over.)
+    """
+    C.config.initialize_plugin_configuration_definitions(
+        "connection", PLUGIN, yaml.safe_load(nspawn_plugin.DOCUMENTATION)["options"])
+    conn = nspawn_plugin.Connection(PlayContext(), None)
+    conn._load_name = PLUGIN
+    return conn
+
+
+def load_connection(**var_options):
+    conn = new_connection()
+    conn.set_options(var_options=var_options)
+    return conn
+
+
+def test_plugin_options_come_from_variables():
+    conn = load_connection(inventory_hostname="c1", ansible_nspawn_image="localhost/p/slurm:latest",
+                           ansible_nspawn_boot=True, ansible_nspawn_extra_args=["--bind-ro=/k:/k"],
+                           ansible_nspawn_boot_timeout="12.5")
+    assert conn.get_option("remote_addr") == "c1"
+    assert conn.get_option("image") == "localhost/p/slurm:latest"
+    assert conn.get_option("boot") is True
+    assert conn.get_option("extra_args") == ["--bind-ro=/k:/k"]
+    assert conn.get_option("boot_timeout") == 12.5
+
+
+def test_plugin_defaults():
+    conn = load_connection(inventory_hostname="c1", ansible_nspawn_root="/srv/tree")
+    assert conn.get_option("boot") is False
+    assert conn.get_option("ephemeral") is True
+    assert conn.get_option("stop_on_close") is False
+    assert conn.get_option("runtime_dir") == n.DEFAULT_RUNTIME_DIR
+    assert conn.get_option("executable") == "/bin/sh"
+    assert conn.transport == "hpc.stateless.nspawn"
+
+
+def test_plugin_reports_a_missing_executable():
+    from ansible.errors import AnsibleConnectionFailure
+
+    conn = load_connection(inventory_hostname="c1", ansible_nspawn_root="/srv/tree",
+                           ansible_nspawn_exe="/nonexistent/systemd-nspawn")
+    expected = r"/nonexistent/systemd-nspawn is not installed on the controller .*install the package systemd-container"
+    with pytest.raises(AnsibleConnectionFailure, match=expected):
+        conn._spec()
+
+
+@pytest.mark.parametrize(("path", "expected"), [("tmp/x", "/tmp/x"), ("/a/../b", "/b"), ("/etc/hosts", "/etc/hosts")])
+def test_relative_paths_start_at_the_container_root(path, expected):
+    assert nspawn_plugin.Connection._container_path(path) == expected
