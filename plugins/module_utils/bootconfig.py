@@ -1,0 +1,542 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026 hpc.stateless developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Boot configuration of hpc.stateless: pxelinux and iPXE entries rendered from inventory.
+
+Files written under the boot root (paths relative to it)::
+
+    pxelinux.cfg/default            one LABEL per published image, DEFAULT = the default image
+    pxelinux.cfg/01-<mac>           per node (per MAC): that node's image and kernel arguments
+    ipxe/boot.ipxe                  chains ipxe/nodes/<mac>.ipxe, else ipxe/images/<default>.ipxe
+    ipxe/images/<image>.ipxe        per image
+    ipxe/nodes/<mac>.ipxe           per node (per MAC)
+
+Entries load ``<image>/vmlinuz`` and ``<image>/initrd``, the links hpc.stateless.bootlink switches,
+so switching a version rewrites no config file. ``ramdisk_size`` covers the largest uncompressed
+size of every published (and pending) version of the image, so a switch or a rollback never boots
+an image bigger than the configured RAM disk.
+
+Only files whose content changes are written, each through a temp file renamed into place.
+Files this module wrote carry a marker line; per-node files with the marker whose node left the
+inventory are removed, files without it are never touched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import math
+import os
+import re
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ansible_collections.hpc.stateless.plugins.module_utils.bootlink import (
+    CPIO_FORMATS,
+    IMAGES_DIR,
+    INITRD_LINK,
+    KERNEL_FILE,
+    MANIFEST_FILE,
+    PREVIOUS_LINK,
+    SQUASHFS_LINK,
+    BootlinkError,
+    check_name,
+    check_writable,
+    deploy_lock,
+    read_manifest,
+)
+
+MARKER = "hpc.stateless.bootconfig"
+PXE_DIR = "pxelinux.cfg"
+IPXE_DIR = "ipxe"
+IPXE_NODES = "ipxe/nodes"
+IPXE_IMAGES = "ipxe/images"
+REPORT_LIMIT = 200  # file names listed in the result; the counts are always complete
+
+_MAC_SEPARATED = re.compile(r"^[0-9a-f]{2}([:-])[0-9a-f]{2}(\1[0-9a-f]{2}){4}$")
+_MAC_BARE = re.compile(r"^[0-9a-f]{12}$")
+_SERIAL = re.compile(r"^ttyS(\d+)(?:,(\d+)([noe]\d?)?)?$")
+_SINGLE_VALUED = frozenset({"initrd", "rdinit", "root", "ramdisk_size", "ip", "init", "rootfstype"})
+
+
+class BootConfigError(BootlinkError):
+    """Bad inventory input for the boot configuration; the message names the node/key at fault."""
+
+
+# --------------------------------------------------------------------------- input
+
+
+def normalise_mac(raw: object, where: str) -> str:
+    """``aa:bb:cc:dd:ee:ff`` from common spellings; BootConfigError naming ``where`` otherwise."""
+    text = str(raw).strip().lower() if isinstance(raw, str) else ""
+    if _MAC_SEPARATED.match(text):
+        hexdigits = re.sub(r"[:-]", "", text)
+    elif _MAC_BARE.match(text):
+        hexdigits = text
+    else:
+        raise BootConfigError(f"{where}: {raw!r} is not a MAC address; write six hex pairs like 52:54:00:12:34:56")
+    if int(hexdigits[:2], 16) & 1:
+        raise BootConfigError(f"{where}: {raw!r} is a multicast address, not a NIC's MAC; check the inventory")
+    if hexdigits in ("000000000000",):
+        raise BootConfigError(f"{where}: {raw!r} is the all-zero address; check the inventory")
+    return ":".join(hexdigits[i:i + 2] for i in range(0, 12, 2))
+
+
+def _args_text(raw: object, where: str) -> str:
+    if raw is None:
+        return ""
+    if isinstance(raw, (list, tuple)):
+        raw = " ".join(str(item) for item in raw)
+    if not isinstance(raw, str):
+        raise BootConfigError(f"{where}: kernel arguments must be a string or a list of strings, got {raw!r}")
+    if any(ch in raw for ch in "\n\r\0"):
+        raise BootConfigError(f"{where}: kernel arguments must be one line")
+    return raw.strip()
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    macs: tuple[str, ...]
+    image: str
+    kernel_args: str
+
+
+def parse_nodes(raw_nodes: Iterable[Mapping[str, Any]], images: Iterable[str], default_image: str) -> list[Node]:
+    """Validate ``nodes`` ({name, mac (str or list), image, kernel_args}); errors name the node and key."""
+    known = set(images)
+    seen_macs: dict[str, str] = {}
+    seen_names: set[str] = set()
+    nodes: list[Node] = []
+    for index, raw in enumerate(raw_nodes):
+        if not isinstance(raw, Mapping):
+            raise BootConfigError(f"nodes[{index}]: expected a mapping with name and mac, got {raw!r}")
+        name = raw.get("name")
+        if not isinstance(name, str) or not name:
+            raise BootConfigError(f"nodes[{index}]: 'name' is required")
+        where = f"nodes[{index}] ({name})"
+        if name in seen_names:
+            raise BootConfigError(f"{where}: node listed twice")
+        seen_names.add(name)
+        raw_macs = raw.get("mac")
+        if raw_macs in (None, "", []):
+            raise BootConfigError(f"{where}: 'mac' is required (set hpc_stateless_boot_mac for the host)")
+        if isinstance(raw_macs, str):
+            raw_macs = [raw_macs]
+        macs = []
+        for position, raw_mac in enumerate(raw_macs):
+            mac = normalise_mac(raw_mac, f"{where}.mac" + (f"[{position}]" if len(raw_macs) > 1 else ""))
+            if mac in seen_macs and seen_macs[mac] != name:
+                raise BootConfigError(f"{where}.mac: {mac} is also the MAC of node {seen_macs[mac]}; "
+                                      "each MAC must belong to one node")
+            seen_macs[mac] = name
+            macs.append(mac)
+        image = raw.get("image") or default_image
+        if image not in known:
+            raise BootConfigError(f"{where}.image: unknown image {image!r} (known images: "
+                                  f"{', '.join(sorted(known)) or 'none'}); fix hpc_stateless_boot_image of the host")
+        nodes.append(Node(name, tuple(dict.fromkeys(macs)), image, _args_text(raw.get("kernel_args"), f"{where}.kernel_args")))
+    return nodes
+
+
+# --------------------------------------------------------------------------- kernel arguments
+
+
+def _arg_identity(token: str) -> str:
+    key, _sep, value = token.partition("=")
+    if key == "console":
+        return "console=" + value.split(",", 1)[0]
+    if key in _SINGLE_VALUED:
+        return key + "="
+    return token
+
+
+def merge_args(*sources: str) -> str:
+    """Join argument strings; a later ``key=`` (console: per device) replaces an earlier one in place.
+
+    A bare ``console=ttyS0`` does not replace ``console=ttyS0,115200n8``: it names the same
+    device and would only drop the speed.
+    """
+    order: list[str] = []
+    values: dict[str, str] = {}
+    for source in sources:
+        for token in source.split():
+            identity = _arg_identity(token)
+            if identity not in values:
+                order.append(identity)
+            elif identity.startswith("console=") and token == identity and values[identity] != identity:
+                continue
+            values[identity] = token
+    return " ".join(values[identity] for identity in order)
+
+
+@dataclass(frozen=True)
+class BootOptions:
+    serial_console: str = "ttyS0,115200n8"
+    ip: str = "dhcp"
+    rdinit: str = "/sbin/init"
+    ramdisk_headroom: int = 10
+    ramdisk_round_mib: int = 256
+    boot_url: str = ""
+    prompt_timeout: int = 30
+    ipappend: int = 2
+
+    def serial_directive(self) -> str:
+        """pxelinux ``SERIAL port speed`` for the console, or '' without a serial console."""
+        if not self.serial_console:
+            return ""
+        match = _SERIAL.match(self.serial_console)
+        if not match:
+            raise BootConfigError(f"serial_console {self.serial_console!r}: want ttyS<N>[,<baud>[<parity><bits>]], "
+                                  "e.g. ttyS0,115200n8, or '' for none")
+        return f"SERIAL {match.group(1)} {match.group(2) or 115200}"
+
+
+def ramdisk_kib(sizes: Iterable[int], headroom_percent: int, round_mib: int = 256) -> int:
+    """``ramdisk_size`` (KiB) ≥ the largest uncompressed size plus headroom, rounded up to ``round_mib``.
+
+    The coarse rounding keeps the value (and so every node's file) unchanged across most
+    version bumps; a RAM disk is allocated as it fills, so a larger size costs nothing.
+    """
+    largest = max(sizes, default=0)
+    with_headroom = largest * (100 + max(headroom_percent, 0)) / 100
+    step = max(round_mib, 1) * 2**20
+    return max(1, math.ceil(with_headroom / step)) * step // 1024
+
+
+@dataclass(frozen=True)
+class ImageBoot:
+    """What every entry of one image loads and passes."""
+
+    name: str
+    format: str
+    ramdisk_kib: int
+    args: str  # without initrd=
+
+    def pxe_args(self, extra: str = "") -> str:
+        return merge_args(f"initrd={self.name}/{INITRD_LINK}", self.args, extra)
+
+    def ipxe_args(self, extra: str = "") -> str:
+        return merge_args(f"initrd={INITRD_LINK}", self.args, extra)
+
+
+SQUASHFS_URL_PLACEHOLDER = "<URL of the squashfs>"
+DEFAULT_SQUASHFS_ARGS = f"root=live:{SQUASHFS_URL_PLACEHOLDER} rd.live.image rd.neednet=1"
+
+
+def published_manifests(boot_root: str, image: str) -> dict[str, dict[str, Any]]:
+    """``{version: manifest}`` of every published version of ``image``."""
+    directory = os.path.join(boot_root, IMAGES_DIR, image)
+    found: dict[str, dict[str, Any]] = {}
+    with contextlib.suppress(FileNotFoundError):
+        for entry in os.scandir(directory):
+            if entry.name.startswith(".") or entry.name == PREVIOUS_LINK or not entry.is_dir(follow_symlinks=False):
+                continue
+            path = os.path.join(entry.path, MANIFEST_FILE)
+            if os.path.isfile(path):
+                found[entry.name] = read_manifest(path)
+    return found
+
+
+def served_version(boot_root: str, image: str) -> str | None:
+    try:
+        target = os.readlink(os.path.join(boot_root, image))
+    except OSError:
+        return None
+    return target.rsplit("/", 1)[-1]
+
+
+def image_boot(name: str, spec: Mapping[str, Any], manifests: list[dict[str, Any]], options: BootOptions) -> ImageBoot:
+    """Kernel arguments of image ``name`` from its definition (``formats``, ``kernel_args``) and manifests.
+
+    ``manifests``: every published or pending version; the last one is the version being served
+    (its initrd's arguments are used for squashfs).
+    """
+    formats = spec.get("formats") or ["cpio.zst"]
+    if isinstance(formats, str):
+        formats = [formats]
+    fmt = formats[0]
+    if fmt in CPIO_FORMATS:
+        format_args = f"rdinit={options.rdinit}"
+    elif fmt == "squashfs":
+        if not options.boot_url:
+            raise BootConfigError(f"hpc_stateless_images.{name}.formats: {fmt} fetches its root at boot; set boot_url "
+                                  "(hpc_stateless_boot_url) to the URL of the boot root, e.g. http://10.0.0.1/tftpboot")
+        initrd = (manifests[-1].get("initrd") if manifests else None) or {}
+        template = (initrd.get("kernel_args") if isinstance(initrd, dict) else "") or DEFAULT_SQUASHFS_ARGS
+        format_args = template.replace(SQUASHFS_URL_PLACEHOLDER,
+                                       f"{options.boot_url.rstrip('/')}/{name}/{SQUASHFS_LINK}")
+    else:
+        raise BootConfigError(f"hpc_stateless_images.{name}.formats[0]: unknown format {fmt!r}")
+    sizes = [int(manifest.get("uncompressed_size") or 0) for manifest in manifests]
+    kib = ramdisk_kib(sizes, options.ramdisk_headroom, options.ramdisk_round_mib)
+    console = (f"console=tty0 console={options.serial_console}" if options.serial_console else "")
+    ip = f"ip={options.ip}" if options.ip else ""
+    image_args = _args_text(spec.get("kernel_args"), f"hpc_stateless_images.{name}.kernel_args")
+    return ImageBoot(name, fmt, kib, merge_args(format_args, f"ramdisk_size={kib}", console, ip, image_args))
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def _header(comment: str, what: str) -> str:
+    return f"{comment} Managed by {MARKER}: {what}. Do not edit: the next deploy overwrites it.\n"
+
+
+def _pxe_label(boot: ImageBoot, options: BootOptions, extra: str = "") -> str:
+    lines = [f"LABEL {boot.name}",
+             f"  KERNEL {boot.name}/{KERNEL_FILE}",
+             f"  APPEND {boot.pxe_args(extra)}"]
+    if options.ipappend:
+        lines.append(f"  IPAPPEND {options.ipappend}")
+    return "\n".join(lines) + "\n"
+
+
+def render_pxe_default(boots: Mapping[str, ImageBoot], default_image: str, options: BootOptions) -> str:
+    head = [_header("#", "default entry for nodes without their own file")]
+    serial = options.serial_directive()
+    if serial:
+        head.append(serial + "\n")
+    head.append(f"DEFAULT {default_image}\nPROMPT 1\nTIMEOUT {options.prompt_timeout}\n")
+    return "".join(head) + "".join("\n" + _pxe_label(boots[name], options) for name in sorted(boots))
+
+
+def _ipxe_base(options: BootOptions) -> str:
+    # A root-relative path resolves against the script's own URL (same server, same protocol).
+    return options.boot_url.rstrip("/") if options.boot_url else ""
+
+
+def _ipxe_body(boot: ImageBoot, options: BootOptions, extra: str = "") -> str:
+    base = _ipxe_base(options)
+    return (f"kernel {base}/{boot.name}/{KERNEL_FILE} {boot.ipxe_args(extra)}\n"
+            f"initrd --name {INITRD_LINK} {base}/{boot.name}/{INITRD_LINK}\n"
+            "boot\n")
+
+
+def render_ipxe_entry(boot: ImageBoot, options: BootOptions, what: str, extra: str = "") -> str:
+    return "#!ipxe\n" + _header("#", what) + _ipxe_body(boot, options, extra)
+
+
+def render_ipxe_boot(default_image: str) -> str:
+    return ("#!ipxe\n" + _header("#", "iPXE entry point; point DHCP's filename here")
+            + "chain --autofree nodes/${netX/mac:hexhyp}.ipxe || "
+            + f"chain --autofree images/{default_image}.ipxe\n")
+
+
+def pxe_node_file(mac: str) -> str:
+    return f"{PXE_DIR}/01-{mac.replace(':', '-')}"
+
+
+def ipxe_node_file(mac: str) -> str:
+    return f"{IPXE_NODES}/{mac.replace(':', '-')}.ipxe"
+
+
+def plan_files(nodes: list[Node], boots: Mapping[str, ImageBoot], default_image: str,
+               options: BootOptions) -> dict[str, str]:
+    """Every managed file: relative path -> content."""
+    files = {f"{PXE_DIR}/default": render_pxe_default(boots, default_image, options),
+             f"{IPXE_DIR}/boot.ipxe": render_ipxe_boot(default_image)}
+    for name, boot in boots.items():
+        files[f"{IPXE_IMAGES}/{name}.ipxe"] = render_ipxe_entry(boot, options, f"image {name}")
+    serial = options.serial_directive()
+    # Nodes of one image with the same extra arguments share everything but the header line:
+    # render each such body once (10,000 nodes are a handful of distinct bodies).
+    pxe_bodies: dict[tuple[str, str], str] = {}
+    ipxe_bodies: dict[tuple[str, str], str] = {}
+    for node in nodes:
+        key = (node.image, node.kernel_args)
+        pxe_body = pxe_bodies.get(key)
+        if pxe_body is None:
+            boot = boots[node.image]
+            pxe_body = pxe_bodies[key] = ((serial + "\n" if serial else "") + f"DEFAULT {boot.name}\nPROMPT 0\n\n"
+                                          + _pxe_label(boot, options, node.kernel_args))
+            ipxe_bodies[key] = _ipxe_body(boot, options, node.kernel_args)
+        what = f"node {node.name}, image {node.image}"
+        pxe = _header("#", what) + pxe_body
+        ipxe = "#!ipxe\n" + _header("#", what) + ipxe_bodies[key]
+        for mac in node.macs:
+            files[pxe_node_file(mac)] = pxe
+            files[ipxe_node_file(mac)] = ipxe
+    return files
+
+
+# --------------------------------------------------------------------------- writing
+
+
+@dataclass
+class SyncResult:
+    written: list[str]
+    removed: list[str]
+    unchanged: int
+    diffs: list[dict[str, str]]
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError):
+        return ""
+
+
+def _is_ours(path: str) -> bool:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            head = handle.read(256)
+    except (OSError, UnicodeDecodeError):
+        return False
+    return f"Managed by {MARKER}" in head
+
+
+def _write_atomic(path: str, content: str) -> None:
+    temp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{uuid.uuid4().hex[:8]}")
+    try:
+        with open(temp, "x", encoding="utf-8") as handle:
+            handle.write(content)
+        os.chmod(temp, 0o644)
+        os.replace(temp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise
+
+
+def _stale(root: str, directory: str, wanted: set[str], pattern: re.Pattern[str]) -> list[str]:
+    found: list[str] = []
+    with contextlib.suppress(FileNotFoundError):
+        for entry in os.scandir(os.path.join(root, directory)):
+            rel = f"{directory}/{entry.name}"
+            if rel not in wanted and pattern.match(entry.name) and entry.is_file(follow_symlinks=False) \
+                    and _is_ours(entry.path):
+                found.append(rel)
+    return sorted(found)
+
+
+_STALE_PATTERNS = ((PXE_DIR, re.compile(r"^01-[0-9a-f]{2}(-[0-9a-f]{2}){5}$")),
+                   (IPXE_NODES, re.compile(r"^[0-9a-f]{2}(-[0-9a-f]{2}){5}\.ipxe$")),
+                   (IPXE_IMAGES, re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*\.ipxe$")))
+
+
+def sync_files(root: str, files: Mapping[str, str], check_mode: bool = False, remove_stale: bool = True,
+               diff_limit: int = 0) -> SyncResult:
+    """Write the files whose content differs (atomically), remove stale managed ones."""
+    result = SyncResult([], [], 0, [])
+    made_dirs: set[str] = set()
+    for rel in sorted(files):
+        content = files[rel]
+        path = os.path.join(root, rel)
+        old = _read(path)
+        if old == content:
+            result.unchanged += 1
+            continue
+        result.written.append(rel)
+        if len(result.diffs) < diff_limit:
+            result.diffs.append({"before": old or "", "after": content,
+                                 "before_header": rel if old is not None else "/dev/null", "after_header": rel})
+        if check_mode:
+            continue
+        directory = os.path.dirname(path)
+        if directory not in made_dirs:
+            os.makedirs(directory, exist_ok=True)
+            made_dirs.add(directory)
+        _write_atomic(path, content)
+    if remove_stale:
+        wanted = set(files)
+        for directory, pattern in _STALE_PATTERNS:
+            for rel in _stale(root, directory, wanted, pattern):
+                result.removed.append(rel)
+                if len(result.diffs) < diff_limit:
+                    result.diffs.append({"before": _read(os.path.join(root, rel)) or "", "after": "",
+                                         "before_header": rel, "after_header": "/dev/null"})
+                if not check_mode:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(os.path.join(root, rel))
+    return result
+
+
+# --------------------------------------------------------------------------- the module's whole job
+
+
+def render(params: Mapping[str, Any], check_mode: bool = False) -> dict[str, Any]:
+    """Validate inventory input, render every entry and write what changed; the bootconfig module's logic.
+
+    ``params``: boot_root, images ({name: {formats, kernel_args}}), default_image, nodes,
+    pending_manifests, serial_console, ip, rdinit, ramdisk_headroom, ramdisk_round_mib, boot_url, prompt_timeout,
+    ipappend, remove_stale, diff_limit, lock_timeout.
+    """
+    root = os.path.abspath(params["boot_root"])
+    images = params.get("images") or {}
+    if not isinstance(images, Mapping) or not images:
+        raise BootConfigError("images: no image definitions (hpc_stateless_images is empty or missing)")
+    for name in images:
+        check_name("image", name)
+    default_image = params.get("default_image") or sorted(images)[0]
+    if default_image not in images:
+        raise BootConfigError(f"default_image: unknown image {default_image!r} (known images: "
+                              f"{', '.join(sorted(images))}); fix hpc_stateless_boot_default_image")
+    options = BootOptions(
+        serial_console=params.get("serial_console") if params.get("serial_console") is not None else "ttyS0,115200n8",
+        ip=params.get("ip") if params.get("ip") is not None else "dhcp",
+        rdinit=params.get("rdinit") or "/sbin/init",
+        ramdisk_headroom=int(params.get("ramdisk_headroom") if params.get("ramdisk_headroom") is not None else 10),
+        ramdisk_round_mib=int(params.get("ramdisk_round_mib") or 256),
+        boot_url=params.get("boot_url") or "",
+        prompt_timeout=int(params.get("prompt_timeout") if params.get("prompt_timeout") is not None else 30),
+        ipappend=int(params.get("ipappend") if params.get("ipappend") is not None else 2),
+    )
+    options.serial_directive()  # validate early
+    nodes = parse_nodes(params.get("nodes") or [], images, default_image)
+
+    pending: dict[str, list[dict[str, Any]]] = {}
+    for path in params.get("pending_manifests") or []:
+        manifest = read_manifest(path)
+        pending.setdefault(manifest["image"], []).append(manifest)
+    used = {default_image} | {node.image for node in nodes}
+    boots: dict[str, ImageBoot] = {}
+    for name in sorted(images):
+        published = published_manifests(root, name)
+        served = published.pop(served_version(root, name) or "", None)
+        manifests = list(published.values()) + ([served] if served else []) + pending.get(name, [])
+        if not manifests:
+            if name in used:
+                raise BootConfigError(
+                    f"image {name!r} has no published version under {os.path.join(root, IMAGES_DIR, name)} and no "
+                    f"pending manifest, yet {'it is the default image' if name == default_image else 'nodes boot it'}; "
+                    "publish it first (hpc.stateless.bootlink) or pass its manifest in pending_manifests")
+            continue
+        boots[name] = image_boot(name, images[name], manifests, options)
+
+    files = plan_files(nodes, boots, default_image, options)
+    diff_limit = int(params.get("diff_limit") or 0)
+    if check_mode:
+        synced = sync_files(root, files, True, bool(params.get("remove_stale", True)), diff_limit)
+    else:
+        check_writable(root)
+        os.makedirs(root, exist_ok=True)
+        with deploy_lock(root, float(params.get("lock_timeout") or 0), "bootconfig render"):
+            synced = sync_files(root, files, False, bool(params.get("remove_stale", True)), diff_limit)
+    return {
+        "changed": bool(synced.written or synced.removed),
+        "boot_root": root,
+        "files": len(files),
+        "written": synced.written[:REPORT_LIMIT],
+        "written_count": len(synced.written),
+        "removed": synced.removed[:REPORT_LIMIT],
+        "removed_count": len(synced.removed),
+        "unchanged": synced.unchanged,
+        "nodes": len(nodes),
+        "images": {name: {"format": boot.format, "ramdisk_size": boot.ramdisk_kib,
+                          "kernel_args": boot.pxe_args()} for name, boot in boots.items()},
+        "diff": synced.diffs,
+    }
+
+
+def unified(diff: Mapping[str, str]) -> str:
+    """A diff entry as unified text (for logs and tests)."""
+    return "".join(difflib.unified_diff(diff["before"].splitlines(True), diff["after"].splitlines(True),
+                                        diff["before_header"], diff["after_header"]))

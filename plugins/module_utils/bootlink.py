@@ -1,0 +1,846 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026 hpc.stateless developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The PXE boot tree of hpc.stateless: publish packed versions, switch them atomically.
+
+Layout under a boot root (the TFTP/HTTP root)::
+
+    <boot_root>/images/<image>/<version>/     one published version: vmlinuz, the artifact(s),
+                                              SHA256SUMS, manifest.json and an ``initrd``
+                                              symlink (+ ``rootfs.squashfs`` for squashfs)
+    <boot_root>/images/<image>/previous       symlink -> <version> (the rollback target)
+    <boot_root>/<image>                       symlink -> images/<image>/<version> (served)
+
+Boot entries name ``<image>/vmlinuz`` and ``<image>/initrd``. Both resolve through the
+one ``<boot_root>/<image>`` symlink, so a single ``rename(2)`` switches kernel and initrd
+together: at no instant is a link missing, and never is a new kernel paired with an
+old initrd. A version directory appears under its final name only after every file in
+it was copied, synced and checked against SHA256SUMS.
+
+Every change happens under an exclusive ``flock`` on ``<boot_root>/.hpc-stateless.lock``,
+so two deploys (or a deploy and a config render) cannot interleave.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import stat
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+LOCK_NAME = ".hpc-stateless.lock"
+IMAGES_DIR = "images"
+PREVIOUS_LINK = "previous"
+INITRD_LINK = "initrd"
+SQUASHFS_LINK = "rootfs.squashfs"
+KERNEL_FILE = "vmlinuz"
+SUMS_FILE = "SHA256SUMS"
+MANIFEST_FILE = "manifest.json"
+PUBLISH_PREFIX = ".publish-"
+REMOVE_PREFIX = ".remove-"
+
+CPIO_FORMATS = ("cpio.zst", "cpio.gz", "cpio.xz")
+FORMATS = CPIO_FORMATS + ("squashfs",)
+
+# Image and version names become path components and boot-menu labels.
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,127}$")
+RESERVED_NAMES = frozenset({PREVIOUS_LINK, IMAGES_DIR, "pxelinux.cfg", "ipxe"})
+_SUMS_LINE = re.compile(r"^([0-9a-fA-F]{64}) [ *](.+)$")
+_CHUNK = 1024 * 1024
+
+
+class BootlinkError(Exception):
+    """A refused or failed deploy step; the message names the file or key and what to do next."""
+
+
+class LockBusyError(BootlinkError):
+    """Another deploy holds the boot root's lock."""
+
+
+# --------------------------------------------------------------------------- names
+
+
+def check_name(kind: str, value: str) -> str:
+    if not isinstance(value, str) or not NAME_PATTERN.match(value) or value in RESERVED_NAMES:
+        raise BootlinkError(
+            f"{kind} {value!r} is not a valid name: use letters, digits and '._+-' "
+            f"(not starting with '.' or '-', at most 128 characters, not one of {sorted(RESERVED_NAMES)})"
+        )
+    return value
+
+
+# --------------------------------------------------------------------------- pack output
+
+
+def read_manifest(path: str) -> dict[str, Any]:
+    """Load and check a pack ``manifest.json``; raise BootlinkError naming the file and key."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except FileNotFoundError:
+        raise BootlinkError(f"{path}: no manifest.json; is this a version directory written by hpc.stateless.pack?") from None
+    except (OSError, ValueError) as exc:
+        raise BootlinkError(f"{path}: unreadable manifest ({exc}); re-run the pack step") from None
+    if not isinstance(data, dict):
+        raise BootlinkError(f"{path}: manifest is not a JSON object; re-run the pack step")
+    for key, kind in (("image", str), ("version", str), ("artifacts", list)):
+        if not isinstance(data.get(key), kind):
+            raise BootlinkError(f"{path}: key {key!r} is missing or not a {kind.__name__}; re-run the pack step")
+    for index, artifact in enumerate(data["artifacts"]):
+        if not isinstance(artifact, dict) or not isinstance(artifact.get("file"), str):
+            raise BootlinkError(f"{path}: artifacts[{index}] has no 'file'; re-run the pack step")
+        _check_relative(f"{path}: artifacts[{index}].file", artifact["file"])
+    kernel = data.get("kernel") or {}
+    if not isinstance(kernel, dict):
+        raise BootlinkError(f"{path}: key 'kernel' is not an object; re-run the pack step")
+    _check_relative(f"{path}: kernel.file", kernel.get("file", KERNEL_FILE))
+    size = data.get("uncompressed_size")
+    if size is not None and (not isinstance(size, int) or size < 0):
+        raise BootlinkError(f"{path}: 'uncompressed_size' must be a byte count, got {size!r}")
+    return data
+
+
+def _check_relative(where: str, name: object) -> None:
+    if (not isinstance(name, str) or not name or name.startswith("/") or "/" in name
+            or name in (".", "..") or name.startswith(".")):
+        raise BootlinkError(f"{where}: {name!r} must be a plain file name inside the version directory")
+
+
+def read_sums(path: str) -> dict[str, str]:
+    """``{file name: sha256 hex}`` from a sha256sum-format file (relative names only)."""
+    sums: dict[str, str] = {}
+    try:
+        with open(path, encoding="utf-8") as handle:
+            lines = handle.read().splitlines()
+    except FileNotFoundError:
+        raise BootlinkError(f"{path}: missing; the pack step writes SHA256SUMS next to the artifacts") from None
+    except OSError as exc:
+        raise BootlinkError(f"{path}: unreadable ({exc.strerror})") from None
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        match = _SUMS_LINE.match(line)
+        if not match:
+            raise BootlinkError(f"{path}:{number}: not a sha256sum line: {line[:80]!r}")
+        name = match.group(2)
+        _check_relative(f"{path}:{number}", name)
+        sums[name] = match.group(1).lower()
+    if not sums:
+        raise BootlinkError(f"{path}: lists no files")
+    return sums
+
+
+def sha256_file(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while True:
+            block = handle.read(_CHUNK)
+            if not block:
+                return digest.hexdigest()
+            digest.update(block)
+
+
+@dataclass
+class PackedVersion:
+    """One pack output directory and the files a boot tree needs from it."""
+
+    path: str
+    manifest: dict[str, Any]
+    sums: dict[str, str]
+    format: str
+    kernel: str
+    initrd: str
+    squashfs: str | None = None
+
+    @property
+    def image(self) -> str:
+        return self.manifest["image"]
+
+    @property
+    def version(self) -> str:
+        return self.manifest["version"]
+
+    @property
+    def files(self) -> list[str]:
+        """The files to publish: kernel, boot artifacts, then the two metadata files."""
+        names = [self.kernel, self.initrd] + ([self.squashfs] if self.squashfs else [])
+        return list(dict.fromkeys(names)) + [MANIFEST_FILE, SUMS_FILE]
+
+    def sums_text(self) -> str:
+        """SHA256SUMS restricted to the published files, so ``sha256sum -c`` passes in the boot tree."""
+        return "".join(f"{self.sums[name]}  {name}\n" for name in self.files if name in self.sums)
+
+    def payload_bytes(self) -> int:
+        return sum(os.stat(os.path.join(self.path, name)).st_size for name in self.files)
+
+
+def _pick_artifacts(where: str, manifest: dict[str, Any], fmt: str | None) -> tuple[str, str, str | None]:
+    """(format, initrd file, squashfs file or None) for the requested or first format."""
+    by_format: dict[str, str] = {}
+    for artifact in manifest["artifacts"]:
+        by_format.setdefault(str(artifact.get("format") or _format_of(artifact["file"])), artifact["file"])
+    bootable = [name for name in by_format if name in FORMATS]
+    if fmt is None:
+        if not bootable:
+            raise BootlinkError(f"{where}: no bootable artifact (formats {sorted(by_format)}; want one of {list(FORMATS)})")
+        fmt = bootable[0]
+    if fmt not in by_format:
+        raise BootlinkError(
+            f"{where}: format {fmt!r} was not packed for image {manifest['image']!r} "
+            f"(packed: {', '.join(sorted(by_format)) or 'nothing'}); add it to the image's formats and pack again"
+        )
+    if fmt == "squashfs":
+        entry = manifest.get("initrd") if isinstance(manifest.get("initrd"), dict) else {}
+        initrd = entry.get("file") or by_format.get("initrd")
+        if not initrd:
+            raise BootlinkError(f"{where}: the squashfs has no initrd.img to mount it (manifest key 'initrd' is empty); "
+                                "add dracut with its live modules or live-boot to a layer, or pack with initrd=, "
+                                "or deploy a cpio format")
+        _check_relative(f"{where}: initrd.file", initrd)
+        return fmt, initrd, by_format[fmt]
+    return fmt, by_format[fmt], None
+
+
+def _format_of(name: str) -> str:
+    for fmt in FORMATS:
+        if name.endswith("." + fmt):
+            return fmt
+    return "initrd" if name == "initrd.img" else ""
+
+
+def load_packed(path: str, fmt: str | None = None) -> PackedVersion:
+    """Read a pack version directory: manifest, SHA256SUMS and the chosen boot format."""
+    if not os.path.isdir(path):
+        raise BootlinkError(f"src {path}: not a directory; point src at <pack output>/<image>/<version>")
+    manifest = read_manifest(os.path.join(path, MANIFEST_FILE))
+    sums = read_sums(os.path.join(path, SUMS_FILE))
+    check_name("image", manifest["image"])
+    check_name("version", manifest["version"])
+    fmt, initrd, squashfs = _pick_artifacts(path, manifest, fmt)
+    kernel = (manifest.get("kernel") or {}).get("file", KERNEL_FILE)
+    packed = PackedVersion(path, manifest, sums, fmt, kernel, initrd, squashfs)
+    for name in packed.files[:-2]:
+        if name not in sums:
+            raise BootlinkError(f"{path}/{SUMS_FILE}: no checksum for {name}; pack the image again")
+        if not os.path.isfile(os.path.join(path, name)):
+            raise BootlinkError(f"{path}/{name}: listed in the manifest but missing; pack the image again")
+    return packed
+
+
+def find_packed(src: str, version: str | None) -> str:
+    """The pack version directory ``src`` names: itself, ``src/<version>``, or the newest under ``src``."""
+    if os.path.isfile(os.path.join(src, MANIFEST_FILE)):
+        return src
+    if version:
+        candidate = os.path.join(src, version)
+        if not os.path.isfile(os.path.join(candidate, MANIFEST_FILE)):
+            raise BootlinkError(f"src {src}: no packed version {version!r} (no {candidate}/{MANIFEST_FILE}); pack it first")
+        return candidate
+    try:
+        entries = [entry for entry in os.scandir(src)
+                   if entry.is_dir() and not entry.name.startswith(".")
+                   and os.path.isfile(os.path.join(entry.path, MANIFEST_FILE))]
+    except FileNotFoundError:
+        raise BootlinkError(f"src {src}: does not exist; run the pack step (playbooks/pack.yml) first") from None
+    if not entries:
+        raise BootlinkError(f"src {src}: holds no packed version (no */{MANIFEST_FILE}); run the pack step first")
+
+    def created(entry: os.DirEntry) -> tuple[str, float]:
+        try:
+            with open(os.path.join(entry.path, MANIFEST_FILE), encoding="utf-8") as handle:
+                stamp = str(json.load(handle).get("created") or "")
+        except (OSError, ValueError):
+            stamp = ""
+        return stamp, os.stat(os.path.join(entry.path, MANIFEST_FILE)).st_mtime
+
+    return max(entries, key=created).path
+
+
+# --------------------------------------------------------------------------- lock
+
+
+@contextlib.contextmanager
+def deploy_lock(boot_root: str, timeout: float = 0.0, purpose: str = "deploy") -> Iterator[str]:
+    """Hold the boot root's exclusive lock; raise LockBusyError naming the holder after ``timeout`` s."""
+    path = os.path.join(boot_root, LOCK_NAME)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        raise BootlinkError(f"boot root {boot_root}: cannot create the lock file {path} ({exc.strerror}); "
+                            "make the boot root writable for the deploying user") from None
+    try:
+        deadline = time.monotonic() + max(timeout, 0.0)
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    holder = os.pread(fd, 512, 0).decode("utf-8", "replace").strip() or "unknown process"
+                    raise LockBusyError(
+                        f"boot root {boot_root} is locked by another deploy ({holder}); wait for it to finish "
+                        f"or raise lock_timeout (waited {timeout:g} s on {path})") from None
+                time.sleep(0.1)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} {purpose} since {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}".encode(), 0)
+        yield path
+    finally:
+        os.close(fd)  # closing releases the flock
+
+
+# --------------------------------------------------------------------------- tree
+
+
+@dataclass
+class VersionInfo:
+    name: str
+    path: str
+    published: float
+    manifest: dict[str, Any] | None = None
+    links: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        manifest = self.manifest or {}
+        return {
+            "version": self.name,
+            "path": self.path,
+            "published": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.published)),
+            "uncompressed_size": manifest.get("uncompressed_size"),
+            "linked_by": list(self.links),
+        }
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def replace_symlink(target: str, link: str) -> None:
+    """Point ``link`` at ``target`` by renaming a fresh symlink over it: never absent, never half-made."""
+    directory = os.path.dirname(link)
+    temp = os.path.join(directory, f".{os.path.basename(link)}.new-{uuid.uuid4().hex[:8]}")
+    os.symlink(target, temp)
+    try:
+        os.replace(temp, link)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise
+    _fsync_dir(directory)
+
+
+class BootTree:
+    """Read and change the boot tree of one boot root. Callers hold :func:`deploy_lock` to change it."""
+
+    def __init__(self, boot_root: str) -> None:
+        self.root = os.path.abspath(boot_root)
+
+    # paths
+    def image_dir(self, image: str) -> str:
+        return os.path.join(self.root, IMAGES_DIR, image)
+
+    def version_dir(self, image: str, version: str) -> str:
+        return os.path.join(self.image_dir(image), version)
+
+    def served_link(self, image: str) -> str:
+        return os.path.join(self.root, image)
+
+    def previous_link(self, image: str) -> str:
+        return os.path.join(self.image_dir(image), PREVIOUS_LINK)
+
+    @staticmethod
+    def served_target(image: str, version: str) -> str:
+        return f"{IMAGES_DIR}/{image}/{version}"
+
+    # reading
+    def current(self, image: str) -> str | None:
+        """Version the served link points at, or None when there is no link yet."""
+        link = self.served_link(image)
+        try:
+            target = os.readlink(link)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            if exc.errno == errno.EINVAL:
+                raise BootlinkError(f"{link} exists and is not a symlink; bootlink manages it as a symlink to "
+                                    f"{IMAGES_DIR}/{image}/<version>: move it away and deploy again") from None
+            raise
+        prefix = f"{IMAGES_DIR}/{image}/"
+        if not target.startswith(prefix) or "/" in target[len(prefix):]:
+            raise BootlinkError(f"{link} points at {target!r}, not at {prefix}<version>; "
+                                "it was not made by bootlink: move it away and deploy again")
+        return target[len(prefix):]
+
+    def previous(self, image: str) -> str | None:
+        try:
+            target = os.readlink(self.previous_link(image))
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        return target if "/" not in target else None
+
+    def versions(self, image: str) -> list[VersionInfo]:
+        """Published versions, oldest first (by publish time)."""
+        found: list[VersionInfo] = []
+        try:
+            entries = list(os.scandir(self.image_dir(image)))
+        except FileNotFoundError:
+            return []
+        current, previous = self.current(image), self.previous(image)
+        for entry in entries:
+            if entry.name.startswith(".") or entry.name == PREVIOUS_LINK or not entry.is_dir(follow_symlinks=False):
+                continue
+            info = VersionInfo(entry.name, entry.path, entry.stat(follow_symlinks=False).st_mtime)
+            with contextlib.suppress(BootlinkError):
+                info.manifest = read_manifest(os.path.join(entry.path, MANIFEST_FILE))
+            if entry.name == current:
+                info.links.append(self.served_link(image))
+            if entry.name == previous:
+                info.links.append(self.previous_link(image))
+            found.append(info)
+        found.sort(key=lambda info: (info.published, info.name))
+        return found
+
+    def leftovers(self, image: str) -> list[str]:
+        """Temporary directories and links of interrupted runs."""
+        names: list[str] = []
+        for directory in (self.image_dir(image), self.root):
+            with contextlib.suppress(FileNotFoundError):
+                names.extend(os.path.join(directory, name) for name in os.listdir(directory)
+                             if name.startswith((PUBLISH_PREFIX, REMOVE_PREFIX))
+                             or (name.startswith(".") and ".new-" in name))
+        return sorted(names)
+
+    def check_complete(self, image: str, version: str) -> dict[str, Any]:
+        """Cheap completeness check of a published version (files present, sizes as in the manifest)."""
+        path = self.version_dir(image, version)
+        if not os.path.isdir(path):
+            known = ", ".join(v.name for v in self.versions(image)) or "none"
+            raise BootlinkError(f"image {image!r} has no published version {version!r} in {self.image_dir(image)} "
+                                f"(published: {known}); publish it first (state=present with src)")
+        manifest = read_manifest(os.path.join(path, MANIFEST_FILE))
+        sizes = {a["file"]: a.get("size") for a in manifest["artifacts"]}
+        for name in (KERNEL_FILE, INITRD_LINK):
+            if not os.path.isfile(os.path.join(path, name)):
+                raise BootlinkError(f"{path}/{name} is missing: the version is incomplete; remove it (state=absent) "
+                                    "and publish it again")
+        for name in os.listdir(path):
+            expected = sizes.get(name)
+            if isinstance(expected, int) and os.path.getsize(os.path.join(path, name)) != expected:
+                raise BootlinkError(f"{path}/{name}: size differs from the manifest; remove the version "
+                                    "(state=absent) and publish it again")
+        return manifest
+
+
+# --------------------------------------------------------------------------- publish
+
+
+def _copy_file(source: str, dest: str) -> None:
+    """Copy with the kernel's fast path and flush to disk before the caller verifies the copy."""
+    with open(source, "rb") as src, open(dest, "xb") as dst:
+        _copy_range(src, dst)
+        dst.flush()
+        os.fsync(dst.fileno())
+
+
+def _copy_range(src, dst) -> None:
+    size = os.fstat(src.fileno()).st_size
+    offset = 0
+    try:
+        while offset < size:
+            sent = os.copy_file_range(src.fileno(), dst.fileno(), min(size - offset, 1 << 30))
+            if sent == 0:
+                break
+            offset += sent
+    except OSError as exc:
+        if exc.errno not in (errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL) or offset:
+            raise
+        shutil.copyfileobj(src, dst, _CHUNK)
+        return
+    if offset < size:
+        raise OSError(errno.EIO, f"short copy of {src.name}")
+
+
+def _free_bytes(path: str) -> int:
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
+
+
+def _remove_tree(path: str) -> None:
+    """Rename away first (the version vanishes in one step), then delete."""
+    parent, name = os.path.split(path)
+    doomed = os.path.join(parent, f"{REMOVE_PREFIX}{name}-{uuid.uuid4().hex[:8]}")
+    os.rename(path, doomed)
+    shutil.rmtree(doomed, ignore_errors=True)
+
+
+def same_content(tree: BootTree, packed: PackedVersion) -> bool:
+    """True when the published version already holds exactly ``packed``'s files (by checksum list)."""
+    path = tree.version_dir(packed.image, packed.version)
+    try:
+        published = read_sums(os.path.join(path, SUMS_FILE))
+    except BootlinkError:
+        return False
+    wanted = {name: packed.sums[name] for name in packed.files if name in packed.sums}
+    return published == wanted and all(os.path.isfile(os.path.join(path, name)) for name in packed.files)
+
+
+def publish(tree: BootTree, packed: PackedVersion) -> bool:
+    """Copy ``packed`` to ``images/<image>/<version>`` via a temp dir on the same fs; True if published now.
+
+    Raises BootlinkError (leaving nothing behind) on a checksum mismatch, a full disk or an
+    unwritable boot root. The served link is not touched.
+    """
+    image, version = packed.image, packed.version
+    final = tree.version_dir(image, version)
+    if os.path.isdir(final):
+        if same_content(tree, packed):
+            return False
+        raise BootlinkError(
+            f"{final} already holds a different build of version {version!r} (SHA256SUMS differ); "
+            "versions are immutable: pack with a new version, or remove this one (state=absent) first")
+    image_dir = tree.image_dir(image)
+    try:
+        os.makedirs(image_dir, exist_ok=True)
+    except OSError as exc:
+        raise BootlinkError(f"cannot create {image_dir} ({exc.strerror}); check that boot root {tree.root} is "
+                            "writable") from None
+    needed = packed.payload_bytes()
+    free = _free_bytes(image_dir)
+    if needed > free:
+        raise BootlinkError(
+            f"not enough space to publish {image} {version} under {image_dir}: needs {needed / 2**20:.1f} MiB, "
+            f"{free / 2**20:.1f} MiB free; free space (state=absent for old versions, or a lower keep) and "
+            "deploy again. The served version is unchanged")
+    temp = os.path.join(image_dir, f"{PUBLISH_PREFIX}{version}-{uuid.uuid4().hex[:8]}")
+    try:
+        os.mkdir(temp, 0o755)
+        for name in packed.files:
+            if name == SUMS_FILE:
+                with open(os.path.join(temp, name), "x", encoding="utf-8") as handle:
+                    handle.write(packed.sums_text())
+                    handle.flush()
+                    os.fsync(handle.fileno())
+            else:
+                _copy_file(os.path.join(packed.path, name), os.path.join(temp, name))
+        _verify_copy(temp, packed)
+        os.symlink(packed.initrd, os.path.join(temp, INITRD_LINK))
+        if packed.squashfs:
+            os.symlink(packed.squashfs, os.path.join(temp, SQUASHFS_LINK))
+        _fsync_dir(temp)
+        os.rename(temp, final)  # the version appears complete, or not at all
+        os.utime(final)  # publish time orders versions for retention
+        _fsync_dir(image_dir)
+    except OSError as exc:
+        shutil.rmtree(temp, ignore_errors=True)
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise BootlinkError(
+                f"disk full while publishing {image} {version} to {image_dir} ({exc.strerror}); nothing was "
+                "published and the served version is unchanged: free space (state=absent for old versions, or a "
+                "lower keep) and deploy again") from None
+        if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+            raise BootlinkError(f"boot root {tree.root} is not writable ({exc.strerror}: {exc.filename}); "
+                                "fix its permissions or mount, then deploy again") from None
+        raise BootlinkError(f"publishing {image} {version} to {image_dir} failed: {exc}; "
+                            "the served version is unchanged") from None
+    except BaseException:
+        shutil.rmtree(temp, ignore_errors=True)
+        raise
+    return True
+
+
+def _verify_copy(directory: str, packed: PackedVersion) -> None:
+    """Hash every copied file as it is on disk now; refuse on any mismatch with SHA256SUMS."""
+    bad = []
+    for name in packed.files:
+        expected = packed.sums.get(name)
+        if expected is None:
+            continue
+        actual = sha256_file(os.path.join(directory, name))
+        if actual != expected:
+            bad.append(f"{name} (SHA256SUMS {expected[:12]}..., copy {actual[:12]}...)")
+    for artifact in packed.manifest["artifacts"]:
+        digest = artifact.get("sha256")
+        name = artifact["file"]
+        if digest and name in packed.sums and digest.lower() != packed.sums[name]:
+            bad.append(f"{name} (manifest.json and SHA256SUMS disagree)")
+    if bad:
+        raise BootlinkError(
+            f"checksum mismatch publishing {packed.image} {packed.version} from {packed.path}: {', '.join(bad)}; "
+            "nothing was published and the served links are unchanged: pack the image again")
+
+
+def verify_packed(packed: PackedVersion) -> None:
+    """Hash the source files (check mode: find a bad pack output without copying)."""
+    _verify_copy(packed.path, packed)
+
+
+# --------------------------------------------------------------------------- switch, retain, remove
+
+
+def switch(tree: BootTree, image: str, version: str) -> tuple[str | None, bool]:
+    """Point ``<boot_root>/<image>`` at ``version``; returns (old version, changed)."""
+    tree.check_complete(image, version)
+    old = tree.current(image)
+    if old == version:
+        return old, False
+    replace_symlink(tree.served_target(image, version), tree.served_link(image))
+    if old is not None and os.path.isdir(tree.version_dir(image, old)):
+        replace_symlink(old, tree.previous_link(image))
+    return old, True
+
+
+def rollback(tree: BootTree, image: str) -> tuple[str | None, str]:
+    """Switch back to the previous version; returns (old, new)."""
+    target = tree.previous(image)
+    current = tree.current(image)
+    if target is None or not os.path.isdir(tree.version_dir(image, target)):
+        raise BootlinkError(f"image {image!r} has no previous version to roll back to in {tree.image_dir(image)} "
+                            f"(current: {current or 'none'}); switch to a published version instead "
+                            "(state=switched, version=...)")
+    old, _changed = switch(tree, image, target)
+    return old, target
+
+
+def retention_victims(tree: BootTree, image: str, keep: int, protect: frozenset[str] = frozenset()) -> list[str]:
+    """Versions beyond the newest ``keep``, oldest first; never the current, previous or a ``protect``ed one."""
+    if keep < 1:
+        raise BootlinkError(f"keep must be at least 1, got {keep}")
+    names = [info.name for info in tree.versions(image)]
+    return plan_retention(names, keep, {tree.current(image), tree.previous(image), *protect})
+
+
+def plan_retention(names: list[str], keep: int, protected: set[str | None]) -> list[str]:
+    """Of ``names`` (oldest first), the ones to remove so at most ``keep`` remain, skipping ``protected``."""
+    surplus = len(names) - keep
+    victims: list[str] = []
+    for name in names:
+        if surplus <= 0:
+            break
+        if name in protected:
+            continue
+        victims.append(name)
+        surplus -= 1
+    return victims
+
+
+def remove_version(tree: BootTree, image: str, version: str, check_mode: bool = False) -> bool:
+    """Remove a published version no link points at; True if it existed."""
+    path = tree.version_dir(image, version)
+    if not os.path.isdir(path):
+        return False
+    for link, target in ((tree.served_link(image), tree.current(image)),
+                         (tree.previous_link(image), tree.previous(image))):
+        if target == version:
+            raise BootlinkError(f"version {version!r} of image {image!r} is in use: {link} points at it; "
+                                "switch or roll back to another version first")
+    if not check_mode:
+        _remove_tree(path)
+    return True
+
+
+def clean_leftovers(tree: BootTree, image: str) -> list[str]:
+    """Remove temp dirs/links of interrupted runs (call with the lock held)."""
+    removed = tree.leftovers(image)
+    for path in removed:
+        if os.path.islink(path) or not os.path.isdir(path):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+        else:
+            shutil.rmtree(path, ignore_errors=True)
+    return removed
+
+
+def check_writable(boot_root: str) -> None:
+    """Raise a clear error when the boot root cannot be created or written."""
+    probe = boot_root
+    while not os.path.exists(probe):
+        parent = os.path.dirname(probe)
+        if parent == probe:
+            break
+        probe = parent
+    if not os.path.isdir(probe):
+        raise BootlinkError(f"boot root {boot_root}: {probe} is not a directory; choose another boot root")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        reason = "read-only file system" if _read_only(probe) else "permission denied"
+        raise BootlinkError(f"boot root {boot_root} is not writable ({reason} on {probe}); fix its permissions or "
+                            "mount, or choose another boot root (hpc_stateless_boot_root)")
+
+
+def _read_only(path: str) -> bool:
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
+def is_symlink(path: str) -> bool:
+    try:
+        return stat.S_ISLNK(os.lstat(path).st_mode)
+    except FileNotFoundError:
+        return False
+
+
+# --------------------------------------------------------------------------- the module's whole job
+
+STATES = ("switched", "present", "rollback", "absent")
+
+
+def describe(tree: BootTree, image: str, current: str | None = None, previous: str | None = None,
+             versions: list[str] | None = None) -> str:
+    """Text of the links and versions of one image (the --diff before/after)."""
+    current = tree.current(image) if current is None else current
+    previous = tree.previous(image) if previous is None else previous
+    names = [info.name for info in tree.versions(image)] if versions is None else versions
+    lines = [
+        f"{tree.served_link(image)} -> " + (tree.served_target(image, current) if current else "(none)"),
+        f"{tree.previous_link(image)} -> " + (previous or "(none)"),
+        "published: " + (" ".join(names) or "(none)"),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def apply_state(params: dict[str, Any], check_mode: bool = False) -> dict[str, Any]:
+    """Do (or, in check mode, predict) what ``params`` ask for; the bootlink module's logic.
+
+    ``params``: boot_root, image, state, src, version, format, keep, lock_timeout.
+    Returns the module result (changed, current, previous, published, removed, versions, diff).
+    """
+    tree = BootTree(params["boot_root"])
+    image = check_name("image", params["image"])
+    state = params.get("state") or "switched"
+    if state not in STATES:
+        raise BootlinkError(f"state {state!r} is not one of {', '.join(STATES)}")
+    version = params.get("version")
+    if version is not None:
+        check_name("version", version)
+    keep = int(params.get("keep") or 3)
+    if keep < 1:
+        raise BootlinkError(f"keep must be at least 1, got {keep}")
+
+    packed = None
+    if params.get("src") and state in ("present", "switched"):
+        packed = load_packed(find_packed(params["src"], version), params.get("format"))
+        if packed.image != image:
+            raise BootlinkError(f"src {packed.path} holds image {packed.image!r}, not {image!r}; "
+                                "point src at the pack output of this image")
+        if version is not None and version != packed.version:
+            raise BootlinkError(f"version {version!r} differs from {packed.path}/{MANIFEST_FILE} "
+                                f"(version {packed.version!r}); drop version or pick the matching pack output")
+        version = packed.version
+        result_source = packed.path
+    else:
+        result_source = None
+    if state == "present" and packed is None:
+        raise BootlinkError("state=present needs src: the pack output directory of the version to publish")
+    if state == "switched" and version is None:
+        raise BootlinkError("state=switched needs src (publish and switch) or version (switch to a published one)")
+    if state == "absent" and version is None:
+        raise BootlinkError("state=absent needs version: the published version to remove")
+
+    old_current, old_previous = tree.current(image), tree.previous(image)
+    old_versions = [info.name for info in tree.versions(image)]
+    before = describe(tree, image, old_current or "", old_previous or "", old_versions)
+    result: dict[str, Any] = {"image": image, "boot_root": tree.root, "version": version, "source": result_source,
+                              "published": False, "switched": False, "removed": []}
+
+    if check_mode:
+        _predict(tree, image, state, packed, version, keep, result, old_current, old_previous, old_versions)
+    else:
+        check_writable(tree.root)
+        os.makedirs(tree.root, exist_ok=True)
+        with deploy_lock(tree.root, float(params.get("lock_timeout") or 0), f"bootlink {state} {image}"):
+            result["cleaned"] = clean_leftovers(tree, image)
+            _apply(tree, image, state, packed, version, keep, result)
+        result["current"], result["previous"] = tree.current(image), tree.previous(image)
+        result["versions"] = [info.as_dict() for info in tree.versions(image)]
+
+    new_versions = [v["version"] for v in result["versions"]] if not check_mode else result.pop("_names")
+    after = describe(tree, image, result["current"] or "", result["previous"] or "", new_versions)
+    result["changed"] = bool(result["published"] or result["switched"] or result["removed"])
+    result["diff"] = {"before": before, "after": after,
+                      "before_header": f"{tree.root} ({image})", "after_header": f"{tree.root} ({image})"}
+    result["old_current"] = old_current
+    return result
+
+
+def _apply(tree: BootTree, image: str, state: str, packed: PackedVersion | None, version: str | None,
+           keep: int, result: dict[str, Any]) -> None:
+    if packed is not None:
+        result["published"] = publish(tree, packed)
+    if state == "switched":
+        _old, result["switched"] = switch(tree, image, version)
+    elif state == "rollback":
+        _old, result["version"] = rollback(tree, image)
+        result["switched"] = True
+    elif state == "absent":
+        if remove_version(tree, image, version):
+            result["removed"].append(version)
+        return
+    for victim in retention_victims(tree, image, keep, frozenset({version} if version else ())):
+        remove_version(tree, image, victim)
+        result["removed"].append(victim)
+
+
+def _predict(tree: BootTree, image: str, state: str, packed: PackedVersion | None, version: str | None,
+             keep: int, result: dict[str, Any], current: str | None, previous: str | None,
+             names: list[str]) -> None:
+    names = list(names)
+    if packed is not None:
+        final = tree.version_dir(image, packed.version)
+        if os.path.isdir(final):
+            if not same_content(tree, packed):
+                raise BootlinkError(
+                    f"{final} already holds a different build of version {packed.version!r} (SHA256SUMS differ); "
+                    "versions are immutable: pack with a new version, or remove this one (state=absent) first")
+        else:
+            verify_packed(packed)
+            check_writable(tree.root)
+            result["published"] = True
+            names.append(packed.version)
+    new_current, new_previous = current, previous
+    if state == "switched":
+        if version not in names:
+            tree.check_complete(image, version)  # raises: not published
+        if version != current:
+            result["switched"] = True
+            new_current, new_previous = version, current or previous
+        if version in names and not result["published"]:
+            tree.check_complete(image, version)
+    elif state == "rollback":
+        if previous is None or previous not in names:
+            raise BootlinkError(f"image {image!r} has no previous version to roll back to in {tree.image_dir(image)} "
+                                f"(current: {current or 'none'}); switch to a published version instead "
+                                "(state=switched, version=...)")
+        tree.check_complete(image, previous)
+        result["version"] = previous
+        result["switched"] = True
+        new_current, new_previous = previous, current
+    elif state == "absent":
+        if version in names:
+            for link, target in ((tree.served_link(image), current), (tree.previous_link(image), previous)):
+                if target == version:
+                    raise BootlinkError(f"version {version!r} of image {image!r} is in use: {link} points at it; "
+                                        "switch or roll back to another version first")
+            result["removed"].append(version)
+            names.remove(version)
+    if state != "absent":
+        for name in plan_retention(names, keep, {new_current, new_previous, version}):
+            result["removed"].append(name)
+            names.remove(name)
+    result["current"], result["previous"] = new_current, new_previous
+    result["versions"] = [{"version": name} for name in names]
+    result["_names"] = names

@@ -1,0 +1,232 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026 hpc.stateless developers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: bootconfig
+short_description: Render pxelinux and iPXE boot entries for stateless nodes from inventory
+version_added: 0.1.0
+author: hpc.stateless developers
+description:
+  - Writes C(pxelinux.cfg/default) (one label per published image), C(pxelinux.cfg/01-<mac>) per node,
+    C(ipxe/boot.ipxe), C(ipxe/images/<image>.ipxe) and C(ipxe/nodes/<mac>.ipxe) under the boot root.
+  - Entries load C(<image>/vmlinuz) and C(<image>/initrd), the links M(hpc.stateless.bootlink) switches,
+    so serving another version needs no config change.
+  - "Kernel arguments: C(initrd=), C(rdinit=) for cpio images or the initrd's C(root=live:...) for squashfs,
+    C(ramdisk_size) at least the largest uncompressed size (C(manifest.json)) of every published or pending
+    version plus headroom, the serial console, C(ip=dhcp), then the image's C(kernel_args), then the node's.
+    A later C(key=value) replaces an earlier one."
+  - Writes only files whose content changes, each through a temporary file renamed into place; removes
+    per-node files it wrote earlier for nodes no longer listed. Files without its marker line are never touched.
+  - Holds the boot root's deploy lock while writing, like M(hpc.stateless.bootlink).
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
+    details: Shows up to O(diff_limit) changed files.
+  idempotent:
+    support: full
+options:
+  boot_root:
+    description: The TFTP/HTTP root of the boot tree.
+    type: path
+    required: true
+  images:
+    description: Image definitions, as C(hpc_stateless_images) (C(formats), C(kernel_args) are used).
+    type: dict
+    required: true
+  default_image:
+    description: Image of C(pxelinux.cfg/default), C(ipxe/boot.ipxe)'s fallback and of nodes without an image.
+      Defaults to the first image by name.
+    type: str
+  nodes:
+    description: Nodes with their own entries.
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      name:
+        description: Node name (inventory hostname).
+        type: str
+        required: true
+      mac:
+        description: MAC address(es) the node PXE-boots from (C(52:54:00:12:34:56), C(52-54-00-12-34-56) or bare hex).
+        type: raw
+        required: true
+      image:
+        description: Image the node boots (default O(default_image)).
+        type: str
+      kernel_args:
+        description: Extra kernel arguments of this node (string or list).
+        type: raw
+  pending_manifests:
+    description: C(manifest.json) files of versions about to be published, so C(ramdisk_size) covers them
+      before they are served.
+    type: list
+    elements: path
+    default: []
+  serial_console:
+    description: Serial console (C(ttyS<N>,<baud><parity><bits>)), also pxelinux's C(SERIAL); empty for none.
+    type: str
+    default: ttyS0,115200n8
+  ip:
+    description: Value of the C(ip=) kernel argument; empty to leave it out.
+    type: str
+    default: dhcp
+  rdinit:
+    description: Init program of cpio images (C(rdinit=)).
+    type: str
+    default: /sbin/init
+  ramdisk_headroom:
+    description: Percent added to the largest uncompressed size for C(ramdisk_size).
+    type: int
+    default: 10
+  ramdisk_round_mib:
+    description: C(ramdisk_size) is rounded up to a multiple of this many MiB, so most new versions change no file.
+    type: int
+    default: 256
+  boot_url:
+    description:
+      - URL of the boot root as booted nodes reach it, for example C(http://10.0.0.1/tftpboot). Required for
+        squashfs images (the initrd fetches C(<boot_url>/<image>/rootfs.squashfs)); iPXE scripts fetch kernel
+        and initrd from it when set (else relative to the script, over TFTP).
+    type: str
+    default: ""
+  prompt_timeout:
+    description: Tenths of a second C(pxelinux.cfg/default) waits at its prompt.
+    type: int
+    default: 30
+  ipappend:
+    description: pxelinux C(IPAPPEND) flags (2 adds C(BOOTIF=) with the boot NIC's MAC); 0 for none.
+    type: int
+    default: 2
+  remove_stale:
+    description: Remove per-node and per-image files this module wrote earlier that are no longer wanted.
+    type: bool
+    default: true
+  diff_limit:
+    description: Most changed files shown with C(--diff).
+    type: int
+    default: 20
+  lock_timeout:
+    description: Seconds to wait for another deploy's lock on the boot root before failing.
+    type: float
+    default: 60
+seealso:
+  - module: hpc.stateless.bootlink
+"""
+
+EXAMPLES = r"""
+- name: Render boot entries for every node of group compute (MACs from hostvars)
+  hpc.stateless.bootconfig:
+    boot_root: /srv/tftp
+    images: "{{ hpc_stateless_images }}"
+    default_image: compute
+    nodes: "{{ query('ansible.builtin.inventory_hostnames', 'compute') | map('extract', hostvars, 'hpc_stateless_boot_node') | list }}"
+
+- name: Render for two nodes, one with extra arguments
+  hpc.stateless.bootconfig:
+    boot_root: /srv/tftp
+    images:
+      compute:
+        formats: [cpio.zst]
+        kernel_args: quiet
+    nodes:
+      - name: n0001
+        mac: "52:54:00:00:00:01"
+      - name: n0002
+        mac: "52:54:00:00:00:02"
+        kernel_args: systemd.unit=rescue.target
+"""
+
+RETURN = r"""
+files:
+  description: Number of managed files.
+  returned: always
+  type: int
+written:
+  description: Files written (or that would be), relative to the boot root; at most 200 listed.
+  returned: always
+  type: list
+  elements: str
+written_count:
+  description: Number of files written.
+  returned: always
+  type: int
+removed:
+  description: Stale managed files removed; at most 200 listed.
+  returned: always
+  type: list
+  elements: str
+removed_count:
+  description: Number of stale files removed.
+  returned: always
+  type: int
+unchanged:
+  description: Files whose content was already right.
+  returned: always
+  type: int
+nodes:
+  description: Number of nodes rendered.
+  returned: always
+  type: int
+images:
+  description: Per image, the format, C(ramdisk_size) (KiB) and the pxelinux kernel arguments.
+  returned: always
+  type: dict
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.hpc.stateless.plugins.module_utils.bootconfig import render
+from ansible_collections.hpc.stateless.plugins.module_utils.bootlink import BootlinkError
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec=dict(
+            boot_root=dict(type="path", required=True),
+            images=dict(type="dict", required=True),
+            default_image=dict(type="str"),
+            nodes=dict(type="list", elements="dict", default=[], options=dict(
+                name=dict(type="str", required=True),
+                mac=dict(type="raw", required=True),
+                image=dict(type="str"),
+                kernel_args=dict(type="raw"),
+            )),
+            pending_manifests=dict(type="list", elements="path", default=[]),
+            serial_console=dict(type="str", default="ttyS0,115200n8"),
+            ip=dict(type="str", default="dhcp"),
+            rdinit=dict(type="str", default="/sbin/init"),
+            ramdisk_headroom=dict(type="int", default=10),
+            ramdisk_round_mib=dict(type="int", default=256),
+            boot_url=dict(type="str", default=""),
+            prompt_timeout=dict(type="int", default=30),
+            ipappend=dict(type="int", default=2),
+            remove_stale=dict(type="bool", default=True),
+            diff_limit=dict(type="int", default=20),
+            lock_timeout=dict(type="float", default=60.0),
+        ),
+        supports_check_mode=True,
+    )
+    params = dict(module.params)
+    if not module._diff:
+        params["diff_limit"] = 0
+    try:
+        result = render(params, check_mode=module.check_mode)
+    except BootlinkError as exc:
+        module.fail_json(msg=str(exc), boot_root=module.params["boot_root"])
+    diffs = result.pop("diff")
+    if module._diff:
+        result["diff"] = diffs
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,200 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026 hpc.stateless developers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: bootlink
+short_description: Publish packed image versions into a PXE boot tree and switch them atomically
+version_added: 0.1.0
+author: hpc.stateless developers
+description:
+  - Publishes one version written by M(hpc.stateless.pack) under C(<boot_root>/images/<image>/<version>/):
+    the files are copied into a temporary directory on the same file system, synced, checked against
+    C(SHA256SUMS) as they are on disk, and only then renamed into place.
+  - Serves a version by pointing the symlink C(<boot_root>/<image>) at C(images/<image>/<version>), so boot
+    entries name C(<image>/vmlinuz) and C(<image>/initrd) (and C(<image>/rootfs.squashfs)). The switch renames a
+    new symlink over the old one (C(rename(2))): the link is never missing, never points at a partial file, and
+    kernel and initrd always change together.
+  - The version served before becomes C(<boot_root>/images/<image>/previous); O(state=rollback) switches back to it.
+  - Keeps the newest O(keep) versions; the served and the previous version are never removed.
+  - Every change holds an exclusive C(flock) on C(<boot_root>/.hpc-stateless.lock), so two deploys cannot interleave.
+  - On any error (checksum mismatch, full disk, unwritable boot root, lock held) nothing is left behind and the served
+    links are unchanged.
+attributes:
+  check_mode:
+    support: full
+    details: Verifies the checksums of O(src) and reports what would be published, switched and removed.
+  diff_mode:
+    support: full
+    details: Shows the served and previous link targets and the published versions, before and after.
+  idempotent:
+    support: full
+options:
+  boot_root:
+    description: The TFTP/HTTP root of the boot tree. Created when missing.
+    type: path
+    required: true
+  image:
+    description: Image name, as in C(hpc_stateless_images).
+    type: str
+    required: true
+  state:
+    description:
+      - V(switched) publishes O(src) (when given) and serves it, or serves the already published O(version).
+      - V(present) publishes O(src) without serving it.
+      - V(rollback) serves the previous version again.
+      - V(absent) removes the published O(version); refused while a link points at it.
+    type: str
+    choices: [switched, present, rollback, absent]
+    default: switched
+  src:
+    description:
+      - Pack output to publish, on the host this runs on. Either a version directory (holding C(manifest.json),
+        C(SHA256SUMS), C(vmlinuz) and the artifacts), or the image directory above it; then O(version) picks the
+        version, or the newest (by C(created) in the manifest) is used.
+    type: path
+  version:
+    description:
+      - Version to publish, serve or remove. With O(src), it must match the manifest's C(version).
+    type: str
+  format:
+    description:
+      - Which packed format the boot entries load as C(initrd). Defaults to the first bootable artifact of the manifest.
+      - For V(squashfs), C(initrd) is the pack's C(initrd.img) and C(rootfs.squashfs) the squashfs.
+    type: str
+    choices: [cpio.zst, cpio.gz, cpio.xz, squashfs]
+  keep:
+    description: How many published versions of the image to keep (the served and previous ones always stay).
+    type: int
+    default: 3
+  lock_timeout:
+    description: Seconds to wait for another deploy's lock on the boot root before failing.
+    type: float
+    default: 60
+notes:
+  - Runs on the host that holds the boot root; O(src) must be readable there.
+  - The boot root's file system must support symlinks and C(rename(2)); TFTP servers must follow symlinks
+    (relative links stay inside a C(--secure) chroot).
+seealso:
+  - module: hpc.stateless.bootconfig
+"""
+
+EXAMPLES = r"""
+- name: Publish and serve the newest packed version of compute
+  hpc.stateless.bootlink:
+    boot_root: /srv/tftp
+    image: compute
+    src: build/images/compute
+    keep: 3
+
+- name: Publish a version without serving it yet
+  hpc.stateless.bootlink:
+    boot_root: /srv/tftp
+    image: compute
+    src: build/images/compute/1a2b3c4d5e6f
+    state: present
+
+- name: Go back to the version served before
+  hpc.stateless.bootlink:
+    boot_root: /srv/tftp
+    image: compute
+    state: rollback
+
+- name: Remove an old version
+  hpc.stateless.bootlink:
+    boot_root: /srv/tftp
+    image: compute
+    version: 0f1e2d3c4b5a
+    state: absent
+"""
+
+RETURN = r"""
+version:
+  description: The version published, served, rolled back to or removed.
+  returned: always
+  type: str
+  sample: 1a2b3c4d5e6f
+source:
+  description: The pack version directory O(src) resolved to.
+  returned: when O(src) is given
+  type: str
+current:
+  description: Version served after the task (C(<boot_root>/<image>) points at it).
+  returned: always
+  type: str
+old_current:
+  description: Version served before the task.
+  returned: always
+  type: str
+previous:
+  description: The rollback target after the task.
+  returned: always
+  type: str
+published:
+  description: A version directory was (or in check mode would be) created.
+  returned: always
+  type: bool
+switched:
+  description: The served link was (or would be) changed.
+  returned: always
+  type: bool
+removed:
+  description: Versions removed (by O(state=absent) or retention).
+  returned: always
+  type: list
+  elements: str
+cleaned:
+  description: Temporary files of interrupted earlier runs that were removed.
+  returned: when not in check mode
+  type: list
+  elements: str
+versions:
+  description: Published versions after the task, oldest first, with publish time, uncompressed size and the links
+    pointing at each.
+  returned: always
+  type: list
+  elements: dict
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.hpc.stateless.plugins.module_utils.bootlink import (
+    FORMATS,
+    STATES,
+    BootlinkError,
+    apply_state,
+)
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec=dict(
+            boot_root=dict(type="path", required=True),
+            image=dict(type="str", required=True),
+            state=dict(type="str", default="switched", choices=list(STATES)),
+            src=dict(type="path"),
+            version=dict(type="str"),
+            format=dict(type="str", choices=list(FORMATS)),
+            keep=dict(type="int", default=3),
+            lock_timeout=dict(type="float", default=60.0),
+        ),
+        required_if=[("state", "present", ("src",)), ("state", "absent", ("version",)),
+                     ("state", "switched", ("src", "version"), True)],
+        supports_check_mode=True,
+    )
+    try:
+        result = apply_state(module.params, check_mode=module.check_mode)
+    except BootlinkError as exc:
+        module.fail_json(msg=str(exc), image=module.params["image"], boot_root=module.params["boot_root"])
+    if not module._diff:
+        result.pop("diff")
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,171 @@
+"""Helpers of the deploy integration tests: a small bootable test image, pack-format output, qemu PXE boots.
+
+The test image is a real kernel (the host's /boot/vmlinuz-*, else the vmlinuz of a Debian
+linux-image package from the apt cache, else one downloaded with ``apt-get download``) and a
+tiny cpio initramfs of busybox-static whose /init prints a marker, /etc/image-release and
+/proc/cmdline to the serial console and powers off. It is written in the pack output format
+(manifest.json, SHA256SUMS) so bootlink treats it exactly like a packed image.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import os
+import re
+import shutil
+import stat
+import subprocess
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+CACHE = REPO / "build" / "test-cache" / "deploy"
+MARKER = "HPC-STATELESS-PXE-BOOTED"
+PXELINUX_DIRS = ("/usr/lib/PXELINUX", "/usr/lib/syslinux/modules/bios")
+
+INIT_SCRIPT = """#!/bin/busybox sh
+/bin/busybox mkdir -p /proc /sys
+/bin/busybox mount -t proc proc /proc
+echo "{marker} begin"
+/bin/busybox cat /etc/image-release
+echo "CMDLINE=$(/bin/busybox cat /proc/cmdline)"
+echo "{marker} end"
+/bin/busybox poweroff -f
+"""
+
+
+def _run(argv: list[str], **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, check=True, capture_output=True, **kwargs)
+
+
+def find_kernel() -> Path:
+    """A bootable x86_64 kernel (see module docstring); cached under build/test-cache."""
+    for candidate in sorted(glob.glob("/boot/vmlinuz-*"), reverse=True):
+        if os.access(candidate, os.R_OK):
+            return Path(candidate)
+    cached = sorted(CACHE.glob("vmlinuz-*"))
+    if cached:
+        return cached[-1]
+    CACHE.mkdir(parents=True, exist_ok=True)
+    debs = sorted(glob.glob("/var/cache/apt/archives/linux-image-[0-9]*.deb")) + \
+        sorted(glob.glob(str(CACHE / "linux-image-[0-9]*.deb")))
+    if not debs:
+        depends = _run(["apt-cache", "depends", "--important", "linux-image-amd64"], text=True).stdout
+        match = re.search(r"Depends: (linux-image-[0-9][^\s]*)", depends)
+        if not match:
+            raise RuntimeError("cannot find the kernel package linux-image-amd64 depends on (apt-cache depends)")
+        _run(["apt-get", "download", match.group(1)], cwd=CACHE)
+        debs = sorted(glob.glob(str(CACHE / "linux-image-[0-9]*.deb")))
+    unpack = CACHE / "unpack"
+    shutil.rmtree(unpack, ignore_errors=True)
+    unpack.mkdir()
+    tar = subprocess.Popen(["dpkg-deb", "--fsys-tarfile", debs[-1]], stdout=subprocess.PIPE)
+    _run(["tar", "-x", "-C", str(unpack), "--wildcards", "./boot/vmlinuz-*"], stdin=tar.stdout)
+    tar.wait()
+    kernel = sorted(unpack.glob("boot/vmlinuz-*"))[-1]
+    dest = CACHE / kernel.name
+    shutil.copyfile(kernel, dest)
+    shutil.rmtree(unpack, ignore_errors=True)
+    return dest
+
+
+def marker_initramfs(dest: Path, release: str) -> int:
+    """Write a zstd cpio initramfs (busybox + /init + /etc/image-release) to ``dest``; return its tree size."""
+    stage = dest.parent / (dest.name + ".stage")
+    shutil.rmtree(stage, ignore_errors=True)
+    for sub in ("bin", "sbin", "etc", "dev", "proc", "sys"):
+        (stage / sub).mkdir(parents=True)
+    shutil.copyfile("/bin/busybox", stage / "bin" / "busybox")
+    os.chmod(stage / "bin" / "busybox", 0o755)
+    (stage / "bin" / "sh").symlink_to("busybox")
+    (stage / "init").write_text(INIT_SCRIPT.format(marker=MARKER))
+    os.chmod(stage / "init", 0o755)
+    (stage / "sbin" / "init").symlink_to("../init")  # rdinit=/sbin/init, as for a packed systemd image
+    (stage / "etc" / "image-release").write_text(release)
+    if os.geteuid() == 0:
+        os.mknod(stage / "dev" / "console", 0o600 | stat.S_IFCHR, os.makedev(5, 1))
+    names = sorted(str(p.relative_to(stage)) for p in stage.rglob("*"))
+    cpio = subprocess.run(["cpio", "-o", "-H", "newc", "--quiet", "-R", "0:0"], cwd=stage,
+                          input=("\n".join(names) + "\n").encode(), capture_output=True, check=True).stdout
+    size = sum(p.lstat().st_size for p in stage.rglob("*") if p.is_file() and not p.is_symlink())
+    dest.write_bytes(subprocess.run(["zstd", "-q", "-3", "-c"], input=cpio, capture_output=True, check=True).stdout)
+    shutil.rmtree(stage)
+    return size
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write_pack(output_dir: Path, image: str, version: str, kernel: Path, created: str = "2026-01-01T00:00:00Z",
+               uncompressed_size: int | None = None) -> Path:
+    """A version directory in the pack output format holding the marker image; returns it."""
+    directory = output_dir / image / version
+    directory.mkdir(parents=True)
+    release = (f"IMAGE={image}\nVERSION={version}\nLAYER=test\nLAYER_KEY={'0' * 64}\n"
+               f"BUILD_TIME={created}\n")
+    artifact = directory / f"{image}.cpio.zst"
+    tree = marker_initramfs(artifact, release)
+    shutil.copyfile(kernel, directory / "vmlinuz")
+    files = ["vmlinuz", artifact.name]
+    (directory / "SHA256SUMS").write_text("".join(f"{sha256(directory / n)}  {n}\n" for n in files))
+    manifest = {
+        "image": image, "version": version, "created": created, "layer": "test",
+        "layer_keys": {"test": "0" * 64},
+        "kernel": {"file": "vmlinuz", "version": kernel.name.removeprefix("vmlinuz-")},
+        "artifacts": [{"file": artifact.name, "format": "cpio.zst", "size": artifact.stat().st_size,
+                       "sha256": sha256(artifact)}],
+        "uncompressed_size": uncompressed_size if uncompressed_size is not None else tree,
+        "packages": [{"name": "busybox-static", "version": "test"}],
+    }
+    (directory / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    return directory
+
+
+def install_pxelinux(boot_root: Path) -> None:
+    """Copy pxelinux.0 and ldlinux.c32 (Debian pxelinux + syslinux-common) into ``boot_root``."""
+    for name in ("pxelinux.0", "ldlinux.c32"):
+        for directory in PXELINUX_DIRS:
+            if os.path.isfile(os.path.join(directory, name)):
+                shutil.copyfile(os.path.join(directory, name), boot_root / name)
+                break
+        else:
+            raise RuntimeError(f"{name} not found in {PXELINUX_DIRS}: apt-get install pxelinux syslinux-common")
+
+
+def pxe_boot(boot_root: Path, mac: str, log: Path, bootfile: str = "pxelinux.0", timeout: float = 180.0,
+             memory_mib: int = 512) -> tuple[str, float]:
+    """Boot a qemu TCG guest over PXE from ``boot_root`` (qemu's built-in TFTP); return (console, seconds).
+
+    The guest is killed at ``timeout``; the console text is returned either way.
+    """
+    argv = ["qemu-system-x86_64", "-accel", "tcg", "-m", str(memory_mib), "-nodefaults", "-no-reboot",
+            "-display", "none", "-serial", f"file:{log}", "-boot", "n",
+            "-netdev", f"user,id=n0,tftp={boot_root},bootfile={bootfile}",
+            "-device", f"e1000,netdev=n0,mac={mac}"]
+    start = time.monotonic()
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        while proc.poll() is None and time.monotonic() - start < timeout:
+            if log.exists() and f"{MARKER} end" in log.read_text(errors="replace"):
+                proc.wait(timeout=20)  # poweroff -f follows the marker
+                break
+            time.sleep(0.2)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+    seconds = time.monotonic() - start
+    return (log.read_text(errors="replace") if log.exists() else ""), seconds
+
+
+def release_of(console: str) -> dict[str, str]:
+    """KEY=value lines the marker init printed between its markers."""
+    block = console.split(f"{MARKER} begin", 1)[-1].split(f"{MARKER} end", 1)[0]
+    return dict(line.strip().split("=", 1) for line in block.splitlines() if "=" in line)
