@@ -8,7 +8,8 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export ANSIBLE_FORCE_COLOR ?= 0
 export PYTHONPATH := $(CURDIR)/.collections
 export BUILDAH_ISOLATION ?= chroot
-SANITY_ROOT := $(CURDIR)/build/sanity/ansible_collections/hpc/stateless
+# Outside the checkout: inside it, ansible-test would see build/ as git-ignored and skip everything.
+SANITY_ROOT := /tmp/hpc-stateless-sanity/ansible_collections/hpc/stateless
 
 .PHONY: help setup image build test unit lint sanity integration collection molecule bench clean
 

@@ -9,6 +9,7 @@ cd "$repo"
 host_packages=(
   buildah podman systemd-container debootstrap squashfs-tools cpio zstd pigz
   qemu-system-x86 git rsync fuse-overlayfs uidmap
+  dnf zypper rpm createrepo-c gpg gpg-agent
 )
 
 step() { printf '==> %s\n' "$*"; }
@@ -47,6 +48,21 @@ if [[ "$(readlink "$link" 2>/dev/null)" != "$repo" ]]; then
   step "linking collection at $link"
   mkdir -p "$(dirname "$link")"
   ln -sfn "$repo" "$link"
+fi
+
+# ansible-test --venv downloads a get-pip script from a host this machine cannot reach;
+# give it our stand-in (same interface) under the name it caches the download as.
+pip_version="$(.venv/bin/python - <<'PY'
+import re, pathlib, ansible_test
+text = pathlib.Path(ansible_test.__file__).parent.joinpath("_internal/python_requirements.py").read_text()
+print(re.search(r"pip='([0-9.]+)'", text).group(1))
+PY
+)"
+get_pip="$HOME/.ansible/test/cache/get_pip_${pip_version//./_}.py"
+if ! cmp -s scripts/ansible_test_get_pip.py "$get_pip"; then
+  step "installing the ansible-test pip bootstrap for pip $pip_version"
+  mkdir -p "$(dirname "$get_pip")"
+  cp scripts/ansible_test_get_pip.py "$get_pip"
 fi
 
 step "set-up complete"

@@ -16,20 +16,10 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-# distro -> tool family. layer_graph.SUPPORTED_DISTROS holds the same content.
-DISTRO_FAMILIES: dict[str, str] = {
-    "debian": "debootstrap",
-    "ubuntu": "debootstrap",
-    "rocky": "dnf",
-    "almalinux": "dnf",
-    "centos": "dnf",
-    "rhel": "dnf",
-    "fedora": "dnf",
-    "ol": "dnf",
-    "opensuse-leap": "zypper",
-    "opensuse-tumbleweed": "zypper",
-    "sles": "zypper",
-}
+from ansible_collections.hpc.stateless.plugins.module_utils.layer_graph import SUPPORTED_DISTROS
+
+# distro -> tool family; the single source is layer_graph.SUPPORTED_DISTROS.
+DISTRO_FAMILIES: dict[str, str] = SUPPORTED_DISTROS
 
 DEFAULT_MIRRORS: dict[str, str] = {
     "debian": "http://deb.debian.org/debian",
@@ -60,6 +50,17 @@ RPMDB_PATHS: dict[str, str] = {
     "sles": "/usr/lib/sysimage/rpm",
 }
 DEFAULT_RPMDB_PATH = "/var/lib/rpm"
+
+# dnf prefixes --installroot to the cache directory its repository persistor
+# uses, and zypper prefixes --root to its installed-system solv cache and key
+# cache, even when the cache directory is given on the command line. So a
+# little tool state about the host cache lands at <path>/<cache_dir>; the
+# module removes these entries after the bootstrap, so no host cache path
+# ends up in the image. Relative to <cache_dir>.
+CACHE_STATE_IN_ROOT: dict[str, tuple[str, ...]] = {
+    "dnf": ("expired_repos.json", "last_makecache"),
+    "zypper": ("solv/@System", "pubkeys"),
+}
 
 REPO_ID = "hpc-stateless-base"
 RECORD_RELPATH = "var/lib/hpc-stateless/rootfs.json"
@@ -144,6 +145,12 @@ def rpmdb_path(distro: str) -> str:
 def rpm_macros(distro: str) -> str:
     """Return an ~/.rpmmacros body that puts the rpm database where the image expects it."""
     return f"%_dbpath {rpmdb_path(distro)}\n"
+
+
+def cache_state_in_root(spec: BootstrapSpec) -> list[str]:
+    """Return the paths below `spec.path` where the tool leaves state about the host cache directory."""
+    shadow = os.path.join(spec.path, spec.cache_dir.lstrip("/"))
+    return [os.path.join(shadow, entry) for entry in CACHE_STATE_IN_ROOT.get(spec.family, ())]
 
 
 def _as_file_url(location: str) -> str:

@@ -25,13 +25,17 @@ description:
   - If the bootstrap command fails, no record is written and O(path) is left as is for inspection.
 attributes:
   check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: Runs no command; returns the command lines that would run in RV(cmd) and RV(commands).
   diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: full
     details: Before and after are the bootstrap records.
   idempotent:
+    description: When run twice in a row outside check mode, with the same arguments, the second invocation indicates no change.
     support: full
+    details: A rerun with the same options finds the bootstrap record and runs nothing.
 options:
   path:
     description: Directory to bootstrap into; created if missing. Must not be C(/).
@@ -94,6 +98,8 @@ options:
         --import) (needs the C(rpm) binary), so exactly this key is trusted.
       - Without it, debootstrap uses its default keyring; dnf and zypper then fail on signed packages
         whose key is not yet trusted.
+      - zypper with O(gpg_check) also verifies the repository metadata, so the repository must have a
+        C(repodata/repomd.xml.asc) made with this key, as openSUSE and SUSE repositories do.
     type: path
   gpg_check:
     description: Verify signatures. V(false) passes C(--no-check-gpg), C(--nogpgcheck) or C(--no-gpg-checks).
@@ -114,6 +120,9 @@ notes:
   - Needs root. The tool must be installed on the build host (Debian packages C(debootstrap), C(dnf), C(zypper)).
   - For dnf and zypper on a Debian build host the rpm database is placed where the target's rpm
     expects it (C(/var/lib/rpm), or C(/usr/lib/sysimage/rpm) for Fedora and SUSE).
+  - dnf and zypper write a little state about O(cache_dir) below O(path) (C(expired_repos.json),
+    the installed-system solv cache); the module removes it after the bootstrap, with the directories
+    made only for it, so the image holds no build host cache path.
 seealso:
   - module: hpc.stateless.layer
 """
@@ -197,11 +206,13 @@ from ansible_collections.hpc.stateless.plugins.module_utils.rootfs_bootstrap imp
     BootstrapSpec,
     bootstrap_commands,
     bootstrap_record,
+    cache_state_in_root,
     parse_tool_version,
     record_differences,
     required_binaries,
     resolve_mirror,
     rpm_macros,
+    rpmdb_path,
 )
 
 OUTPUT_TAIL_LINES = 40
@@ -280,6 +291,9 @@ class RootfsBootstrap:
         self.force: bool = module.params["force"]
         try:
             self.spec = spec_from_params(module.params)
+            # Builds the command lines once, so an unsupported combination (arch with zypper) fails
+            # here with its message, before anything is read or run.
+            bootstrap_commands(self.spec)
         except ValueError as exc:
             module.fail_json(msg=str(exc))
         self.record_path = os.path.join(self.spec.path, RECORD_RELPATH)
@@ -364,6 +378,36 @@ class RootfsBootstrap:
         rc, out, err = self.module.run_command([binary, "--version"], environ_update=environ)
         return parse_tool_version(out or err) if rc == 0 else None
 
+    def remove_cache_state(self) -> None:
+        """Remove the tool's state about the host cache from the root, and the directories made only for it."""
+        for target in cache_state_in_root(self.spec):
+            if os.path.isdir(target) and not os.path.islink(target):
+                shutil.rmtree(target)
+            elif os.path.lexists(target):
+                os.unlink(target)
+            else:
+                continue
+            self.prune_empty_parents(os.path.dirname(target))
+
+    def prune_empty_parents(self, directory: str) -> None:
+        """Remove empty directories from `directory` up, stopping at `path` or at one a package owns."""
+        root = self.spec.path.rstrip("/")
+        while (directory.startswith(root + "/") and os.path.isdir(directory) and not os.path.islink(directory)
+               and not os.listdir(directory) and not self.owned_by_package(directory)):
+            os.rmdir(directory)
+            directory = os.path.dirname(directory)
+
+    def owned_by_package(self, directory: str) -> bool:
+        """Tell whether a package in the new root owns `directory`; True when rpm cannot tell (keep it)."""
+        rpm = self.module.get_bin_path("rpm")
+        if not rpm:
+            return True
+        inside = "/" + os.path.relpath(directory, self.spec.path)
+        rc, _out, _err = self.module.run_command(
+            [rpm, f"--root={self.spec.path}", f"--dbpath={rpmdb_path(self.spec.distro)}", "-qf", inside],
+            environ_update=C_LOCALE)
+        return rc == 0
+
     def write_record(self, record: dict[str, Any]) -> None:
         """Write the record atomically (temp file in the same directory, then rename)."""
         directory = os.path.dirname(self.record_path)
@@ -403,6 +447,7 @@ class RootfsBootstrap:
             out = ""
             for argv in commands:
                 out, err = self.run(argv, environ)
+        self.remove_cache_state()
         record = bootstrap_record(spec, tool_version=version)
         self.write_record(record)
         self.result.update(record=record, stdout_lines=tail(out), diff={"before": existing or {}, "after": record})

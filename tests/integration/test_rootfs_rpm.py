@@ -1,0 +1,321 @@
+"""The rootfs module's EL (dnf) and SUSE (zypper) paths, run for real against a local RPM repository.
+
+The test builds its own repository: two noarch packages made with rpmbuild, signed with a
+throw-away gpg key, indexed with createrepo_c, with a signed repomd.xml as zypper expects.
+``hpc-test-release`` ships /etc/hpc-test-release and requires the capability
+``hpc-test-base-marker``, which only ``hpc-test-base`` provides, so the tool must resolve a
+dependency. ``hpc-test-base`` also owns the top directory of the host cache path (``/tmp``
+under pytest), so the module's removal of the tools' state about the host cache from the root
+must stop at a directory a package owns.
+
+The module runs as a script (``python -m``), the way Ansible's module debugging runs it,
+with Debian's real dnf, zypper and rpm. Needs root (dnf and rpm chown files in the root).
+No fakes.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from ansible_collections.hpc.stateless.plugins.module_utils.rootfs_bootstrap import RECORD_RELPATH, rpmdb_path
+
+REPO = Path(__file__).resolve().parents[2]
+TOOLS = {"rpmbuild": "rpm", "rpmsign": "rpm", "rpm": "rpm", "createrepo_c": "createrepo-c", "gpg": "gpg",
+         "dnf": "dnf", "zypper": "zypper"}
+RELEASE_TEXT = "hpc test release 1.0\n"
+ALL_PACKAGES = ["gpg-pubkey", "hpc-test-base", "hpc-test-release"]
+
+_missing = sorted({package for tool, package in TOOLS.items() if not shutil.which(tool)})
+pytestmark = [
+    pytest.mark.skipif(bool(_missing), reason=f"needs the Debian packages {', '.join(_missing)} (scripts/setup.sh)"),
+    pytest.mark.skipif(os.geteuid() != 0, reason="dnf --installroot and zypper --root need root"),
+]
+
+SPEC = """\
+Name: {name}
+Version: 1.0
+Release: 1
+Summary: hpc.stateless rootfs test package
+License: GPL-3.0-or-later
+BuildArch: noarch
+{deps}
+
+%description
+Test package built by tests/integration/test_rootfs_rpm.py.
+
+%install
+{install}
+
+%files
+{files}
+"""
+
+
+@dataclass(frozen=True)
+class RpmRepo:
+    dir: Path
+    url: str
+    key: Path
+    other_key: Path
+    cache_top: str  # the directory hpc-test-base owns: the top of every host path under pytest's basetemp
+
+
+def _run(argv: list[str], env: dict[str, str], cwd: Path | None = None) -> str:
+    proc = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, check=False, timeout=60)
+    assert proc.returncode == 0, f"{' '.join(argv)} failed ({proc.returncode}): {proc.stdout}{proc.stderr}"
+    return proc.stdout
+
+
+def _gen_key(home: Path, email: str, env: dict[str, str]) -> Path:
+    home.mkdir(mode=0o700)
+    _run(["gpg", "--homedir", str(home), "--batch", "--passphrase", "", "--quick-gen-key",
+          f"HPC Test <{email}>", "rsa2048", "sign", "never"], env)
+    key = home.parent / f"{email}.asc"
+    key.write_text(_run(["gpg", "--homedir", str(home), "--armor", "--export", email], env))
+    return key
+
+
+def _build_rpm(top: Path, name: str, deps: str, files: dict[str, str], dirs: list[str], env: dict[str, str]) -> Path:
+    """Build one noarch package shipping `files` ({path: content}) and owning the directories `dirs`."""
+    made = sorted({os.path.dirname(path) for path in files} | set(dirs))
+    install = [f"mkdir -p %{{buildroot}}{directory}" for directory in made]
+    install += [f"printf '%s' '{content}' > %{{buildroot}}{path}" for path, content in files.items()]
+    top.mkdir(exist_ok=True)
+    spec = top / f"{name}.spec"
+    spec.write_text(SPEC.format(name=name, deps=deps, install="\n".join(install),
+                                files="\n".join([f"%dir {d}" for d in dirs] + list(files))))
+    _run(["rpmbuild", "--nodeps", "--define", f"_topdir {top}", "-bb", str(spec)], env)
+    return top / "RPMS" / "noarch" / f"{name}-1.0-1.noarch.rpm"
+
+
+@pytest.fixture(scope="module")
+def rpm_repo(tmp_path_factory):
+    """A signed local repository, also served over HTTP on 127.0.0.1; gpg agents stopped after."""
+    work = tmp_path_factory.mktemp("rpmrepo")
+    home = work / "home"  # HOME for rpmbuild, rpmsign, gpg: no user macros or ~/.rpmdb involved
+    home.mkdir()
+    env = {**os.environ, "HOME": str(home), "LC_ALL": "C"}
+    gnupg, other = work / "gnupg", work / "gnupg-other"
+    key = _gen_key(gnupg, "hpc-test@example.invalid", env)
+    other_key = _gen_key(other, "other@example.invalid", env)
+    cache_top = "/" + Path(tmp_path_factory.getbasetemp()).resolve().parts[1]
+    try:
+        top = work / "rpmbuild"
+        rpms = [
+            _build_rpm(top, "hpc-test-base", "Provides: hpc-test-base-marker = 1.0",
+                       {"/usr/share/hpc-test/base": "base\n"}, [cache_top], env),
+            _build_rpm(top, "hpc-test-release", "Requires: hpc-test-base-marker",
+                       {"/etc/hpc-test-release": RELEASE_TEXT}, [], env),
+        ]
+        repo = work / "repo"
+        repo.mkdir()
+        for rpm in rpms:
+            shutil.copy(rpm, repo)
+        _run(["rpmsign", "--define", f"__gpg {shutil.which('gpg')}", "--define", f"_gpg_path {gnupg}",
+              "--define", "_gpg_name hpc-test@example.invalid", "--addsign",
+              *sorted(str(p) for p in repo.glob("*.rpm"))], env)
+        _run(["createrepo_c", "--quiet", str(repo)], env)
+        _run(["gpg", "--homedir", str(gnupg), "--batch", "--yes", "--detach-sign", "--armor",
+              "-u", "hpc-test@example.invalid", str(repo / "repodata" / "repomd.xml")], env)
+
+        handler = functools.partial(_QuietHandler, directory=str(repo))
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            yield RpmRepo(repo, f"http://127.0.0.1:{server.server_address[1]}/", key, other_key, cache_top)
+        finally:
+            server.shutdown()
+            server.server_close()
+    finally:
+        for homedir in (gnupg, other):
+            subprocess.run(["gpgconf", "--homedir", str(homedir), "--kill", "gpg-agent"], env=env,
+                           capture_output=True, check=False)
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format, *args):  # noqa: A002 - signature of the base class
+        pass
+
+
+def run_rootfs(args: dict, tmp_path: Path) -> tuple[dict, int]:
+    """Run the module file as a script with `args`; return (result, exit code)."""
+    args_file = tmp_path / f"args-{len(list(tmp_path.glob('args-*')))}.json"
+    args_file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
+    env = {**os.environ, "PYTHONPATH": str(REPO / ".collections")}
+    proc = subprocess.run([sys.executable, "-m", "ansible_collections.hpc.stateless.plugins.modules.rootfs",
+                           str(args_file)], capture_output=True, text=True, env=env, check=False, timeout=120)
+    try:
+        return json.loads(proc.stdout), proc.returncode
+    except ValueError:
+        raise AssertionError(f"module printed no JSON (rc={proc.returncode}): {proc.stdout}{proc.stderr}") from None
+
+
+def installed(root: Path, distro: str) -> list[str]:
+    """Package names in the root's rpm database, read where the target distro's rpm reads it."""
+    out = _run(["rpm", f"--root={root}", f"--dbpath={rpmdb_path(distro)}", "-qa", "--qf", "%{NAME}\n"],
+               {**os.environ, "HOME": str(root), "LC_ALL": "C"})
+    return sorted(out.split())
+
+
+def stored_record(root: Path) -> dict:
+    return json.loads((root / RECORD_RELPATH).read_text(encoding="utf-8"))
+
+
+def snapshot(root: Path) -> dict[str, tuple[int, int]]:
+    return {str(p.relative_to(root)): (p.lstat().st_mtime_ns, p.lstat().st_size) for p in root.rglob("*")}
+
+
+def tool_version(tool: str) -> str:
+    return _run([tool, "--version"], {**os.environ, "LC_ALL": "C"}).splitlines()[0].split()[-1]
+
+
+def assert_no_host_cache_path(root: Path, cache: Path, cache_top: str) -> None:
+    """The tools' state about the host cache was removed, up to the directory hpc-test-base owns."""
+    assert not (root / str(cache).lstrip("/")).exists()
+    kept = root / cache_top.lstrip("/")
+    assert kept.is_dir() and os.listdir(kept) == []
+
+
+# --- dnf (EL family) -------------------------------------------------------------------------
+
+def test_dnf_signed_over_http_then_rerun(rpm_repo, tmp_path):
+    root, cache = tmp_path / "root", tmp_path / "cache"
+    args = {"path": str(root), "distro": "rocky", "release": "9", "mirror": rpm_repo.url,
+            "keyring": str(rpm_repo.key), "packages": ["hpc-test-release"], "cache_dir": str(cache)}
+    result, code = run_rootfs(args, tmp_path)
+    assert code == 0, result.get("msg")
+    assert result["changed"] is True
+    assert (root / "etc" / "hpc-test-release").read_text() == RELEASE_TEXT
+    assert rpmdb_path("rocky") == "/var/lib/rpm"
+    assert (root / "var" / "lib" / "rpm" / "rpmdb.sqlite").is_file()
+    assert installed(root, "rocky") == ALL_PACKAGES  # the key was imported into the new root
+    assert stored_record(root) == result["record"]
+    assert result["record"]["tool_version"] == tool_version("dnf")
+    assert result["record"]["packages"] == ["hpc-test-release"]
+    # keepcache: the downloaded packages stay in the host cache for the next build.
+    assert sorted(p.name for p in cache.glob("*/packages/*.rpm")) == [
+        "hpc-test-base-1.0-1.noarch.rpm", "hpc-test-release-1.0-1.noarch.rpm"]
+    assert_no_host_cache_path(root, cache, rpm_repo.cache_top)
+    assert "Complete!" in result["stdout_lines"]
+
+    before = snapshot(root)
+    again, code = run_rootfs(args, tmp_path)
+    assert (code, again["changed"], again["commands"]) == (0, False, [])
+    assert again["record"] == result["record"]
+    assert snapshot(root) == before
+
+
+def test_dnf_refuses_packages_signed_with_another_key(rpm_repo, tmp_path):
+    root = tmp_path / "root"
+    result, code = run_rootfs({"path": str(root), "distro": "almalinux", "release": "9", "mirror": str(rpm_repo.dir),
+                               "keyring": str(rpm_repo.other_key), "packages": ["hpc-test-release"],
+                               "cache_dir": str(tmp_path / "cache")}, tmp_path)
+    assert code == 1
+    assert result["msg"].startswith("bootstrap command failed (rc=1): ")
+    assert any(line.startswith("Public key for hpc-test-") and "is not installed" in line
+               for line in result["stderr_lines"])
+    assert not (root / RECORD_RELPATH).exists()
+    assert not (root / "etc" / "hpc-test-release").exists()
+
+
+def test_dnf_force_rebootstraps_and_never_wipes_across_a_mount(rpm_repo, tmp_path):
+    root, cache = tmp_path / "root", tmp_path / "cache"
+    args = {"path": str(root), "distro": "rocky", "release": "9", "mirror": str(rpm_repo.dir), "gpg_check": False,
+            "packages": ["hpc-test-release"], "cache_dir": str(cache)}
+    first, code = run_rootfs(args, tmp_path)
+    assert code == 0, first.get("msg")
+    assert installed(root, "rocky") == ["hpc-test-base", "hpc-test-release"]  # no key without gpg_check
+    assert "--nogpgcheck" in first["cmd"]
+
+    smaller = {**args, "packages": ["hpc-test-base"]}
+    refused, code = run_rootfs(smaller, tmp_path)
+    assert code == 1
+    assert refused["differing_keys"] == ["packages"]
+    assert installed(root, "rocky") == ["hpc-test-base", "hpc-test-release"]
+
+    mountpoint = root / "mnt-below"
+    mountpoint.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "none", str(mountpoint)], capture_output=True, check=False).returncode == 0:
+        try:
+            (mountpoint / "precious").write_text("x")
+            blocked, code = run_rootfs({**smaller, "force": True}, tmp_path)
+            assert code == 1
+            assert blocked["msg"] == (f"refusing to wipe {root}: file systems are mounted below it ({mountpoint}); "
+                                      "unmount them first.")
+            assert (mountpoint / "precious").read_text() == "x"
+        finally:
+            subprocess.run(["umount", str(mountpoint)], check=True)
+    (root / "stray.txt").write_text("stray")
+
+    forced, code = run_rootfs({**smaller, "force": True}, tmp_path)
+    assert code == 0, forced.get("msg")
+    assert forced["changed"] is True
+    assert forced["diff"]["before"]["packages"] == ["hpc-test-release"]
+    assert installed(root, "rocky") == ["hpc-test-base"]
+    assert not (root / "etc" / "hpc-test-release").exists()
+    assert not (root / "stray.txt").exists() and not mountpoint.exists()
+    assert stored_record(root)["packages"] == ["hpc-test-base"]
+
+
+# --- zypper (SUSE family) --------------------------------------------------------------------
+
+def test_zypper_signed_local_dir_then_rerun(rpm_repo, tmp_path):
+    root, cache = tmp_path / "root", tmp_path / "cache"
+    args = {"path": str(root), "distro": "opensuse-leap", "release": "15.6", "mirror": str(rpm_repo.dir),
+            "keyring": str(rpm_repo.key), "packages": ["hpc-test-release"], "cache_dir": str(cache)}
+    result, code = run_rootfs(args, tmp_path)
+    assert code == 0, result.get("msg")
+    assert [argv[1] for argv in result["commands"]] == [f"--root={root}"] * 3
+    assert result["commands"][0][2:] == ["--import", str(rpm_repo.key)]
+    assert (root / "etc" / "hpc-test-release").read_text() == RELEASE_TEXT
+    assert rpmdb_path("opensuse-leap") == "/usr/lib/sysimage/rpm"
+    assert (root / "usr" / "lib" / "sysimage" / "rpm" / "rpmdb.sqlite").is_file()
+    assert installed(root, "opensuse-leap") == ALL_PACKAGES
+    assert stored_record(root) == result["record"]
+    assert result["record"]["tool_version"] == tool_version("zypper")
+    repo_file = (root / "etc" / "zypp" / "repos.d" / "hpc-stateless-base.repo").read_text()
+    assert f"baseurl=file:{rpm_repo.dir}\n" in repo_file and "gpgcheck=1\n" in repo_file
+    assert sorted(p.name for p in (cache / "packages" / "hpc-stateless-base").glob("*.rpm")) == [
+        "hpc-test-base-1.0-1.noarch.rpm", "hpc-test-release-1.0-1.noarch.rpm"]
+    assert (cache / "raw" / "hpc-stateless-base" / "repodata" / "repomd.xml").is_file()
+    assert_no_host_cache_path(root, cache, rpm_repo.cache_top)
+
+    before = snapshot(root)
+    again, code = run_rootfs(args, tmp_path)
+    assert (code, again["changed"], again["commands"]) == (0, False, [])
+    assert snapshot(root) == before
+
+
+def test_zypper_unsigned_check_over_http(rpm_repo, tmp_path):
+    root = tmp_path / "root"
+    result, code = run_rootfs({"path": str(root), "distro": "sles", "release": "15.6", "mirror": rpm_repo.url,
+                               "gpg_check": False, "packages": ["hpc-test-release"],
+                               "cache_dir": str(tmp_path / "cache")}, tmp_path)
+    assert code == 0, result.get("msg")
+    assert "--no-gpg-checks" in result["cmd"]
+    assert installed(root, "sles") == ["hpc-test-base", "hpc-test-release"]
+    assert "gpgcheck=0\n" in (root / "etc" / "zypp" / "repos.d" / "hpc-stateless-base.repo").read_text()
+
+
+def test_zypper_refuses_metadata_signed_with_another_key(rpm_repo, tmp_path):
+    root = tmp_path / "root"
+    result, code = run_rootfs({"path": str(root), "distro": "opensuse-leap", "release": "15.6",
+                               "mirror": str(rpm_repo.dir), "keyring": str(rpm_repo.other_key),
+                               "packages": ["hpc-test-release"], "cache_dir": str(tmp_path / "cache")}, tmp_path)
+    assert code == 1
+    assert result["msg"].startswith("bootstrap command failed (rc=104): ")
+    assert any("is signed with an unknown key" in line for line in result["stdout_lines"])
+    assert not (root / RECORD_RELPATH).exists()
+    assert not (root / "etc" / "hpc-test-release").exists()

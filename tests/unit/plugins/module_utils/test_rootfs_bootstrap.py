@@ -1,0 +1,293 @@
+"""Command lines, defaults, errors and records of rootfs_bootstrap (pure functions, nothing runs).
+
+The real runs of these command lines are in tests/integration/test_rootfs_rpm.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.hpc.stateless.plugins.module_utils import layer_graph
+from ansible_collections.hpc.stateless.plugins.module_utils.rootfs_bootstrap import (
+    DISTRO_FAMILIES,
+    REPO_ID,
+    BootstrapSpec,
+    bootstrap_commands,
+    bootstrap_record,
+    cache_state_in_root,
+    debootstrap_argv,
+    distro_family,
+    dnf_argv,
+    effective_packages,
+    parse_tool_version,
+    record_differences,
+    required_binaries,
+    resolve_mirror,
+    rpm_macros,
+    rpmdb_path,
+    zypper_argvs,
+)
+
+ROOT = "/srv/root"
+ROCKY_URL = "https://dl.rockylinux.org/pub/rocky/9/BaseOS/x86_64/os/"
+
+
+def deb(**kw) -> BootstrapSpec:
+    return BootstrapSpec(**{"path": ROOT, "distro": "debian", "release": "bookworm",
+                            "mirror": "http://deb.debian.org/debian", **kw})
+
+
+def rocky(**kw) -> BootstrapSpec:
+    return BootstrapSpec(**{"path": ROOT, "distro": "rocky", "release": "9", "mirror": ROCKY_URL, **kw})
+
+
+def leap(**kw) -> BootstrapSpec:
+    return BootstrapSpec(**{"path": ROOT, "distro": "opensuse-leap", "release": "15.6",
+                            "mirror": "/srv/mirror/leap", **kw})
+
+
+# --- distro families -------------------------------------------------------------------------
+
+def test_distro_families_is_layer_graph_table():
+    assert DISTRO_FAMILIES is layer_graph.SUPPORTED_DISTROS
+
+
+@pytest.mark.parametrize(("distro", "family"), [
+    ("debian", "debootstrap"), ("ubuntu", "debootstrap"), ("rocky", "dnf"), ("almalinux", "dnf"),
+    ("fedora", "dnf"), ("ol", "dnf"), ("opensuse-leap", "zypper"), ("sles", "zypper"),
+])
+def test_distro_family(distro, family):
+    assert distro_family(distro) == family
+    assert BootstrapSpec(path=ROOT, distro=distro, release="x", mirror="m").family == family
+
+
+def test_unknown_distro_lists_supported():
+    with pytest.raises(ValueError) as err:
+        distro_family("arch")
+    assert str(err.value).startswith("distro 'arch' is not supported; supported: almalinux, centos, debian, ")
+    assert str(err.value).endswith("sles, ubuntu")
+    with pytest.raises(ValueError, match="distro 'gentoo' is not supported"):
+        BootstrapSpec(path=ROOT, distro="gentoo", release="x", mirror="m")
+
+
+# --- mirrors ---------------------------------------------------------------------------------
+
+def test_default_mirrors():
+    assert resolve_mirror("debian", None) == "http://deb.debian.org/debian"
+    assert resolve_mirror("ubuntu", "") == "http://archive.ubuntu.com/ubuntu"
+
+
+def test_explicit_mirror_wins():
+    assert resolve_mirror("debian", "http://mirror.local/debian") == "http://mirror.local/debian"
+    assert resolve_mirror("rocky", "/srv/mirror/rocky") == "/srv/mirror/rocky"
+
+
+@pytest.mark.parametrize("distro", ["rocky", "fedora", "opensuse-leap", "sles"])
+def test_rpm_distros_require_mirror(distro):
+    with pytest.raises(ValueError) as err:
+        resolve_mirror(distro, None)
+    assert str(err.value).startswith(f"mirror is required for distro {distro!r}")
+
+
+# --- debootstrap -----------------------------------------------------------------------------
+
+def test_debootstrap_minimal_argv():
+    assert debootstrap_argv(deb()) == [
+        "debootstrap", "--components=main", "--cache-dir=/var/cache/hpc-stateless/debootstrap",
+        "bookworm", ROOT, "http://deb.debian.org/debian",
+    ]
+
+
+def test_debootstrap_full_argv():
+    spec = deb(variant="minbase", packages=("systemd-sysv", "python3", "python3"), components=("main", "contrib"),
+               arch="arm64", keyring="/usr/share/keyrings/debian-archive-keyring.gpg",
+               extra_args=("--merged-usr",), cache_dir="/var/tmp/debcache")
+    assert debootstrap_argv(spec, "/usr/sbin/debootstrap") == [
+        "/usr/sbin/debootstrap", "--variant=minbase", "--include=python3,systemd-sysv",
+        "--components=main,contrib", "--arch", "arm64", "--cache-dir=/var/tmp/debcache",
+        "--keyring=/usr/share/keyrings/debian-archive-keyring.gpg", "--merged-usr",
+        "bookworm", ROOT, "http://deb.debian.org/debian",
+    ]
+
+
+def test_debootstrap_no_gpg_check_drops_keyring():
+    argv = debootstrap_argv(deb(gpg_check=False, keyring="/k.gpg"))
+    assert "--no-check-gpg" in argv
+    assert not [arg for arg in argv if arg.startswith("--keyring")]
+    # Options stay before the three positionals.
+    assert argv[-3:] == ["bookworm", ROOT, "http://deb.debian.org/debian"]
+
+
+def test_debootstrap_empty_components_fall_back_to_main():
+    assert "--components=main" in debootstrap_argv(deb(components=()))
+
+
+# --- dnf -------------------------------------------------------------------------------------
+
+DNF_HEAD = [
+    "dnf", f"--installroot={ROOT}", "--releasever=9", "--setopt=reposdir=/dev/null", "--disablerepo=*",
+]
+
+
+def test_dnf_argv_with_keyring():
+    spec = rocky(keyring="/srv/keys/RPM-GPG-KEY-Rocky-9", packages=("python3", "bash"))
+    assert dnf_argv(spec) == DNF_HEAD + [
+        f"--repofrompath={REPO_ID},{ROCKY_URL}", f"--enablerepo={REPO_ID}",
+        "--setopt=install_weak_deps=False", "--setopt=cachedir=/var/cache/hpc-stateless/dnf",
+        "--setopt=keepcache=True", f"--setopt={REPO_ID}.gpgcheck=True",
+        f"--setopt={REPO_ID}.gpgkey=file:///srv/keys/RPM-GPG-KEY-Rocky-9",
+        "-y", "install", "bash", "python3",
+    ]
+
+
+def test_dnf_argv_without_keyring_still_checks():
+    argv = dnf_argv(rocky())
+    assert f"--setopt={REPO_ID}.gpgcheck=True" in argv
+    assert "--nogpgcheck" not in argv
+    assert not [arg for arg in argv if ".gpgkey=" in arg]
+    # Default package set when none are given.
+    assert argv[-6:] == ["-y", "install", "bash", "dnf", "python3", "systemd"]
+
+
+def test_dnf_argv_no_gpg_check_local_mirror_arch_extra_cache():
+    spec = rocky(mirror="/srv/mirror/rocky", gpg_check=False, keyring="/ignored.key", arch="aarch64",
+                 extra_args=("--setopt=tsflags=nodocs",), cache_dir="/var/tmp/dnfcache", packages=("bash",))
+    assert dnf_argv(spec, "/usr/bin/dnf") == [
+        "/usr/bin/dnf", f"--installroot={ROOT}", "--releasever=9", "--setopt=reposdir=/dev/null",
+        "--disablerepo=*", f"--repofrompath={REPO_ID},file:///srv/mirror/rocky", f"--enablerepo={REPO_ID}",
+        "--setopt=install_weak_deps=False", "--setopt=cachedir=/var/tmp/dnfcache", "--setopt=keepcache=True",
+        "--forcearch=aarch64", "--nogpgcheck", "--setopt=tsflags=nodocs", "-y", "install", "bash",
+    ]
+
+
+# --- zypper ----------------------------------------------------------------------------------
+
+ZYPPER_GLOBAL = ["zypper", f"--root={ROOT}", "--non-interactive", "--cache-dir=/var/cache/hpc-stateless/zypper"]
+
+
+def test_zypper_argvs_with_keyring():
+    spec = leap(keyring="/srv/keys/suse.key", packages=("zypper", "bash"))
+    assert zypper_argvs(spec) == [
+        ["rpm", f"--root={ROOT}", "--import", "/srv/keys/suse.key"],
+        ZYPPER_GLOBAL + ["addrepo", "--refresh", "--keep-packages", "--gpgcheck", "file:///srv/mirror/leap", REPO_ID],
+        ZYPPER_GLOBAL + ["install", "--no-recommends", "bash", "zypper"],
+    ]
+
+
+def test_zypper_argvs_no_gpg_check_extra_args_cache_dir():
+    spec = leap(mirror="http://mirror.example.org/leap/oss/", gpg_check=False, keyring="/srv/keys/suse.key",
+                extra_args=("--no-confirm",), cache_dir="/var/tmp/zc", packages=("bash",))
+    glob = ["/usr/bin/zypper", f"--root={ROOT}", "--non-interactive", "--cache-dir=/var/tmp/zc", "--no-gpg-checks"]
+    assert zypper_argvs(spec, "/usr/bin/zypper", "/usr/bin/rpm") == [
+        glob + ["addrepo", "--refresh", "--keep-packages", "--no-gpgcheck",
+                "http://mirror.example.org/leap/oss/", REPO_ID],
+        glob + ["install", "--no-recommends", "--no-confirm", "bash"],
+    ]
+
+
+def test_zypper_without_keyring_has_no_import_and_default_packages():
+    commands = zypper_argvs(leap())
+    assert [argv[0] for argv in commands] == ["zypper", "zypper"]
+    assert commands[-1][-4:] == ["bash", "python3", "systemd", "zypper"]
+
+
+def test_zypper_refuses_arch():
+    with pytest.raises(ValueError) as err:
+        zypper_argvs(leap(arch="aarch64"))
+    assert str(err.value).startswith("arch is not supported for zypper-family distros")
+    with pytest.raises(ValueError, match="arch is not supported"):
+        bootstrap_commands(leap(arch="x86_64"))
+
+
+# --- dispatch, binaries, rpm database --------------------------------------------------------
+
+def test_bootstrap_commands_use_resolved_binaries():
+    binaries = {"debootstrap": "/usr/sbin/debootstrap", "dnf": "/usr/bin/dnf",
+                "zypper": "/usr/bin/zypper", "rpm": "/usr/bin/rpm"}
+    assert bootstrap_commands(deb(), binaries)[0][0] == "/usr/sbin/debootstrap"
+    assert [argv[0] for argv in bootstrap_commands(rocky(), binaries)] == ["/usr/bin/dnf"]
+    assert [argv[0] for argv in bootstrap_commands(leap(keyring="/k"), binaries)] == [
+        "/usr/bin/rpm", "/usr/bin/zypper", "/usr/bin/zypper"]
+    assert bootstrap_commands(rocky()) == [dnf_argv(rocky())]
+
+
+def test_required_binaries_name_debian_packages():
+    assert required_binaries(deb()) == {"debootstrap": "debootstrap"}
+    assert required_binaries(rocky(keyring="/k")) == {"dnf": "dnf"}
+    assert required_binaries(leap()) == {"zypper": "zypper"}
+    assert required_binaries(leap(keyring="/k")) == {"zypper": "zypper", "rpm": "rpm"}
+    assert required_binaries(leap(keyring="/k", gpg_check=False)) == {"zypper": "zypper"}
+
+
+@pytest.mark.parametrize(("distro", "dbpath"), [
+    ("rocky", "/var/lib/rpm"), ("almalinux", "/var/lib/rpm"), ("fedora", "/usr/lib/sysimage/rpm"),
+    ("opensuse-leap", "/usr/lib/sysimage/rpm"), ("sles", "/usr/lib/sysimage/rpm"),
+])
+def test_rpmdb_path_and_macros(distro, dbpath):
+    assert rpmdb_path(distro) == dbpath
+    assert rpm_macros(distro) == f"%_dbpath {dbpath}\n"
+
+
+def test_cache_state_in_root():
+    assert cache_state_in_root(rocky(cache_dir="/var/tmp/dc")) == [
+        f"{ROOT}/var/tmp/dc/expired_repos.json", f"{ROOT}/var/tmp/dc/last_makecache"]
+    assert cache_state_in_root(leap()) == [
+        f"{ROOT}/var/cache/hpc-stateless/zypper/solv/@System", f"{ROOT}/var/cache/hpc-stateless/zypper/pubkeys"]
+    assert cache_state_in_root(deb()) == []
+
+
+def test_effective_packages_sorted_unique_with_defaults():
+    assert effective_packages(rocky(packages=("vim", "bash", "vim"))) == ["bash", "vim"]
+    assert effective_packages(leap()) == ["bash", "python3", "systemd", "zypper"]
+    assert effective_packages(deb()) == []
+
+
+# --- records ---------------------------------------------------------------------------------
+
+def test_bootstrap_record_debootstrap():
+    spec = deb(variant="minbase", packages=("python3",), extra_args=("--merged-usr",))
+    assert bootstrap_record(spec, tool_version="1.0.128") == {
+        "distro": "debian", "release": "bookworm", "mirror": "http://deb.debian.org/debian",
+        "variant": "minbase", "packages": ["python3"], "components": ["main"], "arch": None,
+        "extra_args": ["--merged-usr"], "tool": "debootstrap", "tool_version": "1.0.128",
+    }
+
+
+def test_bootstrap_record_rpm_families_drop_variant_and_components():
+    record = bootstrap_record(rocky(variant="minbase", components=("main", "contrib"), packages=("b", "a")))
+    assert (record["variant"], record["components"], record["packages"], record["tool"]) == (
+        None, None, ["a", "b"], "dnf")
+
+
+def test_record_comparison_ignores_tool_version():
+    old = bootstrap_record(deb(), tool_version="1.0.128")
+    new = bootstrap_record(deb(), tool_version="1.0.134")
+    assert old != new
+    assert record_differences(old, new) == []
+
+
+def test_record_comparison_ignores_package_order():
+    assert record_differences(bootstrap_record(rocky(packages=("a", "b"))),
+                              bootstrap_record(rocky(packages=("b", "a", "a")))) == []
+
+
+def test_record_comparison_names_differing_keys_sorted():
+    old = bootstrap_record(deb(variant="minbase"))
+    new = bootstrap_record(deb(release="trixie", packages=("vim",), variant="minbase"), tool_version="x")
+    assert record_differences(old, new) == ["packages", "release"]
+
+
+def test_record_comparison_missing_key_counts_as_different():
+    wanted = bootstrap_record(deb(arch="amd64"))
+    old = {key: value for key, value in wanted.items() if key != "arch"}
+    assert record_differences(old, wanted) == ["arch"]
+
+
+@pytest.mark.parametrize(("output", "version"), [
+    ("debootstrap 1.0.128+nmu2+deb12u2\n", "1.0.128+nmu2+deb12u2"),
+    ("4.14.0\n  Installed: dnf-0:4.14.0\n", "4.14.0"),
+    ("\nzypper 1.14.42\n", "1.14.42"),
+    ("", None),
+])
+def test_parse_tool_version(output, version):
+    assert parse_tool_version(output) == version
