@@ -125,7 +125,7 @@ def table(rows: list[tuple[str, str, str, str]]) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--inventory", default="inventory", help="inventory directory, relative to the checkout")
     parser.add_argument("--leaf-layer", help="layer whose last role is touched (default: deepest leaf with a role)")
     parser.add_argument("--noop-runs", type=int, default=3, help="no-op re-runs; the median is reported")

@@ -11,7 +11,7 @@ name: buildah_isolation
 type: aggregate
 short_description: Default BUILDAH_ISOLATION for the buildah connection
 version_added: 0.1.0
-author: hpc.stateless developers
+author: hpc.stateless developers (@hpc-stateless)
 description:
   - The C(containers.podman.buildah) connection runs C(buildah run) with the environment of the
     C(ansible-playbook) process. On hosts where the OCI runtime cannot start (hybrid cgroups, nested

@@ -428,7 +428,7 @@ class LayerGraph:
         for name in self.order():
             parent = self._specs[name]["parent"]
             depth[name] = 0 if parent is None else depth[parent] + 1
-        grouped: list[list[str]] = [[] for _ in range(max(depth.values(), default=-1) + 1)]
+        grouped: list[list[str]] = [[] for _level in range(max(depth.values(), default=-1) + 1)]
         for name in sorted(depth):
             grouped[depth[name]].append(name)
         return grouped

@@ -11,7 +11,7 @@ DOCUMENTATION = r"""
 module: layer
 short_description: Manage the buildah working container of one image layer
 version_added: 0.1.0
-author: hpc.stateless developers
+author: hpc.stateless developers (@hpc-stateless)
 description:
   - Drives the lifecycle of one layer of a stateless node image in local containers-storage.
   - O(state=started) creates a working container from the parent image (or C(scratch)), mounts it
@@ -26,11 +26,17 @@ description:
   - buildah runs with C(BUILDAH_ISOLATION=chroot) unless O(isolation) or the environment says otherwise.
 attributes:
   check_mode:
+    description: Can run in check mode and return changed status prediction without modifying target.
     support: full
+    details: Returns what would be created, committed or removed; changes nothing.
   diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
+    details: Working containers and images are not files Ansible can diff.
   idempotent:
+    description: When run twice in a row outside check mode, with the same arguments, the second invocation indicates no change.
     support: full
+    details: A cache hit, a second commit or removing what is gone reports no change.
 options:
   name:
     description: Layer name; used in the image name and the working-container name.

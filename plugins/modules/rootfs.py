@@ -11,7 +11,7 @@ DOCUMENTATION = r"""
 module: rootfs
 short_description: Bootstrap a distribution root file system into a directory
 version_added: 0.1.0
-author: hpc.stateless developers
+author: hpc.stateless developers (@hpc-stateless)
 description:
   - Installs a minimal distribution into O(path), typically the mount point of an empty
     buildah C(scratch) working container, with C(debootstrap) (Debian, Ubuntu),

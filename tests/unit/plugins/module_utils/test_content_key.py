@@ -270,8 +270,8 @@ def test_facts_are_ignored(roles):
 def test_undefined_and_defined_variables_differ(roles):
     """Missing, null and empty values of a referenced variable give three different keys."""
     missing = {k: v for k, v in VARS.items() if k != "web_port"}
-    keys = [key_map(roles, variables=v)["compute"] for v in (missing, {**missing, "web_port": None},
-                                                            {**missing, "web_port": ""})]
+    variants = (missing, {**missing, "web_port": None}, {**missing, "web_port": ""})
+    keys = [key_map(roles, variables=v)["compute"] for v in variants]
     assert len(set(keys)) == 3
     assert compute(roles, variables=missing)["compute"].variables["web_port"] == UNDEFINED_MARKER
 

@@ -239,7 +239,7 @@ def test_layer_spec_error_carries_path_and_problem():
     assert (err.path, err.problem) == ("a.b", "is wrong")
     assert isinstance(err, ValueError)
     copy = pickle.loads(pickle.dumps(err))
-    assert type(copy) is LayerSpecError and str(copy) == "a.b: is wrong"
+    assert copy.__class__ is LayerSpecError and str(copy) == "a.b: is wrong"
     assert str(LayerSpecError("", "bare")) == "bare"
 
 
