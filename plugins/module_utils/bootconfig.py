@@ -71,6 +71,9 @@ class BootConfigError(BootlinkError):
 
 def normalise_mac(raw: object, where: str) -> str:
     """``aa:bb:cc:dd:ee:ff`` from common spellings; BootConfigError naming ``where`` otherwise."""
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        raise BootConfigError(f"{where}: {raw!r} is a number, not a MAC address; YAML reads an unquoted "
+                              "52:54:00:12:34:56 as a base-60 number: quote the MAC in the inventory")
     text = str(raw).strip().lower() if isinstance(raw, str) else ""
     if _MAC_SEPARATED.match(text):
         hexdigits = re.sub(r"[:-]", "", text)
@@ -124,7 +127,7 @@ def parse_nodes(raw_nodes: Iterable[Mapping[str, Any]], images: Iterable[str], d
         raw_macs = raw.get("mac")
         if raw_macs in (None, "", []):
             raise BootConfigError(f"{where}: 'mac' is required (set hpc_stateless_boot_mac for the host)")
-        if isinstance(raw_macs, str):
+        if not isinstance(raw_macs, (list, tuple)):
             raw_macs = [raw_macs]
         macs = []
         for position, raw_mac in enumerate(raw_macs):

@@ -372,7 +372,7 @@ class BootTree:
         link = self.served_link(image)
         try:
             target = os.readlink(link)
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             return None
         except OSError as exc:
             if exc.errno == errno.EINVAL:
@@ -751,6 +751,7 @@ def apply_state(params: dict[str, Any], check_mode: bool = False) -> dict[str, A
     if state == "absent" and version is None:
         raise BootlinkError("state=absent needs version: the published version to remove")
 
+    check_writable(tree.root)
     old_current, old_previous = tree.current(image), tree.previous(image)
     old_versions = [info.name for info in tree.versions(image)]
     before = describe(tree, image, old_current or "", old_previous or "", old_versions)
@@ -760,7 +761,6 @@ def apply_state(params: dict[str, Any], check_mode: bool = False) -> dict[str, A
     if check_mode:
         _predict(tree, image, state, packed, version, keep, result, old_current, old_previous, old_versions)
     else:
-        check_writable(tree.root)
         os.makedirs(tree.root, exist_ok=True)
         with deploy_lock(tree.root, float(params.get("lock_timeout") or 0), f"bootlink {state} {image}"):
             result["cleaned"] = clean_leftovers(tree, image)
@@ -808,7 +808,6 @@ def _predict(tree: BootTree, image: str, state: str, packed: PackedVersion | Non
                     "versions are immutable: pack with a new version, or remove this one (state=absent) first")
         else:
             verify_packed(packed)
-            check_writable(tree.root)
             result["published"] = True
             names.append(packed.version)
     new_current, new_previous = current, previous

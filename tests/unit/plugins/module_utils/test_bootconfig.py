@@ -1,0 +1,254 @@
+"""bootconfig: pxelinux/iPXE entries from inventory, kernel arguments, write-only-changed, bad input."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+from bootlink_fixtures import make_pack, tree_snapshot
+
+from ansible_collections.hpc.stateless.plugins.module_utils.bootconfig import (
+    BootConfigError,
+    merge_args,
+    normalise_mac,
+    ramdisk_kib,
+    render,
+    unified,
+)
+from ansible_collections.hpc.stateless.plugins.module_utils.bootlink import apply_state
+
+IMAGES = {"compute": {"layer": "slurm", "formats": ["cpio.zst"], "kernel_args": "console=ttyS0 quiet"},
+          "login": {"layer": "login", "formats": ["cpio.gz"], "kernel_args": ["ip=none", "audit=0"]}}
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    """A boot root where compute v1 (300 MiB uncompressed) is published and served."""
+    boot_root = tmp_path / "tftp"
+    apply_state({"boot_root": str(boot_root), "image": "compute", "state": "switched",
+                 "src": str(make_pack(tmp_path / "out", version="v1", uncompressed_size=300 * 2**20))})
+    return boot_root
+
+
+def nodes(count: int, **extra) -> list[dict]:
+    return [{"name": f"n{i:04d}", "mac": f"52:54:00:00:{i >> 8:02x}:{i & 255:02x}", **extra} for i in range(1, count + 1)]
+
+
+def run(root: Path, node_list: list[dict] | None = None, check_mode: bool = False, **params) -> dict:
+    base = {"boot_root": str(root), "images": {"compute": IMAGES["compute"]}, "nodes": node_list or [],
+            "lock_timeout": 0, "diff_limit": 50}
+    base.update(params)
+    return render(base, check_mode=check_mode)
+
+
+def append_line(text: str) -> list[str]:
+    return re.search(r"^  APPEND (.*)$", text, re.M).group(1).split()
+
+
+# --------------------------------------------------------------------------- MACs
+
+
+@pytest.mark.parametrize("raw,expected", [
+    ("52:54:00:AB:cd:01", "52:54:00:ab:cd:01"),
+    ("52-54-00-ab-cd-01", "52:54:00:ab:cd:01"),
+    ("525400abcd01", "52:54:00:ab:cd:01"),
+    (" 52:54:00:ab:cd:01 ", "52:54:00:ab:cd:01"),
+])
+def test_mac_spellings(raw, expected):
+    assert normalise_mac(raw, "n1.mac") == expected
+
+
+@pytest.mark.parametrize("raw", ["52:54:00:ab:cd", "52:54:00:ab:cd:01:02", "52:54:00:ab:cd:0g", "52:54-00:ab:cd:01",
+                                 "5254.00ab.cd01", "", 525400, None, ["52:54:00:00:00:03", "zz"], "01:00:5e:00:00:01", "00:00:00:00:00:00"])
+def test_malformed_mac_is_refused_naming_the_node(root, raw):
+    with pytest.raises(BootConfigError, match=r"nodes\[1\] \(n0002\)(\.mac)?(\[1\])?: .*(MAC|multicast|all-zero|required)"):
+        run(root, [{"name": "n0001", "mac": "52:54:00:00:00:01"}, {"name": "n0002", "mac": raw}])
+    assert not (root / "pxelinux.cfg").exists()
+
+
+def test_unquoted_yaml_mac_gets_a_hint(root):
+    import yaml  # pylint: disable=import-outside-toplevel
+    parsed = yaml.safe_load("mac: 52:54:00:12:34:56")["mac"]
+    assert isinstance(parsed, int)  # YAML 1.1 base 60: the trap this message is for
+    with pytest.raises(BootConfigError, match="quote the MAC in the inventory"):
+        run(root, [{"name": "n0001", "mac": parsed}])
+
+
+def test_duplicate_mac_names_both_nodes(root):
+    with pytest.raises(BootConfigError, match=r"n0002\)\.mac: 52:54:00:00:00:01 is also the MAC of node n0001"):
+        run(root, [{"name": "n0001", "mac": "52:54:00:00:00:01"}, {"name": "n0002", "mac": "52-54-00-00-00-01"}])
+
+
+def test_unknown_image_is_refused_naming_node_and_known_images(root):
+    with pytest.raises(BootConfigError, match=r"nodes\[0\] \(n0001\)\.image: unknown image 'gpu' \(known images: compute\)"):
+        run(root, [{"name": "n0001", "mac": "52:54:00:00:00:01", "image": "gpu"}])
+    with pytest.raises(BootConfigError, match=r"default_image: unknown image 'gpu'"):
+        run(root, [], default_image="gpu")
+
+
+def test_image_without_published_version_is_refused_when_used(root):
+    images = {"compute": IMAGES["compute"], "login": IMAGES["login"]}
+    with pytest.raises(BootConfigError, match=r"image 'login' has no published version .* nodes boot it"):
+        run(root, [{"name": "l1", "mac": "52:54:00:00:01:01", "image": "login"}], images=images)
+    # Unused and unpublished: simply no entry.
+    result = run(root, nodes(1), images=images)
+    assert set(result["images"]) == {"compute"}
+    assert "LABEL login" not in (root / "pxelinux.cfg/default").read_text()
+
+
+# --------------------------------------------------------------------------- kernel arguments
+
+
+def test_merge_args_later_wins_per_key_and_console_device():
+    assert merge_args("rdinit=/sbin/init ip=dhcp console=tty0 console=ttyS0,115200n8", "ip=none quiet",
+                      "console=ttyS0 console=ttyS1,9600") == \
+        "rdinit=/sbin/init ip=none console=tty0 console=ttyS0,115200n8 quiet console=ttyS1,9600"
+
+
+@pytest.mark.parametrize("size", [0, 1, 300 * 2**20, 256 * 2**20, 2**30 + 5])
+def test_ramdisk_size_covers_uncompressed_size(size):
+    kib = ramdisk_kib([size, size // 2], 10)
+    assert kib * 1024 >= size * 1.10
+    assert kib % (256 * 1024) == 0
+
+
+def test_entries_carry_every_kernel_argument(root):
+    run(root, [{"name": "n0001", "mac": "52:54:00:00:00:01", "kernel_args": "systemd.unit=rescue.target quiet"}])
+    default = (root / "pxelinux.cfg/default").read_text()
+    node = (root / "pxelinux.cfg/01-52-54-00-00-00-01").read_text()
+
+    directives = [line for line in default.splitlines() if line and not line.startswith("#")]
+    assert directives[0] == "SERIAL 0 115200"  # pxelinux wants SERIAL first
+    assert "DEFAULT compute" in directives
+    assert "  KERNEL compute/vmlinuz" in default.splitlines()
+    args = append_line(default)
+    assert args[0] == "initrd=compute/initrd"
+    assert "rdinit=/sbin/init" in args and "ip=dhcp" in args and "quiet" in args
+    assert "console=ttyS0,115200n8" in args and "console=ttyS0" not in args
+    ramdisk = int(next(a for a in args if a.startswith("ramdisk_size=")).split("=")[1])
+    assert ramdisk * 1024 >= 300 * 2**20
+    assert "systemd.unit=rescue.target" in append_line(node) and "systemd.unit=rescue.target" not in args
+    assert "PROMPT 0" in node and "IPAPPEND 2" in node and "node n0001, image compute" in node
+
+    ipxe = (root / "ipxe/nodes/52-54-00-00-00-01.ipxe").read_text().splitlines()
+    assert ipxe[0] == "#!ipxe"
+    kernel = next(line for line in ipxe if line.startswith("kernel "))
+    assert kernel.startswith("kernel /compute/vmlinuz initrd=initrd rdinit=/sbin/init")
+    assert "systemd.unit=rescue.target" in kernel
+    assert "initrd --name initrd /compute/initrd" in ipxe and ipxe[-1] == "boot"
+    boot = (root / "ipxe/boot.ipxe").read_text()
+    assert "chain --autofree nodes/${netX/mac:hexhyp}.ipxe || chain --autofree images/compute.ipxe" in boot
+    assert (root / "ipxe/images/compute.ipxe").is_file()
+
+
+def test_pending_manifest_raises_ramdisk_before_the_switch(root, tmp_path):
+    big = make_pack(tmp_path / "out2", version="v2", uncompressed_size=900 * 2**20)
+    result = run(root, nodes(1), pending_manifests=[str(big / "manifest.json")])
+    assert result["images"]["compute"]["ramdisk_size"] * 1024 >= 900 * 2**20 * 1.1
+    # Rollback target (v1) and new version (v2) are both covered: the max wins.
+    assert result["images"]["compute"]["ramdisk_size"] == 1024 * 1024
+
+
+def test_squashfs_image_boots_its_root_from_boot_url(tmp_path):
+    boot_root = tmp_path / "tftp"
+    apply_state({"boot_root": str(boot_root), "image": "compute", "state": "switched", "format": "squashfs",
+                 "src": str(make_pack(tmp_path / "out", version="v1", squashfs=True))})
+    images = {"compute": {"formats": ["squashfs"], "kernel_args": ""}}
+    with pytest.raises(BootConfigError, match=r"formats: squashfs fetches its root at boot; set boot_url"):
+        run(boot_root, nodes(1), images=images)
+    run(boot_root, nodes(1), images=images, boot_url="http://10.0.0.1/tftp/")
+    args = append_line((boot_root / "pxelinux.cfg/default").read_text())
+    assert "root=live:http://10.0.0.1/tftp/compute/rootfs.squashfs" in args
+    assert "rd.live.image" in args and "rdinit=/sbin/init" not in args
+    ipxe = (boot_root / "ipxe/images/compute.ipxe").read_text()
+    assert "kernel http://10.0.0.1/tftp/compute/vmlinuz initrd=initrd" in ipxe
+
+
+def test_multiple_macs_get_one_file_each(root):
+    run(root, [{"name": "n0001", "mac": ["52:54:00:00:00:01", "52:54:00:00:00:02"]}])
+    assert (root / "pxelinux.cfg/01-52-54-00-00-00-01").read_text() == \
+        (root / "pxelinux.cfg/01-52-54-00-00-00-02").read_text()
+
+
+# --------------------------------------------------------------------------- writing only what changed
+
+
+def test_second_render_writes_nothing(root):
+    first = run(root, nodes(50))
+    assert first["changed"] and first["written_count"] == 2 * 50 + 3 and first["files"] == 103
+    stats = {p: p.stat().st_ino for p in (root / "pxelinux.cfg").iterdir()}
+    second = run(root, nodes(50))
+    assert not second["changed"] and second["written_count"] == 0 and second["unchanged"] == 103
+    assert {p: p.stat().st_ino for p in (root / "pxelinux.cfg").iterdir()} == stats
+
+
+def test_one_node_changed_rewrites_only_its_files(root):
+    node_list = nodes(20)
+    run(root, node_list)
+    inodes = {p.name: p.stat().st_ino for p in (root / "pxelinux.cfg").iterdir()}
+    node_list[4]["kernel_args"] = "debug"
+    result = run(root, node_list)
+    assert sorted(result["written"]) == ["ipxe/nodes/52-54-00-00-00-05.ipxe", "pxelinux.cfg/01-52-54-00-00-00-05"]
+    changed = [name for name, ino in inodes.items() if (root / "pxelinux.cfg" / name).stat().st_ino != ino]
+    assert changed == ["01-52-54-00-00-00-05"]  # replaced by rename (new inode), the rest untouched
+    assert "debug" in (root / "pxelinux.cfg/01-52-54-00-00-00-05").read_text()
+
+
+def test_switching_versions_changes_no_config_file(root, tmp_path):
+    run(root, nodes(10))
+    before = tree_snapshot(root / "pxelinux.cfg")
+    apply_state({"boot_root": str(root), "image": "compute", "state": "switched",
+                 "src": str(make_pack(tmp_path / "out", version="v2", uncompressed_size=310 * 2**20))})
+    assert not run(root, nodes(10))["changed"]
+    assert tree_snapshot(root / "pxelinux.cfg") == before
+
+
+def test_removed_node_loses_its_files_foreign_files_stay(root):
+    run(root, nodes(3))
+    foreign = root / "pxelinux.cfg/01-aa-bb-cc-dd-ee-ff"
+    foreign.write_text("DEFAULT local\n")
+    result = run(root, nodes(2))
+    assert sorted(result["removed"]) == ["ipxe/nodes/52-54-00-00-00-03.ipxe", "pxelinux.cfg/01-52-54-00-00-00-03"]
+    assert not (root / "pxelinux.cfg/01-52-54-00-00-00-03").exists()
+    assert foreign.read_text() == "DEFAULT local\n"
+
+
+def test_check_mode_writes_nothing_and_diffs(root):
+    before = tree_snapshot(root)
+    result = run(root, nodes(2), check_mode=True)
+    assert tree_snapshot(root) == before
+    assert result["changed"] and result["written_count"] == 7
+    text = "".join(unified(diff) for diff in result["diff"])
+    assert "+++ pxelinux.cfg/01-52-54-00-00-00-01" in text and "+  KERNEL compute/vmlinuz" in text
+    run(root, nodes(2))
+    changed = run(root, nodes(2, kernel_args="debug"), check_mode=True)
+    assert changed["written_count"] == 4
+    assert any("+  APPEND" in unified(diff) and "debug" in unified(diff) for diff in changed["diff"])
+
+
+def test_no_temp_files_are_left(root):
+    run(root, nodes(5))
+    run(root, nodes(5, kernel_args="x"))
+    leftovers = [p for p in root.rglob(".*") if p.name != ".hpc-stateless.lock"]
+    assert leftovers == []
+    assert all(oct(p.stat().st_mode & 0o777) == "0o644" for p in (root / "pxelinux.cfg").iterdir())
+
+
+def test_bad_serial_console_is_named(root):
+    with pytest.raises(BootConfigError, match=r"serial_console 'com1': want ttyS<N>"):
+        run(root, nodes(1), serial_console="com1")
+
+
+def test_without_serial_console_no_serial_directive(root):
+    run(root, nodes(1), serial_console="")
+    text = (root / "pxelinux.cfg/default").read_text()
+    assert "SERIAL" not in text and "console=ttyS0,115200n8" not in text
+    assert "console=ttyS0" in text  # the image's own kernel_args stay
+
+
+def test_node_kernel_args_must_be_one_line(root):
+    with pytest.raises(BootConfigError, match=r"n0001\)\.kernel_args: kernel arguments must be one line"):
+        run(root, [{"name": "n0001", "mac": "52:54:00:00:00:01", "kernel_args": "a\nDEFAULT evil"}])
+    assert not os.path.exists(root / "pxelinux.cfg")
