@@ -24,6 +24,19 @@ from ansible_collections.hpc.stateless.plugins.module_utils._buildah import (
     container_name,
     image_ref,
 )
+from ansible_collections.hpc.stateless.plugins.module_utils._git import GitError, GitRepository, GitRevisionReader
+from ansible_collections.hpc.stateless.plugins.module_utils.change_plan import (
+    DEFAULT_BUILD_PLAYBOOKS,
+    PLAYBOOK_CHANGE_MODES,
+    VARIABLE_CHANGE_MODES,
+    gitlab_pipeline,
+    layer_facts,
+    normalise_changed_files,
+    pipeline_yaml,
+    plan_changes,
+    render_dot,
+    render_table,
+)
 from ansible_collections.hpc.stateless.plugins.module_utils.content_key import RoleIndex, compute_keys, layer_key
 from ansible_collections.hpc.stateless.plugins.module_utils.layer_graph import LayerGraph, LayerSpecError
 
@@ -37,6 +50,24 @@ _ARGUMENT_SPEC = dict(
     compute_keys=dict(type="bool", default=True),
     check_storage=dict(type="bool", default=True),
     role_paths=dict(type="list", elements="path", default=[]),
+    # change planning (issue 8): only when since or changed_files is given
+    since=dict(type="str"),
+    changed_files=dict(type="list", elements="str"),
+    repo=dict(type="path"),
+    merge_base=dict(type="bool", default=True),
+    variable_changes=dict(type="str", default="values", choices=list(VARIABLE_CHANGE_MODES)),
+    playbook_changes=dict(type="str", default="rebuild", choices=list(PLAYBOOK_CHANGE_MODES)),
+    build_playbooks=dict(type="list", elements="str", default=list(DEFAULT_BUILD_PLAYBOOKS)),
+    image_types=dict(type="list", elements="str"),
+    pipeline=dict(type="dict", apply_defaults=True, options=dict(
+        registry=dict(type="str", default=""),
+        inventory=dict(type="str"),
+        playbook=dict(type="str", default="hpc.stateless.layer"),
+        image_prefix=dict(type="str", default=""),
+        tags=dict(type="list", elements="str", default=[]),
+        extra_args=dict(type="list", elements="str", default=[]),
+        tls_verify=dict(type="bool", default=True),
+    )),
 )
 
 
@@ -101,10 +132,76 @@ class ActionModule(ActionBase):
             existing = {name for image in info.get("images", []) for name in image.get("names", [])}
 
         result.update(self._plan(graph, keys, existing, prefix, args["check_storage"]))
+        if args["since"] is not None or args["changed_files"] is not None:
+            if not args["compute_keys"]:
+                raise AnsibleActionFail("since/changed_files need compute_keys=true: changes are mapped "
+                                        "through the variables each layer's key covers")
+            result["changes"] = self._changes(args, graph, keys, role_index, task_vars)
         result["git_commit"] = git_describe(playbook_dir)
         result["image_prefix"] = prefix
         result["changed"] = False
         return result
+
+    def _changes(self, args: dict[str, Any], graph: LayerGraph, keys: dict[str, Any],
+                 role_index: RoleIndex, task_vars: dict[str, Any]) -> dict[str, Any]:
+        """Map changed files to the layers to rebuild (plugins/module_utils/change_plan.py)."""
+        sources = [os.path.realpath(s) for s in task_vars.get("ansible_inventory_sources") or []
+                   if isinstance(s, str) and os.path.exists(s)]
+        start = args["repo"] or (os.path.dirname(sources[0]) if sources and os.path.isfile(sources[0])
+                                 else sources[0] if sources else os.getcwd())
+        try:
+            repository = GitRepository(start)
+            reader = GitRevisionReader(repository, None, None)  # no base: every variable of a changed file counts
+            if args["since"] is not None:
+                base = repository.resolve(args["since"])
+                if args["merge_base"]:
+                    base = repository.merge_base(base, "HEAD")
+                reader = GitRevisionReader(repository, base, f"{args['since']} ({base[:12]})")
+            if args["changed_files"] is not None:
+                changed = normalise_changed_files(repository.root, args["changed_files"])
+            else:
+                changed = repository.changed_files(reader.base_commit or "HEAD")
+            inventory_sources = self._inventory_sources(repository.root, sources, changed)
+            groups = task_vars.get("groups") or {}
+
+            def groups_for(layer: str) -> list[str]:
+                found = [g for g, hosts in groups.items() if layer in (hosts or [])]
+                return found or ["hpc_stateless_layers", *graph.spec(layer)["groups"]]
+
+            facts = layer_facts(graph, keys, role_index.path, repository.root, groups_for)
+            plan = plan_changes(graph, facts, changed, reader, variable_changes=args["variable_changes"],
+                                playbook_changes=args["playbook_changes"],
+                                build_playbooks=args["build_playbooks"], inventory_sources=inventory_sources,
+                                image_types=args["image_types"])
+        except (GitError, LayerSpecError) as exc:
+            raise AnsibleActionFail(str(exc)) from exc
+        options = dict(args["pipeline"] or {})
+        if not options.get("inventory"):
+            inventory = [os.path.relpath(s, repository.root) for s in sources
+                         if s == repository.root or s.startswith(repository.root + os.sep)]
+            options["inventory"] = inventory[0] if inventory else "inventory"
+        pipeline = gitlab_pipeline(plan, **options)
+        return {
+            "repo": repository.root,
+            "plan": plan.as_dict(),
+            "table": render_table(plan),
+            "dot": render_dot(plan),
+            "pipeline": pipeline_yaml(pipeline, plan),
+        }
+
+    @staticmethod
+    def _inventory_sources(root: str, sources: list[str], changed: list[str]) -> list[str]:
+        """Repository-relative inventory files among the sources (files of a source directory included)."""
+        found = []
+        for source in sources:
+            if not (source == root or source.startswith(root + os.sep)):
+                continue
+            rel = os.path.relpath(source, root).replace(os.sep, "/")
+            if os.path.isfile(source):
+                found.append(rel)
+            else:
+                found += [c for c in changed if os.path.dirname(c) == (rel if rel != "." else "")]
+        return found
 
     @staticmethod
     def _raw_host_vars(hostvars: Any, host: str) -> dict[str, Any]:

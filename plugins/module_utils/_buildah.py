@@ -138,3 +138,26 @@ class Buildah:
 
     def rm(self, container: str) -> None:
         self.run("rm", container, check=False)
+
+    # registries (hpc.stateless.layer_registry) ----------------------------------------
+    @staticmethod
+    def _registry_args(tls_verify: bool, authfile: str | None) -> list[str]:
+        args = [f"--tls-verify={'true' if tls_verify else 'false'}"]
+        if authfile:
+            args += ["--authfile", authfile]
+        return args
+
+    def image_id(self, ref: str) -> str:
+        """ID of a local image (the digest of its config, the same in every registry)."""
+        _rc, out, _err = self.run("inspect", "--type", "image", "--format", "{{.FromImageID}}", ref)
+        return out.strip()
+
+    def pull(self, remote: str, tls_verify: bool = True, authfile: str | None = None) -> str:
+        """``buildah pull`` ``remote`` (``host/repo:tag``, no transport); returns the image ID."""
+        _rc, out, _err = self.run("pull", "--quiet", *self._registry_args(tls_verify, authfile),
+                                  f"docker://{remote}")
+        return out.strip().splitlines()[-1] if out.strip() else ""
+
+    def push(self, ref: str, remote: str, tls_verify: bool = True, authfile: str | None = None) -> None:
+        """``buildah push`` local ``ref`` to ``remote`` (``host/repo:tag``)."""
+        self.run("push", "--quiet", *self._registry_args(tls_verify, authfile), ref, f"docker://{remote}")

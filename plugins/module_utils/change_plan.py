@@ -103,13 +103,17 @@ class RevisionReader(Protocol):
 
     base_label: str | None
 
-    def base(self, path: str) -> str | None: ...
+    def base(self, path: str) -> str | None:
+        """Content at the base revision."""
 
-    def head(self, path: str) -> str | None: ...
+    def head(self, path: str) -> str | None:
+        """Content in the work tree."""
 
-    def base_files(self, directory: str) -> list[str]: ...
+    def base_files(self, directory: str) -> list[str]:
+        """Files below ``directory`` at the base revision."""
 
-    def head_files(self, directory: str) -> list[str]: ...
+    def head_files(self, directory: str) -> list[str]:
+        """Files below ``directory`` in the work tree."""
 
 
 class DictReader:
@@ -468,15 +472,15 @@ class _Planner:
         return FileChange(path, "playbook", list(self.order), "builds every layer")
 
     # ---- variables
-    def _scope_values(self, which: str, vars_dir: str, kind: str, name: str) -> tuple[dict[str, Any], list[str]]:
+    def _scope_values(self, which: str, vars_dir: str, name: str) -> dict[str, Any]:
+        """Variables of one group/host, its files merged in load order (later files win)."""
         files = self.reader.base_files(vars_dir) if which == "base" else self.reader.head_files(vars_dir)
         merged: dict[str, Any] = {}
-        used = _scope_files(files, vars_dir, name)
-        for path in used:
+        for path in _scope_files(files, vars_dir, name):
             text = self._text(which, path)
             if text is not None:
                 merged.update(_load_vars_file(text, path, self._label(which)))
-        return merged, used
+        return merged
 
     def _inventory_source_values(self, which: str, path: str) -> tuple[dict, dict]:
         text = self._text(which, path)
@@ -519,8 +523,8 @@ class _Planner:
                 scopes.setdefault(scope, []).append(change.path)
         layer_values: list[tuple[Any, Any, str]] = []
         for (vars_dir, kind, name), paths in sorted(scopes.items()):
-            head, _ = self._scope_values("head", vars_dir, kind, name)
-            base, _ = self._scope_values("base", vars_dir, kind, name) if self.has_base else ({}, [])
+            head = self._scope_values("head", vars_dir, name)
+            base = self._scope_values("base", vars_dir, name) if self.has_base else {}
             where = ", ".join(paths)
             changed = self._changed_names(base, head)
             if LAYERS_VAR in changed or IMAGES_VAR in changed:
@@ -811,7 +815,7 @@ def gitlab_pipeline(
         ],
         "script": [
             'ansible-playbook -i "$HPC_STATELESS_INVENTORY" "$HPC_STATELESS_PLAYBOOK"'
-            ' -e "hpc_stateless_layer=$HPC_STATELESS_LAYER"'
+            ' -e "hpc_stateless_build_layer=$HPC_STATELESS_LAYER"'
             ' -e "hpc_stateless_registry=$HPC_STATELESS_REGISTRY"'
             ' -e "hpc_stateless_registry_tls_verify=$HPC_STATELESS_REGISTRY_TLS_VERIFY"'
             + prefix_arg + extra,

@@ -11,10 +11,10 @@ DOCUMENTATION = r"""
 module: layer_registry
 short_description: Pull a layer image from, or push it to, an OCI registry
 version_added: 0.1.0
-author: hpc.stateless developers
+author: hpc.stateless developers (@hpc-stateless)
 description:
   - Moves the image of one layer, C(<image_prefix>/<name>:<key>), between local containers-storage and an
-    OCI registry, where it is stored as C(<registry>/<name>:<key>). This is how CI runners share layers:
+    OCI registry, where it is stored as C(<registry>/<name>:<key>). This is how CI runners share layers;
     a job pulls the parent layer an earlier job pushed, builds its own layer and pushes it.
   - O(state=pulled) pulls the image unless it is already in local storage, checks that its
     C(hpc.stateless.layer) and C(hpc.stateless.key) labels match, and tags it with its local name.

@@ -11,7 +11,7 @@ DOCUMENTATION = r"""
 module: plan
 short_description: Validate the layer DAG, compute content keys and find the stale layers
 version_added: 0.1.0
-author: hpc.stateless developers
+author: hpc.stateless developers (@hpc-stateless)
 description:
   - Reads the layer DAG (O(layers), by default the raw inventory variable C(hpc_stateless_layers)) and
     the images (C(hpc_stateless_images)), validates them and returns the layers in topological order.
@@ -20,18 +20,24 @@ description:
     included; role READMEs, C(molecule/) and C(tests/) excluded) and the values of the variables those
     roles reference. Changing a variable no applied role references does not change any key.
   - Variables are read raw (untemplated) from the layer's inventory host when it exists (so group
-    variables of the layer's O(layers[].groups) count), else from the task's host merged with the layer's C(vars).
-  - Facts (C(ansible_*)) and magic variables never enter a key: facts come from inside the layer.
+    variables of the groups a layer names in its C(groups) count), else from the task's host merged with the layer's C(vars).
+  - Facts (C(ansible_*)) and magic variables never enter a key, because facts come from inside the layer.
   - With O(check_storage=true), asks M(hpc.stateless.layer_info) which layer images exist; a layer whose
     keyed image is missing is stale.
   - Runs on the controller (action plugin); only the storage look-up runs on the host.
 attributes:
   check_mode:
+    description: Can run in check mode and return changed status prediction without modifying target.
     support: full
+    details: Read-only; runs the same in check mode.
   diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
+    details: Plans only; nothing to diff.
   idempotent:
+    description: When run twice in a row outside check mode, with the same arguments, the second invocation indicates no change.
     support: full
+    details: Plans only; the same inputs give the same plan.
 options:
   layers:
     description:
@@ -59,6 +65,83 @@ options:
     type: list
     elements: path
     default: []
+  since:
+    description:
+      - Base revision of the configuration repository (for example C(origin/main)). When given, the files that
+        differ between it and the work tree (untracked files included) are mapped to the layers they rebuild,
+        returned as RV(changes). Inventory variable files are compared by value with C(git show <base>:<file>).
+      - Unless O(merge_base=false), the common ancestor of O(since) and C(HEAD) is the base, as in a merge request.
+    type: str
+  changed_files:
+    description:
+      - Explicit list of changed files (relative to the repository root, or absolute inside it) instead of
+        C(git diff). Without O(since) there is no base revision, so every variable of a changed variable
+        file counts as changed.
+    type: list
+    elements: str
+  repo:
+    description: The configuration repository. Defaults to the git work tree holding the first inventory source.
+    type: path
+  merge_base:
+    description: Compare with the merge base of O(since) and C(HEAD) rather than O(since) itself.
+    type: bool
+    default: true
+  variable_changes:
+    description:
+      - V(values) rebuilds only layers whose key covers a variable whose value changed (a comment-only
+        edit rebuilds nothing). V(files) is the seed paper's rule, every variable of a changed file counts.
+    type: str
+    choices: [values, files]
+    default: values
+  playbook_changes:
+    description:
+      - What a change to one of O(build_playbooks) does. V(rebuild) rebuilds every layer they build.
+        V(ignore) reports it only; content keys do not cover the build playbooks.
+    type: str
+    choices: [rebuild, ignore]
+    default: rebuild
+  build_playbooks:
+    description: Repository-relative playbooks and task files that build layers.
+    type: list
+    elements: str
+    default: [playbooks/build.yml, playbooks/layer.yml, playbooks/tasks/build_layer.yml]
+  image_types:
+    description: Rebuild only the layers of these images (names of O(images)); other layers are reused.
+    type: list
+    elements: str
+  pipeline:
+    description: Settings of the GitLab CI child pipeline returned in RV(changes.pipeline).
+    type: dict
+    suboptions:
+      registry:
+        description: Repository prefix in the OCI registry the jobs pull parents from and push layers to.
+        type: str
+        default: ""
+      inventory:
+        description: Inventory the jobs use. Defaults to the first inventory source, relative to the repository.
+        type: str
+      playbook:
+        description: Single-layer playbook each job runs.
+        type: str
+        default: hpc.stateless.layer
+      image_prefix:
+        description: Image prefix passed to the jobs (C(hpc_stateless_image_prefix)); empty keeps the inventory's.
+        type: str
+        default: ""
+      tags:
+        description: Runner tags of every job.
+        type: list
+        elements: str
+        default: []
+      extra_args:
+        description: Further C(ansible-playbook) arguments of every job.
+        type: list
+        elements: str
+        default: []
+      tls_verify:
+        description: Whether jobs verify the registry's TLS certificate.
+        type: bool
+        default: true
 seealso:
   - module: hpc.stateless.layer
   - module: hpc.stateless.layer_info
@@ -68,6 +151,20 @@ EXAMPLES = r"""
 - name: Plan the build
   hpc.stateless.plan:
   register: plan
+
+- name: Which layers does this merge request rebuild?
+  hpc.stateless.plan:
+    check_storage: false
+    since: origin/main
+    pipeline:
+      registry: registry.example.org/hpc/layers
+  register: plan
+
+- name: Write the child pipeline
+  ansible.builtin.copy:
+    content: "{{ plan.changes.pipeline }}"
+    dest: build/plan/pipeline.yml
+    mode: "0644"
 
 - name: Show what will be built
   ansible.builtin.debug:
@@ -149,4 +246,29 @@ git_commit:
   description: C(git describe --always --dirty) of the playbook directory (a label, never part of a key).
   returned: always
   type: str
+changes:
+  description: The layers a change rebuilds (see docs/ci.md).
+  returned: when O(since) or O(changed_files) is given
+  type: dict
+  contains:
+    repo:
+      description: Root of the configuration repository.
+      type: str
+    plan:
+      description:
+        - C(base) (revision compared with), C(changed_files), C(files) (per file its C(kind) role, playbook,
+          inventory or other, the C(layers) it rebuilds directly and a C(detail)), C(layers) (per layer its
+          C(action) rebuild or reuse, C(why), C(reasons), C(images), C(parent), C(depth)), C(rebuild) and
+          C(reuse) (build order), C(removed_layers), C(images) (per image its C(chain), the layers it
+          C(rebuild)s and C(start), the earliest affected layer).
+      type: dict
+    table:
+      description: Human table of the plan (layer, image types, rebuild/reuse, why).
+      type: str
+    dot:
+      description: Graphviz DOT picture of the DAG; rebuilt layers are filled boxes, reused ones dotted ovals.
+      type: str
+    pipeline:
+      description: GitLab CI child pipeline (YAML), one job per rebuilt layer with C(needs) following the DAG.
+      type: str
 """
