@@ -1,0 +1,189 @@
+"""Helpers of the pack integration tests: which image to pack, mounts, readers, a qemu boot.
+
+The tests pack the default ``compute`` image (inventory/) when its layer is built and carries
+a kernel; until the default DAG installs one, they fall back to a private DAG
+(tests/integration/pack_inventory: base -> packkernel with linux-image-amd64) under the
+fixed prefix below, which stays cached between sessions so a rerun builds nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import os
+import re
+import select
+import subprocess
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from conftest import REPO, buildah, run_site
+
+DEFAULT_INVENTORY = REPO / "inventory"
+PACK_INVENTORY = REPO / "tests" / "integration" / "pack_inventory"
+PACK_PREFIX = "localhost/hpc-stateless-packtest"
+OUTPUT_ROOT = Path(tempfile.gettempdir()) / "hpc-stateless-pack-tests"
+
+# What the default excludes drop below the root (contents of these directories, the directories stay).
+EMPTIED_DIRS = ("proc", "sys", "run", "tmp", "var/tmp", "boot", "var/lib/apt/lists", "var/log/journal",
+                "var/cache/apt/archives/partial", "var/cache/dnf", "var/cache/yum", "var/cache/zypp")
+DROPPED_NAMES = ("vmlinuz", "vmlinuz.old", "initrd.img", "initrd.img.old")
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+# systemd shortens unit names to the console width; the description stays whole.
+MULTI_USER = r"Reached target .*Multi-User System"
+
+
+@dataclass(frozen=True)
+class PackTarget:
+    image: str
+    inventory: Path
+    extra: tuple[str, ...]
+    output: Path
+    version_dir: Path
+    manifest: dict
+    playbook_stdout: str
+    why: str
+
+    @property
+    def source_image(self) -> str:
+        return self.manifest["source"]["image"]
+
+    def artifact(self, fmt: str) -> Path:
+        return self.version_dir / f"{self.image}.{fmt}"
+
+
+# Pinned: the default (git describe of this checkout) moves whenever someone commits mid-session.
+TEST_VERSION = "pack-test-1"
+
+
+def run_pack_playbook(inventory: Path, output: Path, *extra: str) -> subprocess.CompletedProcess:
+    return run_site("-e", f"hpc_stateless_pack_output_dir={output}", "-e", f"hpc_stateless_pack_version={TEST_VERSION}",
+                    *extra, inventory=inventory, playbook="playbooks/pack.yml")
+
+
+def _version_dir(output: Path, image: str) -> Path:
+    found = [p for p in (output / image).iterdir() if not p.name.startswith(".")]
+    assert len(found) == 1, f"expected one version directory under {output / image}, found {found}"
+    return found[0]
+
+
+@functools.lru_cache(maxsize=None)
+def pack_target() -> PackTarget:
+    """Pack the image the tests use with playbooks/pack.yml, once per session."""
+    OUTPUT_ROOT.mkdir(parents=True, exist_ok=True)
+    output = Path(tempfile.mkdtemp(prefix="playbook-", dir=OUTPUT_ROOT))
+    default = run_pack_playbook(DEFAULT_INVENTORY, output, "-e", '{"hpc_stateless_pack_images": ["compute"]}')
+    if default.returncode == 0:
+        version_dir = _version_dir(output, "compute")
+        return PackTarget("compute", DEFAULT_INVENTORY, (), output, version_dir,
+                          json.loads((version_dir / "manifest.json").read_text()), default.stdout,
+                          "default compute image")
+    reason = next((line.strip() for line in default.stdout.splitlines() if '"msg"' in line or "fatal" in line),
+                  "pack.yml failed")
+    extra = ("-e", f"hpc_stateless_image_prefix={PACK_PREFIX}")
+    build = run_site(*extra, inventory=PACK_INVENTORY)
+    assert build.returncode == 0, build.stdout[-4000:] + build.stderr[-2000:]
+    packed = run_pack_playbook(PACK_INVENTORY, output, *extra)
+    assert packed.returncode == 0, packed.stdout[-4000:] + packed.stderr[-2000:]
+    version_dir = _version_dir(output, "packtest")
+    return PackTarget("packtest", PACK_INVENTORY, extra, output, version_dir,
+                      json.loads((version_dir / "manifest.json").read_text()), packed.stdout,
+                      f"private packkernel layer (the default compute image could not be packed: {reason[:300]})")
+
+
+def pack_module(check_mode: bool = False, **params) -> tuple[int, dict]:
+    """The real module through ``ansible localhost -m hpc.stateless.pack``; returns (rc, result)."""
+    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
+           "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1", "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.json",
+           "PYTHONPATH": str(REPO / ".collections"),
+           "BUILDAH_ISOLATION": os.environ.get("BUILDAH_ISOLATION", "chroot")}
+    argv = [str(REPO / ".venv" / "bin" / "ansible"), "localhost", "-i", str(REPO / "inventory"),
+            "-m", "hpc.stateless.pack", "-a", json.dumps(params)]
+    if check_mode:
+        argv.append("--check")
+    proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, check=False)
+    try:
+        result = json.loads(proc.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
+    except (ValueError, KeyError, IndexError):
+        raise AssertionError(f"unreadable ansible output (rc={proc.returncode}): {proc.stdout[-3000:]} "
+                             f"{proc.stderr[-3000:]}") from None
+    return proc.returncode, result
+
+
+@contextlib.contextmanager
+def mounted_image(ref: str):
+    """The image's tree through a throw-away working container."""
+    name = f"hpc-stateless-packtest-read-{uuid.uuid4().hex[:8]}"
+    buildah("from", "--pull=never", "--quiet", "--name", name, ref)
+    try:
+        yield Path(buildah("mount", name).strip())
+    finally:
+        buildah("umount", name, check=False)
+        buildah("rm", name, check=False)
+
+
+@contextlib.contextmanager
+def loop_mounted(image: Path, fstype: str = "squashfs"):
+    target = Path(tempfile.mkdtemp(prefix="mnt-", dir=OUTPUT_ROOT))
+    subprocess.run(["mount", "-o", "loop,ro", "-t", fstype, str(image), str(target)], check=True)
+    try:
+        yield target
+    finally:
+        subprocess.run(["umount", str(target)], check=False)
+        target.rmdir()
+
+
+def expected_entries(root: Path, overlay: set[str]) -> set[str]:
+    """Paths pack must write, derived with find(1) and the documented default excludes (not our walk)."""
+    out = subprocess.run(["find", ".", "-mindepth", "1"], cwd=root, capture_output=True, check=True).stdout
+    entries = set()
+    for raw in out.split(b"\n"):
+        if not raw:
+            continue
+        rel = os.fsdecode(raw[2:])
+        parent = rel.rsplit("/", 1)[0] if "/" in rel else ""
+        if any(rel.startswith(d + "/") for d in EMPTIED_DIRS) or rel in DROPPED_NAMES:
+            continue
+        if parent == "var/cache/apt" and rel.endswith(".bin"):
+            continue
+        if parent == "var/cache/apt/archives" and rel.endswith(".deb"):
+            continue
+        if parent == "var/cache/debconf" and rel.endswith("-old"):
+            continue
+        entries.add(rel)
+    return entries | overlay
+
+
+def boot_cpio(kernel: Path, initrd: Path, expect: list[str], timeout: float = 170) -> str:
+    """Boot under qemu (TCG) and return the serial console once every ``expect`` regex matched.
+
+    ``systemd.run`` prints /etc/image-release from a oneshot unit that multi-user.target
+    pulls in (``systemd.wants``); the VM is killed as soon as all markers were seen.
+    """
+    argv = ["qemu-system-x86_64", "-accel", "tcg", "-m", "4G", "-smp", "2", "-nographic", "-no-reboot",
+            "-kernel", str(kernel), "-initrd", str(initrd), "-append",
+            "console=ttyS0 panic=-1 systemd.unit=multi-user.target systemd.wants=kernel-command-line.service "
+            'systemd.run="/bin/cat /etc/image-release" systemd.run_success_action=none']
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    console = b""
+    deadline = time.monotonic() + timeout
+    try:
+        assert proc.stdout is not None
+        while time.monotonic() < deadline:
+            ready, _w, _x = select.select([proc.stdout], [], [], 1.0)
+            if ready:
+                chunk = os.read(proc.stdout.fileno(), 65536)
+                if not chunk:
+                    break
+                console += chunk
+                text = ANSI.sub("", console.decode("utf-8", "replace"))
+                if all(re.search(marker, text) for marker in expect):
+                    break
+    finally:
+        proc.kill()
+        proc.wait()
+    return ANSI.sub("", console.decode("utf-8", "replace"))
