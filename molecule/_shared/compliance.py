@@ -1,0 +1,250 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026 hpc.stateless developers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Helpers of the Molecule compliance tests (pytest-testinfra).
+
+The tests look at a buildah working container, not a booted node: testinfra's chroot backend
+runs each check with ``chroot <mount point> /bin/sh -c ...`` on the build host, a few
+milliseconds per check, where the ansible backend over ``containers.podman.buildah`` costs
+seconds (one ``ansible`` process per check). Pure functions here parse what the checks read,
+so unit tests reach them without a container.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import yaml
+
+#: Where systemd-sysctl reads ``*.conf`` files, highest priority first (sysctl.d(5)).
+SYSCTL_DIRS = ("/etc/sysctl.d", "/run/sysctl.d", "/usr/local/lib/sysctl.d", "/usr/lib/sysctl.d", "/lib/sysctl.d")
+
+#: Directories whose contents must not be world-writable (sticky directories excepted).
+SYSTEM_DIRS = ("/etc", "/usr", "/boot", "/opt", "/root", "/srv", "/var")
+
+#: Places where a private key would be a secret baked into every node.
+SECRET_SEARCH_DIRS = ("/etc", "/root", "/home", "/opt", "/srv", "/usr/local")
+
+#: Known secret files that must not be in an image unless the user opted in.
+SECRET_FILES = ("/etc/munge/munge.key",)
+
+# sshd refuses to print its configuration without a host key (and, on Debian, its privilege
+# separation directory): use a throw-away key and remove everything it created.
+_SSHD_EFFECTIVE_SCRIPT = (
+    'set -e; d=$(mktemp -d); created=""; '
+    'for p in /run/sshd /var/run/sshd; do [ -d "$p" ] || { mkdir -p "$p"; created="$created $p"; }; done; '
+    'trap \'rm -rf "$d"; for p in $created; do rmdir "$p"; done\' EXIT; '
+    'ssh-keygen -q -t ed25519 -N "" -f "$d/key"; '
+    'sshd=$(command -v sshd || echo /usr/sbin/sshd); '
+    '"$sshd" -T -f /etc/ssh/sshd_config -h "$d/key" -C @MATCH@'
+)
+
+
+class WaiverError(ValueError):
+    """A waiver file is malformed; the message names the file and the entry."""
+
+
+@dataclass(frozen=True)
+class Waiver:
+    check: str
+    reason: str
+    item: str | None = None
+
+
+def load_waivers(*paths: Path) -> list[Waiver]:
+    """Waivers from YAML files (missing files are skipped).
+
+    Format: ``waivers: [{check: <test name>, reason: <why>, item: <finding, optional>}]``.
+    Without ``item`` the whole check is waived; with it, only that finding (a path, an account).
+    Every waiver needs a reason.
+    """
+    waivers: list[Waiver] = []
+    for path in paths:
+        if not path.is_file():
+            continue
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        entries = data.get("waivers", []) if isinstance(data, dict) else None
+        if not isinstance(entries, list):
+            raise WaiverError(f"{path}: expected a mapping with a 'waivers' list")
+        for index, entry in enumerate(entries):
+            if not isinstance(entry, dict) or not entry.get("check"):
+                raise WaiverError(f"{path}: waivers[{index}] needs a 'check' (the test name)")
+            reason = str(entry.get("reason") or "").strip()
+            if not reason:
+                raise WaiverError(f"{path}: waivers[{index}] ({entry['check']}) needs a 'reason'")
+            unknown = set(entry) - {"check", "reason", "item"}
+            if unknown:
+                raise WaiverError(f"{path}: waivers[{index}] has unknown keys {sorted(unknown)}")
+            item = entry.get("item")
+            waivers.append(Waiver(str(entry["check"]), reason, None if item is None else str(item)))
+    return waivers
+
+
+def check_waiver(waivers: Iterable[Waiver], check: str) -> Waiver | None:
+    """The waiver that switches off ``check`` as a whole, if any."""
+    return next((w for w in waivers if w.check == check and w.item is None), None)
+
+
+def unwaived(findings: Iterable[str], waivers: Iterable[Waiver], check: str) -> list[str]:
+    """Findings of ``check`` that no waiver covers."""
+    waived = {w.item for w in waivers if w.check == check and w.item is not None}
+    return sorted(f for f in findings if f not in waived)
+
+
+# --------------------------------------------------------------------------- parsers
+
+
+def parse_sysctl_conf(text: str) -> dict[str, str]:
+    """``key = value`` lines of a sysctl.d file; later lines win. ``-key`` (ignore errors) counts."""
+    values: dict[str, str] = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line[0] in "#;" or "=" not in line:
+            continue
+        key, value = line.split("=", 1)
+        key = key.strip().lstrip("-").replace("/", ".")
+        values[key] = value.strip()
+    return values
+
+
+def sysctl_file_order(files_by_dir: Mapping[str, Iterable[str]]) -> list[str]:
+    """Paths systemd-sysctl applies, in order: one file per basename (the highest-priority
+    directory wins), sorted by basename; ``/etc/sysctl.conf`` last."""
+    chosen: dict[str, str] = {}
+    for directory in SYSCTL_DIRS:
+        for name in files_by_dir.get(directory, ()):
+            if name.endswith(".conf") and name not in chosen:
+                chosen[name] = f"{directory}/{name}"
+    order = [chosen[name] for name in sorted(chosen)]
+    if "/etc/sysctl.conf" in files_by_dir.get("/etc", ()):
+        order.append("/etc/sysctl.conf")
+    return order
+
+
+def parse_sshd_t(text: str) -> dict[str, str]:
+    """``sshd -T`` output -> ``{keyword: value}``; repeated keywords are joined with a newline."""
+    settings: dict[str, str] = {}
+    for line in text.splitlines():
+        keyword, _sep, value = line.strip().partition(" ")
+        if not keyword:
+            continue
+        settings[keyword] = f"{settings[keyword]}\n{value}" if keyword in settings else value
+    return settings
+
+
+def parse_shadow_empty_passwords(text: str) -> list[str]:
+    """Accounts of an /etc/shadow whose password field is empty (login without a password)."""
+    return sorted(line.split(":", 2)[0] for line in text.splitlines()
+                  if line.count(":") >= 2 and line.split(":", 2)[1] == "")
+
+
+def parse_uid0_accounts(passwd: str) -> list[str]:
+    return sorted(line.split(":")[0] for line in passwd.splitlines()
+                  if line.count(":") >= 3 and line.split(":")[2] == "0")
+
+
+def duplicates(values: Iterable[str]) -> list[str]:
+    seen: set[str] = set()
+    dups: set[str] = set()
+    for value in values:
+        (dups if value in seen else seen).add(value)
+    return sorted(dups)
+
+
+def passwd_field(passwd: str, index: int) -> list[str]:
+    return [line.split(":")[index] for line in passwd.splitlines() if line.count(":") >= index]
+
+
+def find_command(dirs: Iterable[str], predicate: str, action: str = "-print") -> str:
+    """Shell command: ``find`` over ``dirs`` on one file system, running ``action`` (default:
+    print the path) for what matches ``predicate`` (find expressions in shell syntax).
+    Missing directories and unreadable entries are not errors."""
+    quoted = " ".join(shlex.quote(d) for d in dirs)
+    return f"find {quoted} -xdev {predicate} {action} 2>/dev/null; true"
+
+
+def lines(text: str) -> list[str]:
+    """Non-empty lines of command output."""
+    return [line for line in text.splitlines() if line.strip()]
+
+
+# --------------------------------------------------------------------------- image access
+
+
+class BuildahError(RuntimeError):
+    pass
+
+
+def buildah(*args: str) -> str:
+    env = {**os.environ, "BUILDAH_ISOLATION": os.environ.get("BUILDAH_ISOLATION", "chroot")}
+    proc = subprocess.run(["buildah", *args], env=env, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise BuildahError(f"buildah {' '.join(args)} failed (rc={proc.returncode}): {proc.stderr.strip()}")
+    return proc.stdout
+
+
+class MountedContainer:
+    """``buildah mount`` of a working container for the life of a test session."""
+
+    def __init__(self, container: str) -> None:
+        self.container = container
+        self.path = ""
+
+    def __enter__(self) -> str:
+        self.path = buildah("mount", self.container).strip()
+        return self.path
+
+    def __exit__(self, *exc: Any) -> None:
+        # Drops only our reference: buildah counts mounts, the creator's stays.
+        try:
+            buildah("umount", self.container)
+        except BuildahError:
+            pass
+
+
+def chroot_host(mountpoint: str) -> Any:
+    """A testinfra host that runs every check with chroot(8) in the container's root."""
+    import testinfra
+
+    if not os.path.isdir(mountpoint):
+        raise FileNotFoundError(f"{mountpoint} is not a directory: is the working container mounted?")
+    return testinfra.get_host(mountpoint, connection="chroot")
+
+
+def sshd_effective(host: Any, match: str = "user=root,host=node,addr=192.0.2.1") -> dict[str, str]:
+    """Effective sshd settings (``sshd -T``) inside the image."""
+    result = host.run(_SSHD_EFFECTIVE_SCRIPT.replace("@MATCH@", shlex.quote(match)))
+    if result.rc != 0:
+        raise AssertionError(f"sshd -T failed (rc={result.rc}): {result.stderr.strip()}")
+    return parse_sshd_t(result.stdout)
+
+
+def effective_sysctl(host: Any) -> dict[str, str]:
+    """Kernel parameters systemd-sysctl would apply when the image boots."""
+    files_by_dir: dict[str, list[str]] = {}
+    for directory in (*SYSCTL_DIRS, "/etc"):
+        listing = host.run(f"ls -1A {shlex.quote(directory)} 2>/dev/null")
+        files_by_dir.setdefault(directory, []).extend(listing.stdout.split())
+    values: dict[str, str] = {}
+    for path in sysctl_file_order(files_by_dir):
+        values.update(parse_sysctl_conf(host.file(path).content_string))
+    return values
+
+
+def scenario_vars(project: Path, role: str, scenario_dir: Path, instance: str | None = None) -> dict[str, Any]:
+    """A role's defaults overlaid with what the scenario's converge applied: ``vars/converge.yml``,
+    then ``vars/<instance>.yml`` (the same files, in the same order, as converge.yml's vars_files)."""
+    merged: dict[str, Any] = {}
+    files = [project / "roles" / role / "defaults" / "main.yml", scenario_dir / "vars" / "converge.yml"]
+    if instance:
+        files.append(scenario_dir / "vars" / f"{instance}.yml")
+    for path in files:
+        if path.is_file():
+            merged.update(yaml.safe_load(path.read_text(encoding="utf-8")) or {})
+    return merged

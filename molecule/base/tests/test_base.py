@@ -1,0 +1,209 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026 hpc.stateless developers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Compliance of the hpc.stateless.base role: what the converged image holds."""
+
+from __future__ import annotations
+
+import pytest
+
+import compliance
+
+
+@pytest.fixture(scope="module")
+def base(role_vars):
+    return role_vars("base")
+
+
+@pytest.fixture(scope="module")
+def debian(host):
+    return host.system_info.distribution in ("debian", "ubuntu")
+
+
+def test_base_packages_installed(host, base):
+    wanted = ["chrony", "openssh-server", "tzdata", "ca-certificates"]
+    if base["base_log_forward_host"]:
+        wanted.append("rsyslog")
+    missing = [name for name in wanted if not host.package(name).is_installed]
+    assert not missing, f"packages not installed: {missing}"
+
+
+def test_kernel_as_configured(host, base):
+    kernels = host.check_output("ls -1 /boot 2>/dev/null | grep '^vmlinuz-' || true")
+    if base["base_kernel_packages"] == []:
+        assert not kernels, f"base_kernel_packages is [] but the image holds {kernels}"
+    else:
+        assert kernels, "no kernel (/boot/vmlinuz-*) in the image"
+
+
+def test_timezone(host, base):
+    assert host.file("/etc/localtime").is_symlink
+    target = host.check_output("readlink /etc/localtime")
+    assert target == f"/usr/share/zoneinfo/{base['base_timezone']}"
+    assert host.file(target).is_file
+
+
+def test_timezone_name_file(host, base, debian):
+    if not debian:
+        pytest.skip("/etc/timezone is Debian's")
+    assert host.file("/etc/timezone").content_string == base["base_timezone"] + "\n"
+
+
+def test_locale(host, base, debian):
+    conf = host.file("/etc/default/locale" if debian else "/etc/locale.conf")
+    assert (conf.user, conf.group, conf.mode) == ("root", "root", 0o644)
+    assert f"LANG={base['base_locale']}" in conf.content_string.splitlines()
+    available = host.check_output("locale -a").lower().replace("-", "").split()
+    for name in base["base_locales"]:
+        assert name.lower().replace("-", "") in available, f"locale {name} is not available"
+
+
+def test_chrony_configuration(host, base, debian):
+    conf = host.file("/etc/chrony/chrony.conf" if debian else "/etc/chrony.conf")
+    assert (conf.user, conf.group, conf.mode) == ("root", "root", 0o644)
+    lines = conf.content_string.splitlines()
+    opts = base["base_chrony_source_options"]
+    for server in base["base_chrony_servers"]:
+        assert f"server {server} {opts}" in lines
+    assert [line for line in lines if line.startswith("pool ")] == \
+        [f"pool {pool} {opts}" for pool in base["base_chrony_pools"]]
+    assert f"makestep {base['base_chrony_makestep']}" in lines
+
+
+def test_chrony_config_parses(host, debian):
+    host.run_test("chronyd -p -f %s", "/etc/chrony/chrony.conf" if debian else "/etc/chrony.conf")
+
+
+@pytest.mark.parametrize("unit", ["chrony", "ssh"])
+def test_services_enabled(host, unit, debian):
+    name = {"chrony": "chrony" if debian else "chronyd", "ssh": "ssh" if debian else "sshd"}[unit]
+    assert host.service(name).is_enabled
+
+
+def test_journald(host, base):
+    conf = host.file("/etc/systemd/journald.conf.d/10-hpc-stateless.conf")
+    assert (conf.user, conf.group, conf.mode) == ("root", "root", 0o644)
+    lines = conf.content_string.splitlines()
+    assert f"Storage={base['base_journald_storage']}" in lines
+    assert f"RuntimeMaxUse={base['base_journald_runtime_max_use']}" in lines
+    assert ("ForwardToSyslog=yes" if base["base_log_forward_host"] else "ForwardToSyslog=no") in lines
+
+
+def test_log_forwarding(host, base):
+    rule = host.file("/etc/rsyslog.d/90-hpc-stateless-forward.conf")
+    if not base["base_log_forward_host"]:
+        assert not rule.exists
+        return
+    text = rule.content_string
+    assert f'target="{base["base_log_forward_host"]}"' in text
+    assert f'port="{base["base_log_forward_port"]}"' in text
+    assert f'protocol="{base["base_log_forward_protocol"]}"' in text
+    assert host.service("rsyslog").is_enabled
+    host.run_test("rsyslogd -N1 -f %s", rule.path)
+
+
+def test_sshd_dropin(host):
+    dropin = host.file("/etc/ssh/sshd_config.d/10-hpc-stateless.conf")
+    assert (dropin.user, dropin.group, dropin.mode) == ("root", "root", 0o600)
+    assert "Include /etc/ssh/sshd_config.d/*.conf" in host.file("/etc/ssh/sshd_config").content_string
+
+
+def test_sshd_effective_settings(sshd_settings, base):
+    permit_root = {"prohibit-password": ("prohibit-password", "without-password")}
+    expected_root = permit_root.get(base["base_sshd_permit_root_login"], (base["base_sshd_permit_root_login"],))
+    assert sshd_settings["permitrootlogin"] in expected_root
+    yes_no = {True: "yes", False: "no"}
+    assert sshd_settings["passwordauthentication"] == yes_no[base["base_sshd_password_authentication"]]
+    assert sshd_settings["kbdinteractiveauthentication"] == yes_no[base["base_sshd_kbd_interactive_authentication"]]
+    assert sshd_settings["x11forwarding"] == yes_no[base["base_sshd_x11_forwarding"]]
+    assert sshd_settings["pubkeyauthentication"] == "yes"
+    assert sshd_settings["maxauthtries"] == str(base["base_sshd_max_auth_tries"])
+    if base["base_sshd_allow_groups"]:
+        assert sshd_settings["allowgroups"].split() == base["base_sshd_allow_groups"]
+    for option, value in base["base_sshd_options"].items():
+        assert sshd_settings[option.lower()] == str(value)
+
+
+def test_ssh_host_keys_generated_at_boot(host, debian):
+    if not debian:
+        assert host.file("/usr/lib/systemd/system/sshd-keygen@.service").exists
+        return
+    unit = host.file("/etc/systemd/system/hpc-stateless-ssh-hostkeys.service")
+    assert (unit.user, unit.group, unit.mode) == ("root", "root", 0o644)
+    assert "ExecStart=/usr/bin/ssh-keygen -A" in unit.content_string
+    assert "Before=ssh.service" in unit.content_string
+    assert host.service("hpc-stateless-ssh-hostkeys").is_enabled
+    assert host.file("/etc/systemd/system/ssh.service.requires/hpc-stateless-ssh-hostkeys.service").is_symlink
+
+
+def test_sysctl(sysctl_settings, base):
+    wanted = {**base["base_sysctl"], **base["base_sysctl_extra"]}
+    wrong = {k: (sysctl_settings.get(k), str(v)) for k, v in wanted.items() if sysctl_settings.get(k) != str(v)}
+    assert not wrong, f"kernel parameters at boot (found, wanted): {wrong}"
+
+
+def test_sysctl_file(host):
+    conf = host.file("/etc/sysctl.d/90-hpc-stateless.conf")
+    assert (conf.user, conf.group, conf.mode) == ("root", "root", 0o644)
+
+
+def test_limits(host, base):
+    conf = host.file("/etc/security/limits.d/90-hpc-stateless.conf")
+    assert (conf.user, conf.group, conf.mode) == ("root", "root", 0o644)
+    rows = [line.split() for line in conf.content_string.splitlines() if line and not line.startswith("#")]
+    assert rows == [[lim["domain"], lim["type"], lim["item"], str(lim["value"])] for lim in base["base_limits"]]
+
+
+def test_init_link(host):
+    assert host.file("/init").is_symlink
+    assert host.check_output("readlink /init") == "/sbin/init"
+    assert host.file("/sbin/init").exists, "/init points at a missing /sbin/init"
+
+
+def test_tmpfs_mounts(host, base):
+    fstab = [line.split() for line in host.file("/etc/fstab").content_string.splitlines()
+             if line.strip() and not line.startswith("#")]
+    by_path = {fields[1]: fields for fields in fstab if len(fields) >= 4}
+    for mount in base["base_tmpfs_mounts"]:
+        fields = by_path.get(mount["path"])
+        assert fields, f"no fstab entry for {mount['path']}"
+        assert fields[0] == "tmpfs" and fields[2] == "tmpfs"
+        opts = fields[3].split(",")
+        assert f"size={mount.get('size', '50%')}" in opts
+        assert f"mode={mount.get('mode', '1777')}" in opts
+
+
+def test_stateless_units_masked(host, debian):
+    # Units of the distribution default list that are installed in this image.
+    candidates = ["apt-daily.timer", "apt-daily-upgrade.timer", "dpkg-db-backup.timer", "e2scrub_all.timer",
+                  "fstrim.timer"] if debian else ["dnf-makecache.timer", "fstrim.timer"]
+    installed = [u for u in candidates if host.file(f"/usr/lib/systemd/system/{u}").exists
+                 or host.file(f"/lib/systemd/system/{u}").exists]
+    assert installed, "none of the units to mask is installed: the check would prove nothing"
+    not_masked = [u for u in installed if host.run(f"systemctl is-enabled {u}").stdout.strip() != "masked"]
+    assert not not_masked, f"units not masked: {not_masked}"
+
+
+def test_docs_stripped(host, base):
+    if not base["base_strip_docs"]:
+        pytest.skip("base_strip_docs is off")
+    left = compliance.lines(host.check_output(
+        "find /usr/share/doc /usr/share/man /usr/share/info ! -type d ! -name copyright 2>/dev/null; true"))
+    assert not left, f"documentation left: {left[:10]}"
+
+
+def test_locales_stripped(host, base):
+    if not base["base_strip_locales"]:
+        pytest.skip("base_strip_locales is off")
+    present = set(compliance.lines(host.check_output("ls -1A /usr/share/locale")))
+    assert present <= set(base["base_locales_keep"]), f"unexpected: {sorted(present - set(base['base_locales_keep']))}"
+
+
+def test_package_manager_keeps_docs_out(host, debian):
+    if debian:
+        text = host.file("/etc/dpkg/dpkg.cfg.d/90-hpc-stateless-nodoc").content_string
+        assert "path-exclude=/usr/share/doc/*" in text
+        assert "path-include=/usr/share/doc/*/copyright" in text
+    else:
+        assert "tsflags=nodocs" in host.file("/etc/dnf/dnf.conf").content_string

@@ -1,0 +1,141 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026 hpc.stateless developers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""pytest-testinfra set-up shared by every Molecule scenario of hpc.stateless.
+
+The image under test is, in order of preference:
+  1. the scenario's instance (``$MOLECULE_INSTANCE_CONFIG``, written by ``_shared/create.yml``),
+  2. the working container named by ``$HPC_STATELESS_TEST_CONTAINER``,
+  3. a throw-away working container of the image ``$HPC_STATELESS_TEST_IMAGE``
+     (removed after the session), e.g. ``localhost/hpc-stateless/slurm:latest``.
+
+Its root is mounted once per session and every check runs through testinfra's chroot backend.
+Waivers: ``waivers.yml`` of the scenario (``$MOLECULE_SCENARIO_DIRECTORY``) and of ``_shared``;
+a waiver without ``item`` skips the whole check and shows its reason.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+import yaml
+
+MOLECULE_DIR = Path(__file__).resolve().parent
+PROJECT_DIR = MOLECULE_DIR.parent
+sys.path.insert(0, str(MOLECULE_DIR / "_shared"))
+
+import compliance  # noqa: E402  pylint: disable=wrong-import-position
+
+
+def _scenario_dir() -> Path | None:
+    value = os.environ.get("MOLECULE_SCENARIO_DIRECTORY")
+    return Path(value) if value else None
+
+
+def _waiver_files() -> list[Path]:
+    files = [MOLECULE_DIR / "_shared" / "waivers.yml"]
+    scenario = _scenario_dir()
+    if scenario is not None:
+        files.append(scenario / "waivers.yml")
+    extra = os.environ.get("HPC_STATELESS_WAIVERS")
+    if extra:
+        files.append(Path(extra))
+    return files
+
+
+def _instances() -> list[tuple[str, str | None]]:
+    """``(instance name, working container)`` of every image under test; container None means
+    "make one from $HPC_STATELESS_TEST_IMAGE"."""
+    config = os.environ.get("MOLECULE_INSTANCE_CONFIG")
+    if config and Path(config).is_file():
+        instances = yaml.safe_load(Path(config).read_text(encoding="utf-8")) or []
+        wanted = os.environ.get("HPC_STATELESS_TEST_INSTANCE")
+        found = [(i["instance"], i["address"]) for i in instances if wanted in (None, i["instance"])]
+        if not found:
+            raise pytest.UsageError(f"{config}: no instance {wanted or ''}; run 'molecule create' first")
+        return found
+    container = os.environ.get("HPC_STATELESS_TEST_CONTAINER")
+    return [(container or "image", container or None)]
+
+
+_INSTANCES = _instances()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip, with its reason, every check that a waiver switches off as a whole."""
+    waivers = compliance.load_waivers(*_waiver_files())
+    for item in items:
+        name = getattr(item, "originalname", None) or item.name
+        waiver = compliance.check_waiver(waivers, name)
+        if waiver is not None:
+            item.add_marker(pytest.mark.skip(reason=f"waived: {waiver.reason}"))
+
+
+@pytest.fixture(scope="session", params=_INSTANCES, ids=[name for name, _container in _INSTANCES])
+def instance(request: pytest.FixtureRequest) -> tuple[str, str | None]:
+    """The instance under test (one test run per Molecule instance)."""
+    return request.param
+
+
+@pytest.fixture(scope="session")
+def image_root(instance: tuple[str, str | None]) -> Iterator[str]:
+    """Mount point of the image under test on the build host."""
+    _name, container = instance
+    created = False
+    if container is None:
+        image = os.environ.get("HPC_STATELESS_TEST_IMAGE")
+        if not image:
+            pytest.fail("no image under test: run through 'molecule verify', or set "
+                        "HPC_STATELESS_TEST_CONTAINER (a buildah working container) or "
+                        "HPC_STATELESS_TEST_IMAGE (an image reference)")
+        container = f"hpc-stateless-verify-{uuid.uuid4().hex[:8]}"
+        compliance.buildah("from", "--pull=never", "--quiet", "--name", container, image)
+        created = True
+    try:
+        with compliance.MountedContainer(container) as path:
+            yield path
+    finally:
+        if created:
+            compliance.buildah("rm", container)
+
+
+@pytest.fixture(scope="session")
+def host(image_root: str) -> Any:
+    """The testinfra host of the image (chroot backend); overrides testinfra's own fixture."""
+    return compliance.chroot_host(image_root)
+
+
+@pytest.fixture(scope="session")
+def waivers() -> list[compliance.Waiver]:
+    return compliance.load_waivers(*_waiver_files())
+
+
+@pytest.fixture(scope="session")
+def role_vars(instance: tuple[str, str | None]) -> Callable[[str], dict[str, Any]]:
+    """``role_vars('base')``: the role's defaults overlaid with what the scenario's converge
+    applied to this instance (``vars/converge.yml``, then ``vars/<instance>.yml``)."""
+    scenario = _scenario_dir() or MOLECULE_DIR / "default"
+
+    def load(role: str) -> dict[str, Any]:
+        return compliance.scenario_vars(PROJECT_DIR, role, scenario, instance[0])
+
+    return load
+
+
+@pytest.fixture(scope="session")
+def sshd_settings(host: Any) -> dict[str, str]:
+    """Effective sshd settings of the image, or {} when sshd is not installed."""
+    if not host.exists("sshd") and not host.file("/usr/sbin/sshd").exists:
+        return {}
+    return compliance.sshd_effective(host)
+
+
+@pytest.fixture(scope="session")
+def sysctl_settings(host: Any) -> dict[str, str]:
+    return compliance.effective_sysctl(host)
