@@ -144,13 +144,19 @@ class Source:
 
 
 def _pid_alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie, killed but not yet reaped, counts as gone)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
+            state = handle.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state not in ("Z", "X")
 
 
 def _pid_of(name: str, stem: str) -> int | None:

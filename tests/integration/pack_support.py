@@ -114,6 +114,20 @@ def pack_module(check_mode: bool = False, **params) -> tuple[int, dict]:
     return proc.returncode, result
 
 
+def small_root(base: Path, kernel: bool = True, extra: dict[str, bytes] | None = None) -> Path:
+    """A tiny root tree with a (fake) kernel in /boot, /sbin -> usr/sbin and a /tmp to exclude."""
+    root = base / f"root-{uuid.uuid4().hex[:6]}"
+    files = {"etc/hostname": b"node\n", "usr/sbin/init": b"#!/bin/sh\n", "tmp/junk": b"x"}
+    if kernel:
+        files["boot/vmlinuz-6.1.0-99-amd64"] = b"not really a kernel"
+    files.update(extra or {})
+    for rel, data in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(data)
+    (root / "sbin").symlink_to("usr/sbin")
+    return root
+
+
 @contextlib.contextmanager
 def mounted_image(ref: str):
     """The image's tree through a throw-away working container."""
