@@ -115,16 +115,14 @@ def parse_sysctl_conf(text: str) -> dict[str, str]:
 
 def sysctl_file_order(files_by_dir: Mapping[str, Iterable[str]]) -> list[str]:
     """Paths systemd-sysctl applies, in order: one file per basename (the highest-priority
-    directory wins), sorted by basename; ``/etc/sysctl.conf`` last."""
+    directory wins), sorted by basename. (systemd-sysctl does not read /etc/sysctl.conf itself;
+    Debian links it in as /etc/sysctl.d/99-sysctl.conf.)"""
     chosen: dict[str, str] = {}
     for directory in SYSCTL_DIRS:
         for name in files_by_dir.get(directory, ()):
             if name.endswith(".conf") and name not in chosen:
                 chosen[name] = f"{directory}/{name}"
-    order = [chosen[name] for name in sorted(chosen)]
-    if "/etc/sysctl.conf" in files_by_dir.get("/etc", ()):
-        order.append("/etc/sysctl.conf")
-    return order
+    return [chosen[name] for name in sorted(chosen)]
 
 
 def parse_sshd_t(text: str) -> dict[str, str]:
@@ -228,7 +226,7 @@ def sshd_effective(host: Any, match: str = "user=root,host=node,addr=192.0.2.1")
 def effective_sysctl(host: Any) -> dict[str, str]:
     """Kernel parameters systemd-sysctl would apply when the image boots."""
     files_by_dir: dict[str, list[str]] = {}
-    for directory in (*SYSCTL_DIRS, "/etc"):
+    for directory in SYSCTL_DIRS:
         listing = host.run(f"ls -1A {shlex.quote(directory)} 2>/dev/null")
         files_by_dir.setdefault(directory, []).extend(listing.stdout.split())
     values: dict[str, str] = {}

@@ -25,7 +25,8 @@ def debian(host):
 
 @pytest.fixture(scope="module")
 def backend(hsn, debian):
-    return hsn["hsn_network_backend"] or ("networkd" if debian else "networkmanager")
+    chosen = hsn["hsn_network_backend"]
+    return ("networkd" if debian else "networkmanager") if chosen == "auto" else chosen
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,178 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026 hpc.stateless developers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Unit tests of molecule/_shared/compliance.py, the helpers of the compliance tests."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "molecule" / "_shared"))
+
+import compliance  # noqa: E402  pylint: disable=wrong-import-position
+
+
+# --------------------------------------------------------------------------- waivers
+
+
+def test_waivers_load_with_reasons(tmp_path):
+    path = tmp_path / "waivers.yml"
+    path.write_text(
+        "waivers:\n"
+        "  - {check: test_no_world_writable_files, item: /var/spool/x, reason: vendor tool needs it}\n"
+        "  - {check: test_no_unowned_files, reason: scratch image}\n", encoding="utf-8")
+    waivers = compliance.load_waivers(path, tmp_path / "missing.yml")
+    assert waivers == [
+        compliance.Waiver("test_no_world_writable_files", "vendor tool needs it", "/var/spool/x"),
+        compliance.Waiver("test_no_unowned_files", "scratch image", None),
+    ]
+    assert compliance.check_waiver(waivers, "test_no_unowned_files").reason == "scratch image"
+    # an item waiver does not switch the whole check off
+    assert compliance.check_waiver(waivers, "test_no_world_writable_files") is None
+    assert compliance.unwaived(["/var/spool/x", "/etc/bad"], waivers, "test_no_world_writable_files") == ["/etc/bad"]
+    assert compliance.unwaived(["/var/spool/x"], waivers, "another_check") == ["/var/spool/x"]
+
+
+@pytest.mark.parametrize("text, message", [
+    ("waivers:\n  - {check: test_x}\n", "waivers[0] (test_x) needs a 'reason'"),
+    ("waivers:\n  - {check: test_x, reason: '  '}\n", "needs a 'reason'"),
+    ("waivers:\n  - {reason: because}\n", "waivers[0] needs a 'check'"),
+    ("waivers:\n  - {check: test_x, reason: r, path: /x}\n", "unknown keys ['path']"),
+    ("- check: test_x\n", "expected a mapping with a 'waivers' list"),
+])
+def test_bad_waiver_files_name_the_file_and_entry(tmp_path, text, message):
+    path = tmp_path / "waivers.yml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(compliance.WaiverError) as err:
+        compliance.load_waivers(path)
+    assert str(path) in str(err.value) and message in str(err.value)
+
+
+def test_empty_waiver_file_is_no_waiver(tmp_path):
+    path = tmp_path / "waivers.yml"
+    path.write_text("", encoding="utf-8")
+    assert not compliance.load_waivers(path)
+
+
+# --------------------------------------------------------------------------- parsers
+
+
+def test_parse_sysctl_conf():
+    text = ("# comment\n; other comment\n\nkernel.dmesg_restrict = 1\n"
+            "net/ipv4/ip_forward=0\n-vm.swappiness = 10\nkernel.dmesg_restrict=0\nnot a setting\n")
+    assert compliance.parse_sysctl_conf(text) == {
+        "kernel.dmesg_restrict": "0", "net.ipv4.ip_forward": "0", "vm.swappiness": "10"}
+
+
+def test_sysctl_file_order_follows_sysctl_d():
+    order = compliance.sysctl_file_order({
+        "/etc/sysctl.d": ["99-site.conf", "50-default.conf", "README"],
+        "/usr/lib/sysctl.d": ["50-default.conf", "10-vendor.conf", "99-site.conf"],
+        "/run/sysctl.d": ["20-run.conf"],
+        "/etc": ["sysctl.conf", "passwd"],
+    })
+    # /etc overrides same-named files of /usr/lib; sorted by name; only *.conf of sysctl.d dirs
+    assert order == ["/usr/lib/sysctl.d/10-vendor.conf", "/run/sysctl.d/20-run.conf",
+                     "/etc/sysctl.d/50-default.conf", "/etc/sysctl.d/99-site.conf"]
+
+
+def test_parse_sshd_t():
+    text = "port 22\npermitrootlogin without-password\nhostkey /a\nhostkey /b\n\nallowgroups root hpc\n"
+    assert compliance.parse_sshd_t(text) == {
+        "port": "22", "permitrootlogin": "without-password", "hostkey": "/a\n/b", "allowgroups": "root hpc"}
+
+
+def test_accounts_parsers():
+    shadow = "root:*:19000:0:99999:7:::\nnopass::19000:0:99999:7:::\nlocked:!:19000::::::\nbroken\n"
+    assert compliance.parse_shadow_empty_passwords(shadow) == ["nopass"]
+    passwd = "root:x:0:0:root:/root:/bin/bash\ntoor:x:0:0::/root:/bin/sh\nuser:x:1000:1000::/home/u:/bin/sh\n"
+    assert compliance.parse_uid0_accounts(passwd) == ["root", "toor"]
+    assert compliance.passwd_field(passwd, 2) == ["0", "0", "1000"]
+    assert compliance.duplicates(compliance.passwd_field(passwd, 2)) == ["0"]
+    assert compliance.duplicates(["a", "b"]) == []
+
+
+def test_lines():
+    assert compliance.lines("a\n\n  \nb\n") == ["a", "b"]
+    assert compliance.lines("") == []
+
+
+# --------------------------------------------------------------------------- find, for real
+
+
+def test_find_command_finds_world_writable_files(tmp_path):
+    (tmp_path / "etc").mkdir()
+    bad = tmp_path / "etc" / "bad"
+    bad.write_text("x", encoding="utf-8")
+    bad.chmod(0o666)
+    good = tmp_path / "etc" / "good"
+    good.write_text("x", encoding="utf-8")
+    sticky = tmp_path / "etc" / "tmp"
+    sticky.mkdir()
+    sticky.chmod(0o1777)
+    open_dir = tmp_path / "etc" / "open"
+    open_dir.mkdir()
+    open_dir.chmod(0o777)
+    cmd = compliance.find_command([str(tmp_path / "etc"), str(tmp_path / "missing")],
+                                  r"-perm -0002 ! -type l ! \( -type d -perm -1000 \)")
+    out = subprocess.run(["/bin/sh", "-c", cmd], capture_output=True, text=True, check=True).stdout
+    assert sorted(compliance.lines(out)) == sorted([str(open_dir), str(bad)])
+
+
+def test_find_command_with_action_lists_private_keys(tmp_path):
+    (tmp_path / "key").write_text("-----BEGIN OPENSSH PRIVATE KEY-----\nabc\n", encoding="utf-8")
+    (tmp_path / "pub").write_text("ssh-ed25519 AAAA comment\n", encoding="utf-8")
+    cmd = compliance.find_command([str(tmp_path)], "-type f",
+                                  action="-exec grep -l -e 'PRIVATE KEY-----' {} +")
+    out = subprocess.run(["/bin/sh", "-c", cmd], capture_output=True, text=True, check=True).stdout
+    assert compliance.lines(out) == [str(tmp_path / "key")]
+
+
+# --------------------------------------------------------------------------- scenario vars
+
+
+def test_scenario_vars_overlay_defaults_converge_and_instance(tmp_path):
+    (tmp_path / "roles" / "demo" / "defaults").mkdir(parents=True)
+    (tmp_path / "roles" / "demo" / "defaults" / "main.yml").write_text(
+        "demo_a: 1\ndemo_b: 2\ndemo_c: 3\n", encoding="utf-8")
+    scenario = tmp_path / "molecule" / "demo"
+    (scenario / "vars").mkdir(parents=True)
+    (scenario / "vars" / "converge.yml").write_text("demo_b: 20\ndemo_c: 30\n", encoding="utf-8")
+    (scenario / "vars" / "one.yml").write_text("demo_c: 300\n", encoding="utf-8")
+    assert compliance.scenario_vars(tmp_path, "demo", scenario, "one") == {"demo_a": 1, "demo_b": 20, "demo_c": 300}
+    assert compliance.scenario_vars(tmp_path, "demo", scenario, "two") == {"demo_a": 1, "demo_b": 20, "demo_c": 30}
+    assert compliance.scenario_vars(tmp_path, "demo", scenario) == {"demo_a": 1, "demo_b": 20, "demo_c": 30}
+
+
+def test_chroot_host_refuses_a_missing_root(tmp_path):
+    with pytest.raises(FileNotFoundError, match="is the working container mounted"):
+        compliance.chroot_host(str(tmp_path / "nothing"))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chroot(8) needs root")
+def test_chroot_host_runs_commands_inside_the_root(tmp_path):
+    """A real chroot into a minimal root: the host's /bin/sh and its libraries, bind-free copies."""
+    root = tmp_path / "root"
+    sh = Path(os.path.realpath("/bin/sh"))
+    needed = [sh] + [Path(p) for p in subprocess.run(
+        ["sh", "-c", f"ldd {sh} | grep -o '/[^ ]*'"], capture_output=True, text=True, check=False).stdout.split()]
+    for path in needed:
+        target = root / str(path).lstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(path.read_bytes())
+        target.chmod(0o755)
+    (root / "bin").mkdir(exist_ok=True)
+    if not (root / "bin" / "sh").exists():
+        (root / "bin" / "sh").symlink_to(sh)
+    (root / "marker").write_text("inside\n", encoding="utf-8")
+    host = compliance.chroot_host(str(root))
+    result = host.run("read line < /marker; echo $line")
+    assert result.rc == 0, result.stderr
+    assert result.stdout.strip() == "inside"
