@@ -470,7 +470,7 @@ def render(params: Mapping[str, Any], check_mode: bool = False) -> dict[str, Any
 
     ``params``: boot_root, images ({name: {formats, kernel_args}}), default_image, nodes,
     pending_manifests, serial_console, ip, rdinit, ramdisk_headroom, ramdisk_round_mib, boot_url, prompt_timeout,
-    ipappend, remove_stale, diff_limit, lock_timeout.
+    ipappend, remove_stale, diff_limit, lock_timeout, validate_only (check the input, read and write nothing).
     """
     root = os.path.abspath(params["boot_root"])
     images = params.get("images") or {}
@@ -494,6 +494,17 @@ def render(params: Mapping[str, Any], check_mode: bool = False) -> dict[str, Any
     )
     options.serial_directive()  # validate early
     nodes = parse_nodes(params.get("nodes") or [], images, default_image)
+    for name in sorted(images):
+        spec = images[name] if isinstance(images[name], Mapping) else {}
+        _args_text(spec.get("kernel_args"), f"hpc_stateless_images.{name}.kernel_args")
+        formats = spec.get("formats") or ["cpio.zst"]
+        first = formats if isinstance(formats, str) else formats[0]
+        if first == "squashfs" and not options.boot_url:
+            raise BootConfigError(f"hpc_stateless_images.{name}.formats: squashfs fetches its root at boot; set boot_url "
+                                  "(hpc_stateless_boot_url) to the URL of the boot root, e.g. http://10.0.0.1/tftpboot")
+    if params.get("validate_only"):
+        return {"changed": False, "boot_root": root, "files": 0, "written": [], "written_count": 0, "removed": [],
+                "removed_count": 0, "unchanged": 0, "nodes": len(nodes), "images": {}, "diff": []}
 
     pending: dict[str, list[dict[str, Any]]] = {}
     for path in params.get("pending_manifests") or []:

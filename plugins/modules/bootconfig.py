@@ -11,7 +11,7 @@ DOCUMENTATION = r"""
 module: bootconfig
 short_description: Render pxelinux and iPXE boot entries for stateless nodes from inventory
 version_added: 0.1.0
-author: hpc.stateless developers
+author: hpc.stateless developers (@hpc-stateless)
 description:
   - Writes C(pxelinux.cfg/default) (one label per published image), C(pxelinux.cfg/01-<mac>) per node,
     C(ipxe/boot.ipxe), C(ipxe/images/<image>.ipxe) and C(ipxe/nodes/<mac>.ipxe) under the boot root.
@@ -118,6 +118,11 @@ options:
     description: Seconds to wait for another deploy's lock on the boot root before failing.
     type: float
     default: 60
+  validate_only:
+    description: Only check the input (nodes, MACs, images, options); read no manifest, write nothing.
+      Lets a deploy refuse bad inventory before it publishes anything.
+    type: bool
+    default: false
 seealso:
   - module: hpc.stateless.bootlink
 """
@@ -212,6 +217,7 @@ def main() -> None:
             remove_stale=dict(type="bool", default=True),
             diff_limit=dict(type="int", default=20),
             lock_timeout=dict(type="float", default=60.0),
+            validate_only=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
     )

@@ -169,3 +169,17 @@ def release_of(console: str) -> dict[str, str]:
     """KEY=value lines the marker init printed between its markers."""
     block = console.split(f"{MARKER} begin", 1)[-1].split(f"{MARKER} end", 1)[0]
     return dict(line.strip().split("=", 1) for line in block.splitlines() if "=" in line)
+
+
+def write_inventory(directory: Path, images: dict, nodes: dict[str, dict] | None = None, **group_vars) -> Path:
+    """An inventory: localhost (local connection) + nodes in group hpc_stateless_nodes; returns the directory."""
+    import sys  # pylint: disable=import-outside-toplevel
+
+    import yaml  # pylint: disable=import-outside-toplevel
+
+    directory.mkdir(parents=True, exist_ok=True)
+    local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    hosts = {"all": {"vars": {"hpc_stateless_images": images, **group_vars}, "hosts": {"localhost": local},
+                     "children": {"hpc_stateless_nodes": {"hosts": nodes or {}}}}}
+    (directory / "hosts.yml").write_text(yaml.safe_dump(hosts))
+    return directory
