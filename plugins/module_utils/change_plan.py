@@ -701,9 +701,19 @@ def plan_changes(
 
 
 def render_table(plan: ChangePlan) -> str:
-    """Human table: layer, image types, rebuild/reuse, why (build order)."""
+    """Human table: layer (indented below its parent), image types, rebuild/reuse, why."""
     rows = [("LAYER", "IMAGE TYPES", "ACTION", "WHY")]
+    children: dict[str | None, list[str]] = {}
     for name, decision in plan.layers.items():
+        children.setdefault(decision.parent, []).append(name)
+    tree: list[str] = []
+    pending = sorted(children.get(None, []), reverse=True)
+    while pending:  # depth first, so the indentation reads as the DAG
+        name = pending.pop()
+        tree.append(name)
+        pending.extend(sorted(children.get(name, []), reverse=True))
+    for name in tree:
+        decision = plan.layers[name]
         rows.append(("  " * decision.depth + name, ",".join(decision.images) or "-", decision.action, decision.why))
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     lines = [f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]:<{widths[2]}}  {r[3]}".rstrip() for r in rows]
