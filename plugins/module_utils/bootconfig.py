@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import hashlib
+import json
 import math
 import os
 import re
@@ -425,17 +427,59 @@ _STALE_PATTERNS = ((PXE_DIR, re.compile(r"^01-[0-9a-f]{2}(-[0-9a-f]{2}){5}$")),
                    (IPXE_IMAGES, re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*\.ipxe$")))
 
 
+STATE_FILE = ".hpc-stateless-bootconfig.state"
+
+
+def _digest(content: str) -> str:
+    return hashlib.blake2b(content.encode("utf-8"), digest_size=16).hexdigest()
+
+
+def _load_state(root: str) -> dict[str, list]:
+    """What the last render wrote: rel -> [size, mtime_ns, inode, digest]; empty when unusable."""
+    try:
+        with open(os.path.join(root, STATE_FILE), encoding="utf-8") as handle:
+            data = json.load(handle)
+        return data["files"] if data.get("version") == 1 and isinstance(data.get("files"), dict) else {}
+    except (OSError, ValueError, KeyError, AttributeError):
+        return {}
+
+
+def _save_state(root: str, state: dict[str, list]) -> None:
+    _write_atomic(os.path.join(root, STATE_FILE), json.dumps({"version": 1, "files": state}, separators=(",", ":")))
+
+
+def _stamp(st: os.stat_result, digest: str) -> list:
+    return [st.st_size, st.st_mtime_ns, st.st_ino, digest]
+
+
 def sync_files(root: str, files: Mapping[str, str], check_mode: bool = False, remove_stale: bool = True,
                diff_limit: int = 0) -> SyncResult:
-    """Write the files whose content differs (atomically), remove stale managed ones."""
+    """Write the files whose content differs (atomically), remove stale managed ones.
+
+    A file whose size, mtime and inode are what the last render recorded, with the same
+    content digest, is known unchanged without reading it; any other file is read and compared,
+    so an edit by hand is still found and overwritten.
+    """
     result = SyncResult([], [], 0, [])
     made_dirs: set[str] = set()
+    state = _load_state(root)
+    new_state: dict[str, list] = {}
     for rel in sorted(files):
         content = files[rel]
+        digest = _digest(content)
         path = os.path.join(root, rel)
-        old = _read(path)
+        try:
+            st = os.lstat(path)
+        except (FileNotFoundError, NotADirectoryError):
+            st = None
+        if st is not None and state.get(rel) == _stamp(st, digest):
+            result.unchanged += 1
+            new_state[rel] = state[rel]
+            continue
+        old = _read(path) if st is not None else None
         if old == content:
             result.unchanged += 1
+            new_state[rel] = _stamp(st, digest)
             continue
         result.written.append(rel)
         if len(result.diffs) < diff_limit:
@@ -448,6 +492,7 @@ def sync_files(root: str, files: Mapping[str, str], check_mode: bool = False, re
             os.makedirs(directory, exist_ok=True)
             made_dirs.add(directory)
         _write_atomic(path, content)
+        new_state[rel] = _stamp(os.lstat(path), digest)
     if remove_stale:
         wanted = set(files)
         for directory, pattern in _STALE_PATTERNS:
@@ -459,6 +504,8 @@ def sync_files(root: str, files: Mapping[str, str], check_mode: bool = False, re
                 if not check_mode:
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(os.path.join(root, rel))
+    if not check_mode and new_state != state:
+        _save_state(root, new_state)
     return result
 
 

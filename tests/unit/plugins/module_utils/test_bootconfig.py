@@ -10,6 +10,7 @@ import pytest
 from bootlink_fixtures import make_pack, tree_snapshot
 
 from ansible_collections.hpc.stateless.plugins.module_utils.bootconfig import (
+    STATE_FILE,
     BootConfigError,
     merge_args,
     normalise_mac,
@@ -205,6 +206,19 @@ def test_switching_versions_changes_no_config_file(root, tmp_path):
     assert tree_snapshot(root / "pxelinux.cfg") == before
 
 
+def test_hand_edited_file_is_found_and_restored(root):
+    run(root, nodes(3))
+    path = root / "pxelinux.cfg/01-52-54-00-00-00-02"
+    good = path.read_text()
+    path.write_text(good.replace("PROMPT 0", "PROMPT 9"))  # same size, new mtime
+    result = run(root, nodes(3))
+    assert result["written"] == ["pxelinux.cfg/01-52-54-00-00-00-02"]
+    assert path.read_text() == good
+    (root / STATE_FILE).write_text("not json")  # a lost or broken state only costs a full compare
+    result = run(root, nodes(3))
+    assert not result["changed"] and result["unchanged"] == 9
+
+
 def test_removed_node_loses_its_files_foreign_files_stay(root):
     run(root, nodes(3))
     foreign = root / "pxelinux.cfg/01-aa-bb-cc-dd-ee-ff"
@@ -231,7 +245,7 @@ def test_check_mode_writes_nothing_and_diffs(root):
 def test_no_temp_files_are_left(root):
     run(root, nodes(5))
     run(root, nodes(5, kernel_args="x"))
-    leftovers = [p for p in root.rglob(".*") if p.name != ".hpc-stateless.lock"]
+    leftovers = [p for p in root.rglob(".*") if p.name not in (".hpc-stateless.lock", STATE_FILE)]
     assert leftovers == []
     assert all(oct(p.stat().st_mode & 0o777) == "0o644" for p in (root / "pxelinux.cfg").iterdir())
 
