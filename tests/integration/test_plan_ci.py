@@ -131,7 +131,7 @@ def remove_storage(root: Path) -> None:
 
 
 def registry_tags(registry: str, repository: str) -> list[str]:
-    host, _, path = registry.partition("/")
+    host, _sep, path = registry.partition("/")
     name = f"{path}/{repository}" if path else repository
     try:
         with urllib.request.urlopen(f"http://{host}/v2/{name}/tags/list", timeout=10) as response:  # noqa: S310
@@ -204,13 +204,13 @@ def reference(site, image_prefix, registry):
     to the registry, as an earlier pipeline would have left it.
     """
     for ref in layer_images(DEFAULT_PREFIX):
-        name, _, tag = ref[len(DEFAULT_PREFIX) + 1:].rpartition(":")
+        name, _sep, tag = ref[len(DEFAULT_PREFIX) + 1:].rpartition(":")
         if name in ("base", "bootstrap/base") and len(tag) == 64:
             buildah("tag", ref, f"{image_prefix}/{name}:{tag}")
     run_playbook(site, str(REPO / "site.yml"))
     keys = {}
     for ref in layer_images(image_prefix):
-        name, _, tag = ref[len(image_prefix) + 1:].rpartition(":")
+        name, _sep, tag = ref[len(image_prefix) + 1:].rpartition(":")
         if name in LAYERS and tag != "latest":
             keys[name] = tag
     assert sorted(keys) == sorted(LAYERS)
@@ -277,9 +277,10 @@ def test_pipelines_validate_against_gitlab_schema(site, tmp_path):
     full = yaml.safe_load((everything / "pipeline.yml").read_text())
     assert full["layer:gamma"]["needs"] == [{"job": "layer:alpha"}]
     assert full["layer:alpha"]["needs"] == [{"job": "layer:base"}]
-    for path in (out, empty, everything):
+    documented = REPO / "docs" / "examples" / "gitlab-ci.yml"  # the parent pipeline of docs/ci.md
+    for path in (out / "pipeline.yml", empty / "pipeline.yml", everything / "pipeline.yml", documented):
         proc = subprocess.run([str(VENV_BIN / "check-jsonschema"), "--builtin-schema", "vendor.gitlab-ci",
-                               str(path / "pipeline.yml")], capture_output=True, text=True, check=False)
+                               str(path)], capture_output=True, text=True, check=False)
         assert proc.returncode == 0, proc.stdout + proc.stderr
     # ...and the schema check does fail on a broken pipeline
     broken = tmp_path / "broken.yml"
@@ -318,8 +319,8 @@ def test_plan_playbook_names_inventory_file_broken_in_the_base_revision(site, tm
 # --------------------------------------------------------------------------- registry and runners
 
 
-def test_second_runner_builds_a_child_from_the_parent_the_first_pushed(site, reference, registry, runners,
-                                                                         image_prefix):
+def test_second_runner_builds_a_child_from_the_parent_the_first_pushed(
+        site, reference, registry, runners, image_prefix):
     first, second = runners("runner-a"), runners("runner-b")
     common = ["-e", f"hpc_stateless_registry={registry}", "-e", "hpc_stateless_registry_tls_verify=false"]
     proc = run_playbook(site, "hpc.stateless.layer", "-e", "hpc_stateless_build_layer=alpha", *common,
@@ -387,3 +388,22 @@ def test_gitlab_ci_local_runs_the_generated_pipeline(site, reference, registry, 
         for layer in ("beta", "delta"):
             if (storage_root / layer).exists():
                 remove_storage(storage_root / layer)
+
+
+def test_layer_playbook_bad_input(site, registry, runners):
+    proc = run_playbook(site, "hpc.stateless.layer", "-e", "hpc_stateless_build_layer=nope", check=False)
+    assert proc.returncode != 0
+    assert "unknown layer nope (hpc_stateless_build_layer); known layers: base, alpha" in proc.stdout
+    runner = runners("runner-empty")
+    proc = run_playbook(site, "hpc.stateless.layer", "-e", "hpc_stateless_build_layer=gamma",
+                        "-e", f"hpc_stateless_registry={registry}/nothing-here",
+                        "-e", "hpc_stateless_registry_tls_verify=false", storage_conf=runner.conf, check=False)
+    assert proc.returncode != 0
+    assert f"cannot pull layer alpha ({registry}/nothing-here/alpha:" in proc.stdout
+    assert "Build and push it first" in proc.stdout
+    assert runner.images() == {}
+    assert json.loads(runner.buildah("containers", "--json") or "[]") in ([], None)
+    proc = run_playbook(site, "hpc.stateless.layer", "-e", "hpc_stateless_build_layer=gamma",
+                        storage_conf=runner.conf, check=False)
+    assert proc.returncode != 0
+    assert "is not in local storage: build it first (site.yml), or give hpc_stateless_registry" in proc.stdout
