@@ -265,6 +265,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils._nspawn import (
     NspawnError,
     Session,
     SessionSpec,
+    keep_running,
     strip_noise,
 )
 
@@ -367,6 +368,8 @@ class Connection(ConnectionBase):
         display.vvv(f"EXEC {shlex.join(argv)}", host=session.spec.host)
         proc = subprocess.Popen([to_bytes(a, errors="surrogate_or_strict") for a in argv], stdin=stdin,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd="/")
+        if session.spec.boot:
+            keep_running(proc)
         return proc, argv
 
     def _check_alive(self, rc: int, stderr: bytes) -> None:

@@ -38,6 +38,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
@@ -99,6 +100,16 @@ def session_id(identity: Dict[str, Any]) -> str:
     """Stable id of a session from what identifies it (owner process, host, root, mode...)."""
     blob = json.dumps(identity, sort_keys=True, separators=(",", ":")).encode("utf-8")
     return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def container_stem(runtime_dir: str) -> str:
+    """Start of the names of the buildah working containers of sessions under ``runtime_dir``.
+
+    Sessions of different runtime directories (tests, benchmarks, users) never see, or
+    clean up, each other's containers.
+    """
+    tag = hashlib.sha256(os.path.abspath(runtime_dir).encode("utf-8")).hexdigest()[:6]
+    return f"{CONTAINER_PREFIX}{tag}-"
 
 
 def network_args(network: str) -> List[str]:
@@ -312,6 +323,36 @@ def process_start(pid: int) -> Optional[str]:
     return fields[19]
 
 
+def process_stopped(pid: int) -> bool:
+    """True when ``pid`` is stopped (state T) by a job-control signal."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read().decode("utf-8", "replace")
+    except OSError:
+        return False
+    return stat[stat.rfind(")") + 2:][:1] == "T"
+
+
+def keep_running(proc: subprocess.Popen, interval: float = 0.2) -> threading.Thread:
+    """Resume ``proc`` (an nsenter) whenever it is stopped, until it exits.
+
+    When a container shuts down, its systemd freezes every process of the container with
+    SIGSTOP before killing it. nsenter, which waits for its child in the host's namespace,
+    stops itself when it sees its child stopped, and nobody in the host resumes it: the
+    command would never return. Resuming nsenter makes it resume (and then reap) its child.
+    """
+    def watch() -> None:
+        while proc.poll() is None:
+            if process_stopped(proc.pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.pid, signal.SIGCONT)
+            time.sleep(interval)
+
+    thread = threading.Thread(target=watch, name=f"nsenter-{proc.pid}-resume", daemon=True)
+    thread.start()
+    return thread
+
+
 def process_alive(pid: Optional[int], start: Optional[str] = None) -> bool:
     if not pid:
         return False
@@ -434,12 +475,16 @@ def in_container(spec: SessionSpec, leader_pid: int, command: List[str], timeout
                  ) -> Tuple[int, str, str]:
     """Run a short diagnostic command inside a booted container."""
     argv = nsenter_argv(spec.nsenter, leader_pid, command)
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=container_env(), text=True)
+    keep_running(proc)
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=timeout,
-                              stdin=subprocess.DEVNULL, env=container_env())
+        out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
         return 124, "", "timed out"
-    return proc.returncode, proc.stdout, proc.stderr
+    return proc.returncode, out, err
 
 
 def system_report(spec: SessionSpec, leader_pid: int) -> Dict[str, Any]:
@@ -772,7 +817,7 @@ class _Supervisor:
     def prepare_root(self) -> str:
         spec = self.spec
         if spec.image:
-            name = CONTAINER_PREFIX + spec.id
+            name = container_stem(spec.runtime_dir) + spec.id
             self.state["container"] = name
             self.save()
             client = Buildah(_CommandRunner(spec.buildah))

@@ -97,6 +97,13 @@ def test_machine_name(host, salt, expected):
     assert n.machine_name(host, salt) == expected
 
 
+def test_container_names_depend_on_the_runtime_dir():
+    stem = n.container_stem("/var/tmp/hpc-nspawn")
+    assert stem.startswith("hpc-nspawn-") and stem.endswith("-") and len(stem) == len("hpc-nspawn-") + 7
+    assert n.container_stem("/var/tmp/hpc-nspawn/") == stem
+    assert n.container_stem("/var/tmp/other") != stem
+
+
 def test_machine_name_is_at_most_64_characters():
     name = n.machine_name("x" * 100, "f" * 16)
     assert len(name) == 64
