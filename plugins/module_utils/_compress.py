@@ -94,8 +94,10 @@ class CompressorProcess:
             self._out.close()
             self._stderr.close()
             raise CompressError(f"{' '.join(command.argv)} could not start: {exc.strerror}") from exc
-        assert self._proc.stdin is not None
-        self.fd = self._proc.stdin.fileno()
+        if self._proc.stdin is None:  # cannot happen with stdin=PIPE; keeps type checkers honest
+            raise CompressError(f"{' '.join(command.argv)}: no stdin pipe")
+        self._stdin = self._proc.stdin
+        self.fd = self._stdin.fileno()
         try:
             import fcntl  # Linux: a larger pipe means fewer context switches
             fcntl.fcntl(self.fd, _F_SETPIPE_SZ, _PIPE_SIZE)
@@ -108,9 +110,8 @@ class CompressorProcess:
 
     def close(self) -> None:
         """End the stream and wait; CompressError if the compressor failed."""
-        assert self._proc.stdin is not None
         try:
-            self._proc.stdin.close()
+            self._stdin.close()
         except BrokenPipeError:
             pass
         rc = self._proc.wait()
@@ -128,8 +129,7 @@ class CompressorProcess:
         if self._proc.poll() is None:
             self._proc.kill()
         try:
-            assert self._proc.stdin is not None
-            self._proc.stdin.close()
+            self._stdin.close()
         except OSError:
             pass
         self._proc.wait()

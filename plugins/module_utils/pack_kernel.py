@@ -58,7 +58,7 @@ def kernels_in_tree(root: str) -> dict[str, str]:
     found: dict[str, str] = {}
     for base in _MODULE_DIRS:
         directory = os.path.join(root, base)
-        if os.path.islink(os.path.join(root, base.split("/")[0])) and base == "lib/modules":
+        if base == "lib/modules" and os.path.islink(os.path.join(root, "lib")):
             continue  # /lib -> usr/lib: already seen
         try:
             names = os.listdir(directory)

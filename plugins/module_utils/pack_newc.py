@@ -130,21 +130,24 @@ class NewcWriter:
             self._emit(b"\0" * pad)
 
     # -- members -------------------------------------------------------------------
-    def add_header_only(self, name: bytes, **fields: int) -> None:
+    def add_header_only(self, name: bytes, *, ino: int, mode: int, uid: int, gid: int, nlink: int, mtime: int,
+                        rdevmajor: int = 0, rdevminor: int = 0) -> None:
         """A member without data: directory, device, FIFO, socket, or a hard link's early name."""
-        self._emit(header(name, filesize=0, **fields))
+        self._emit(header(name, ino=ino, mode=mode, uid=uid, gid=gid, nlink=nlink, mtime=mtime, filesize=0,
+                          rdevmajor=rdevmajor, rdevminor=rdevminor))
 
-    def add_bytes(self, name: bytes, data: bytes, **fields: int) -> None:
+    def add_bytes(self, name: bytes, data: bytes, *, ino: int, mode: int, uid: int, gid: int, nlink: int,
+                  mtime: int) -> None:
         """A member whose data is given (symlink target, generated file)."""
-        self._emit(header(name, filesize=len(data), **fields))
+        self._emit(header(name, ino=ino, mode=mode, uid=uid, gid=gid, nlink=nlink, mtime=mtime, filesize=len(data)))
         self._emit(data)
         self._pad_data(len(data))
 
-    def add_file(self, name: bytes, source: str | bytes, size: int, **fields: int) -> None:
+    def add_file(self, name: bytes, source: str | bytes, size: int, *, ino: int, mode: int, uid: int, gid: int,
+                 nlink: int, mtime: int) -> None:
         """A regular file copied from ``source`` (never followed if it is a symlink)."""
-        display = os.fsdecode(name)
-        self._emit(header(name, filesize=size, **fields))
-        self._copy_file(source, size, display)
+        self._emit(header(name, ino=ino, mode=mode, uid=uid, gid=gid, nlink=nlink, mtime=mtime, filesize=size))
+        self._copy_file(source, size, os.fsdecode(name))
         self._pad_data(size)
 
     def finish(self) -> int:

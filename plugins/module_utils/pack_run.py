@@ -237,24 +237,24 @@ class Packer:
             return Source(root=root)
         if self.buildah is None:
             raise PackError("source_image needs buildah on the build host")
-        ref = self.req.source_image
-        assert ref is not None
+        ref = self.req.source_image or ""
         self._remove_stale_containers()
+        rc, out, _err = self.buildah.run("inspect", "--type", "image", ref, check=False)
+        if rc != 0:
+            raise PackError(f"source_image {ref} is not in local containers-storage: build it first "
+                            "(ansible-playbook site.yml) or check the name")
+        data = json.loads(out)
+        created = data.get("OCIv1", {}).get("created") or data.get("Docker", {}).get("created")
+        source = Source(root="", image_id=data.get("FromImageID") or "",
+                        labels=data.get("OCIv1", {}).get("config", {}).get("Labels") or {},
+                        created=pm.parse_iso_utc(created) if created else None)
+        name = f"{CONTAINER_STEM}{os.getpid()}-{uuid.uuid4().hex[:8]}"
         try:
-            _rc, out, _err = self.buildah.run("inspect", "--type", "image", ref, check=False)
-            if _rc != 0:
-                raise PackError(f"source_image {ref} is not in local containers-storage: build it first "
-                                "(ansible-playbook site.yml) or check the name")
-            data = json.loads(out)
-            labels = data.get("OCIv1", {}).get("config", {}).get("Labels") or {}
-            created = data.get("OCIv1", {}).get("created") or data.get("Docker", {}).get("created")
-            image_id = data.get("FromImageID") or ""
-            name = f"{CONTAINER_STEM}{os.getpid()}-{uuid.uuid4().hex[:8]}"
             self.buildah.from_image(ref, name)
-            source = Source(root="", image_id=image_id, labels=labels,
-                            created=pm.parse_iso_utc(created) if created else None, container=name)
+            source.container = name
             source.root = self.buildah.mount(name)
         except BuildahError as exc:
+            self._close_source(source)
             raise PackError(f"source_image {ref}: {exc}") from exc
         return source
 
@@ -264,7 +264,8 @@ class Packer:
             self.buildah.rm(source.container)
 
     def _remove_stale_containers(self) -> None:
-        assert self.buildah is not None
+        if self.buildah is None:
+            return
         for container in self.buildah.containers():
             name = container.get("containername") or ""
             pid = _pid_of(name, CONTAINER_STEM)
@@ -477,7 +478,6 @@ class Packer:
 
     def _write_artifacts(self, root: str, rules: ExcludeRules, overlay: Overlay, scan: TreeScan,
                          sde: int) -> list[dict[str, Any]]:
-        assert self._partial is not None
         artifacts = []
         for fmt in self.req.formats:
             name = f"{self.req.image}.{fmt}"
@@ -499,8 +499,7 @@ class Packer:
     def _write_cpio(self, fmt: str, root: str, rules: ExcludeRules, overlay: Overlay, scan: TreeScan,
                     sde: int, path: str) -> None:
         try:
-            command = compressor_argv(fmt, self.req.levels.get(fmt), self.req.threads,
-                                      lambda tool: self.module.get_bin_path(tool))
+            command = compressor_argv(fmt, self.req.levels.get(fmt), self.req.threads, self.module.get_bin_path)
         except CompressError as exc:
             raise PackError(str(exc)) from exc
         if command.tool == "gzip":
@@ -518,7 +517,6 @@ class Packer:
             raise PackError(f"{fmt}: {exc}; nothing was published") from exc
 
     def _write_squashfs(self, root: str, overlay: Overlay, scan: TreeScan, sde: int, path: str) -> None:
-        assert self._partial is not None
         binary = self.module.get_bin_path("mksquashfs")
         if not binary:
             raise PackError("mksquashfs is not installed on the build host (Debian: apt-get install squashfs-tools)")
@@ -553,7 +551,6 @@ class Packer:
             shutil.rmtree(work, ignore_errors=True)
 
     def _copy_kernel(self, kernel: Kernel) -> dict[str, Any]:
-        assert self._partial is not None
         dest = os.path.join(self._partial, pm.KERNEL_NAME)
         shutil.copyfile(kernel.path, dest)
         os.chmod(dest, 0o644)
@@ -562,7 +559,6 @@ class Packer:
 
     def _initrd(self, source: Source, kernel: Kernel, sde: int) -> dict[str, Any] | None:
         """An initrd that mounts the squashfs root, or None (with a warning saying why)."""
-        assert self._partial is not None
         dest = os.path.join(self._partial, pm.INITRD_NAME)
         if self.req.initrd:
             if not os.path.isfile(self.req.initrd):
@@ -588,7 +584,8 @@ class Packer:
 
     def _run_dracut(self, container: str, kernel_version: str, sde: int) -> None:
         """dracut inside the throw-away working container; the initrd lands in the partial directory."""
-        assert self.buildah is not None and self._partial is not None
+        if self.buildah is None or self._partial is None:
+            raise PackError("dracut needs a source_image (a buildah working container)")
         argv = ["run", "--volume", f"{self._partial}:{_DRACUT_OUT}", "--env", f"SOURCE_DATE_EPOCH={sde}",
                 container, "--", "dracut", "--quiet", "--force", "--no-hostonly", "--no-hostonly-cmdline",
                 "--reproducible", "--add", "dmsquash-live livenet", "--kver", kernel_version,
@@ -614,7 +611,6 @@ class Packer:
         return []
 
     def _write_small(self, name: str, data: bytes) -> None:
-        assert self._partial is not None
         with open(os.path.join(self._partial, name), "wb") as handle:
             handle.write(data)
             handle.flush()
@@ -622,7 +618,6 @@ class Packer:
 
     def _publish(self, final: str) -> None:
         """Rename the finished partial directory to its version name (replacing an older pack)."""
-        assert self._partial is not None
         old = None
         if os.path.lexists(final):
             old = os.path.join(os.path.dirname(final), f".{os.path.basename(final)}.old-{os.getpid()}")

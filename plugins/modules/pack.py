@@ -11,7 +11,7 @@ DOCUMENTATION = r"""
 module: pack
 short_description: Pack a layer image or a directory into boot artifacts (cpio initramfs, squashfs)
 version_added: 0.1.0
-author: hpc.stateless developers
+author: hpc.stateless developers (@hpc-stateless)
 description:
   - Packs the tree of a layer image (mounted through a throw-away buildah working container, so the
     cached layer is never written) or of a directory into C(<output_dir>/<image>/<version>/).
@@ -34,11 +34,14 @@ description:
     memory use does not grow with the image.
 attributes:
   check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: Mounts the source and runs every check (kernel, secrets, sizes); writes nothing.
   diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
   idempotent:
+    description: When run twice in a row outside check mode, with the same arguments, the second invocation indicates no change.
     support: full
     details: Up to date when the manifest records the same source image ID and options; a O(source_path) is always packed.
 options:
@@ -79,7 +82,7 @@ options:
     choices: [cpio.zst, cpio.gz, cpio.xz, squashfs]
   levels:
     description:
-      - Compression level per format, for example C({cpio.zst: 19, squashfs: 15}).
+      - "Compression level per format, for example C({cpio.zst: 19, squashfs: 15})."
       - "Defaults and ranges: cpio.zst 3 (1-19), cpio.gz 6 (1-9), cpio.xz 6 (0-9), squashfs with zstd 3 (1-22),
         with gzip 6 (1-9); mksquashfs' xz has no level."
     type: dict

@@ -23,7 +23,7 @@ PRIVATE_KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n--
 
 def nothing_published(output: Path, image: str) -> bool:
     image_dir = output / image
-    return not image_dir.exists() or not [p for p in image_dir.iterdir()]
+    return not image_dir.exists() or not list(image_dir.iterdir())
 
 
 def pack_dir(root: Path, output: Path, **params):

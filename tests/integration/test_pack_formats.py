@@ -47,12 +47,13 @@ def _cpio_list(archive: Path, fmt: str) -> list[str]:
 
 def test_every_format_reads_back_and_repeats_byte_for_byte(tree, tmp_path):
     first, result = _pack(tree, tmp_path / "a")
-    second, _ = _pack(tree, tmp_path / "b")
+    second, _second_result = _pack(tree, tmp_path / "b")
     for name in sorted(os.listdir(first)):
         subprocess.run(["cmp", str(first / name), str(second / name)], check=True)
-    expected = [".", "boot", "etc", "etc/hostname", "etc/image-release", "etc/machine-id", "init", "sbin", "tmp", "usr", "usr/lib", "usr/lib/libx-hardlink.so.1", "usr/lib/libx.so", "usr/lib/libx.so.1",
-                "usr/sbin", "usr/sbin/init", "usr/share", "usr/share/big", "usr/share/fifo", "var", "var/lib",
-                "var/lib/apt", "var/lib/apt/lists"]
+    expected = [".", "boot", "etc", "etc/hostname", "etc/image-release", "etc/machine-id", "init", "sbin", "tmp",
+                "usr", "usr/lib", "usr/lib/libx-hardlink.so.1", "usr/lib/libx.so", "usr/lib/libx.so.1", "usr/sbin",
+                "usr/sbin/init", "usr/share", "usr/share/big", "usr/share/fifo", "var", "var/lib", "var/lib/apt",
+                "var/lib/apt/lists"]
     for fmt in ("cpio.zst", "cpio.gz", "cpio.xz"):
         listing = _cpio_list(first / f"small.{fmt}", fmt)
         assert sorted(listing) == sorted(expected + ["dev", "dev/console"]), fmt  # /dev/console: cpio only
@@ -72,7 +73,7 @@ def test_every_format_reads_back_and_repeats_byte_for_byte(tree, tmp_path):
 
 
 def test_cpio_extracts_the_same_tree(tree, tmp_path):
-    version_dir, _ = _pack(tree, tmp_path / "a", formats=["cpio.gz"])
+    version_dir, _result = _pack(tree, tmp_path / "a", formats=["cpio.gz"])
     dest = tmp_path / "x"
     dest.mkdir()
     data = subprocess.run(["gzip", "-dc", str(version_dir / "small.cpio.gz")], capture_output=True, check=True).stdout
