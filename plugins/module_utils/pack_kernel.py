@@ -128,6 +128,15 @@ def squashfs_boot_method(root: str) -> str | None:
     return None
 
 
+def dracut_modules(root: str) -> list[str]:
+    """dracut modules for a squashfs root: dmsquash-live, and livenet (fetch over HTTP, needs curl)."""
+    modules = ["dmsquash-live"]
+    if any(os.path.isfile(os.path.join(root, p)) for p in ("usr/bin/curl", "bin/curl")) and \
+            os.path.isdir(os.path.join(root, DRACUT_LIVE_MODULES[1])):
+        modules.append("livenet")
+    return modules
+
+
 def image_initrd(root: str, version: str) -> str | None:
     """The image's own initrd for ``version`` (``/boot/initrd.img-<v>`` or ``/boot/initramfs-<v>.img``)."""
     for name in (f"initrd.img-{version}", f"initramfs-{version}.img"):

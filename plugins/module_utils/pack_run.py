@@ -50,6 +50,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils.pack_kernel import (
     DRACUT_KERNEL_ARGS,
     LIVE_BOOT_KERNEL_ARGS,
     Kernel,
+    dracut_modules,
     KernelError,
     find_kernel,
     has_modules,
@@ -568,7 +569,7 @@ class Packer:
         else:
             method = squashfs_boot_method(source.root)
             if method == "dracut" and self.req.dracut and source.container and self.buildah is not None:
-                self._run_dracut(source.container, kernel.version, sde)
+                self._run_dracut(source.container, source.root, kernel.version, sde)
                 generator, args = "dracut", DRACUT_KERNEL_ARGS
             elif method == "live-boot" and image_initrd(source.root, kernel.version):
                 shutil.copyfile(image_initrd(source.root, kernel.version) or "", dest)
@@ -582,13 +583,17 @@ class Packer:
         return {"file": pm.INITRD_NAME, "generator": generator, "kernel_args": args,
                 "size": os.path.getsize(dest), "sha256": pm.sha256_file(dest)}
 
-    def _run_dracut(self, container: str, kernel_version: str, sde: int) -> None:
+    def _run_dracut(self, container: str, root: str, kernel_version: str, sde: int) -> None:
         """dracut inside the throw-away working container; the initrd lands in the partial directory."""
         if self.buildah is None or self._partial is None:
             raise PackError("dracut needs a source_image (a buildah working container)")
+        modules = dracut_modules(root)
+        if "livenet" not in modules:
+            self._warn("the image has no curl: its dracut initrd cannot fetch the squashfs over HTTP "
+                       "(root=live:http://...), only find it on a block device; add curl to a layer")
         argv = ["run", "--volume", f"{self._partial}:{_DRACUT_OUT}", "--env", f"SOURCE_DATE_EPOCH={sde}",
                 container, "--", "dracut", "--quiet", "--force", "--no-hostonly", "--no-hostonly-cmdline",
-                "--reproducible", "--add", "dmsquash-live livenet", "--kver", kernel_version,
+                "--reproducible", "--add", " ".join(modules), "--kver", kernel_version,
                 f"{_DRACUT_OUT}/{pm.INITRD_NAME}"]
         try:
             self.buildah.run(*argv)
