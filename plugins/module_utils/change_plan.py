@@ -42,8 +42,8 @@ except ImportError:  # reported by the calling plugin
     yaml = None
 
 from ansible_collections.hpc.stateless.plugins.module_utils.content_key import (
-    _TolerantLoader,
     _excluded_from_digest,
+    _TolerantLoader,
     canonical_value,
 )
 from ansible_collections.hpc.stateless.plugins.module_utils.layer_graph import (
@@ -282,7 +282,7 @@ class ChangePlan:
 
 def _parse_yaml(text: str, path: str, revision: str) -> Any:
     try:
-        return yaml.load(text, Loader=_TolerantLoader)  # noqa: S506 - SafeLoader subclass
+        return yaml.load(text, Loader=_TolerantLoader)  # noqa: S506 - SafeLoader subclass, as the content keys read
     except yaml.YAMLError as exc:
         raise ChangePlanError(
             f"{path} at {revision}", f"cannot parse YAML: {exc}; fix the file in that revision or "
@@ -327,18 +327,27 @@ def vars_file_scope(path: str) -> tuple[str, str, str] | None:
     return None
 
 
-def _scope_files(files: Iterable[str], vars_dir: str, name: str) -> list[str]:
-    """Files of one group/host in Ansible's load order: ``name.*`` first, then ``name/`` sorted."""
-    direct, nested = [], []
+def _files_by_scope(files: Iterable[str], vars_dir: str) -> dict[str, list[str]]:
+    """Files below ``vars_dir`` per group/host name, in Ansible's load order:
+    ``name.yml`` (and the other suffixes) first, then the files of ``name/``, sorted."""
+    direct: dict[str, list[str]] = {}
+    nested: dict[str, list[str]] = {}
+    cut = len(vars_dir) + 1
     for path in files:
-        rest = path[len(vars_dir) + 1:]
-        if "/" not in rest:
+        rest = path[cut:]
+        head, sep, tail = rest.partition("/")
+        if not sep:
             stem, suffix = posixpath.splitext(rest)
-            if stem == name and suffix in _VARS_SUFFIXES:
-                direct.append(path)
-        elif rest.split("/", 1)[0] == name and vars_file_scope(path) is not None:
-            nested.append(path)
-    return sorted(direct, key=lambda p: _VARS_SUFFIXES.index(posixpath.splitext(p)[1])) + sorted(nested)
+            if suffix in _VARS_SUFFIXES and not rest.startswith("."):
+                direct.setdefault(stem, []).append(path)
+        elif posixpath.splitext(tail)[1] in _VARS_SUFFIXES and not posixpath.basename(tail).startswith("."):
+            nested.setdefault(head, []).append(path)
+    order = {suffix: index for index, suffix in enumerate(_VARS_SUFFIXES)}
+    return {
+        name: sorted(direct.get(name, []), key=lambda p: order[posixpath.splitext(p)[1]])
+        + sorted(nested.get(name, []))
+        for name in set(direct) | set(nested)
+    }
 
 
 def _load_vars_file(text: str, path: str, revision: str) -> dict[str, Any]:
@@ -403,18 +412,32 @@ class _Planner:
         for name in self.order:
             for role_dir in facts[name].role_dirs:
                 self.role_layers.setdefault(role_dir, []).append(name)
-        self.reasons: dict[str, list[str]] = {n: [] for n in self.order}
-        self.notes: dict[str, list[str]] = {n: [] for n in self.order}
+        self.role_names = {
+            role_dir: sorted({facts[n].role_dirs[role_dir] for n in layers}) for role_dir, layers in self.role_layers.items()
+        }
+        # dicts as ordered sets: thousands of changed files may give the same reason
+        self.reasons: dict[str, dict[str, None]] = {n: {} for n in self.order}
+        self.notes: dict[str, dict[str, None]] = {n: {} for n in self.order}
+        # layer -> role -> changed files of the role (summarised into one reason per role)
+        self.role_files: dict[str, dict[str, list[str]]] = {n: {} for n in self.order}
         self.removed: list[str] = []
+        self._listings: dict[tuple[str, str], dict[str, list[str]]] = {}
 
     # ---- helpers
     def _hit(self, layer: str, reason: str) -> None:
-        if layer in self.reasons and reason not in self.reasons[layer]:
-            self.reasons[layer].append(reason)
+        if layer in self.reasons:
+            self.reasons[layer][reason] = None
 
     def _note(self, layer: str, note: str) -> None:
-        if layer in self.notes and note not in self.notes[layer]:
-            self.notes[layer].append(note)
+        if layer in self.notes:
+            self.notes[layer][note] = None
+
+    def _role_reasons(self, layer: str) -> list[str]:
+        reasons = []
+        for role, paths in self.role_files[layer].items():
+            more = f" and {len(paths) - 1} more file{'s' if len(paths) > 2 else ''}" if len(paths) > 1 else ""
+            reasons.append(f"role {role} changed ({paths[0]}{more})")
+        return reasons
 
     def _text(self, which: str, path: str) -> str | None:
         if self.reader is None:
@@ -453,13 +476,13 @@ class _Planner:
             _excluded_from_digest("/".join(parts[:i]), True) for i in range(1, len(parts))
         )
         layers = self.role_layers[role_dir]
-        roles = sorted({self.facts[n].role_dirs[role_dir] for n in layers})
+        roles = self.role_names[role_dir]
         if excluded:
             for layer in layers:
                 self._note(layer, f"{path} is not part of role {roles[0]}'s content")
             return FileChange(path, "role", [], f"role {', '.join(roles)}: file not in the role's content key")
         for layer in layers:
-            self._hit(layer, f"role {self.facts[layer].role_dirs[role_dir]} changed ({path})")
+            self.role_files[layer].setdefault(self.facts[layer].role_dirs[role_dir], []).append(path)
         return FileChange(path, "role", list(layers), f"role {', '.join(roles)}")
 
     def _playbook_change(self, path: str) -> FileChange:
@@ -474,9 +497,11 @@ class _Planner:
     # ---- variables
     def _scope_values(self, which: str, vars_dir: str, name: str) -> dict[str, Any]:
         """Variables of one group/host, its files merged in load order (later files win)."""
-        files = self.reader.base_files(vars_dir) if which == "base" else self.reader.head_files(vars_dir)
+        if (which, vars_dir) not in self._listings:
+            files = self.reader.base_files(vars_dir) if which == "base" else self.reader.head_files(vars_dir)
+            self._listings[(which, vars_dir)] = _files_by_scope(files, vars_dir)
         merged: dict[str, Any] = {}
-        for path in _scope_files(files, vars_dir, name):
+        for path in self._listings[(which, vars_dir)].get(name, []):
             text = self._text(which, path)
             if text is not None:
                 merged.update(_load_vars_file(text, path, self._label(which)))
@@ -638,7 +663,8 @@ class _Planner:
         for name in self.order:
             parent = self.facts[name].parent
             depth[name] = 0 if parent is None else depth[parent] + 1
-            decision = LayerDecision(name, reasons=list(self.reasons[name]), notes=list(self.notes[name]),
+            decision = LayerDecision(name, reasons=self._role_reasons(name) + list(self.reasons[name]),
+                                     notes=list(self.notes[name]),
                                      images=layer_images[name], parent=parent, depth=depth[name])
             if parent is not None and decisions[parent].action == REBUILD:
                 decision.reasons.append(f"parent {parent} rebuilds")

@@ -95,7 +95,11 @@ class RoleNotFoundError(RoleError):
 # --------------------------------------------------------------------------- YAML
 
 
-class _TolerantLoader(yaml.SafeLoader if yaml else object):  # type: ignore[misc]
+# libyaml's parser when PyYAML has it: planning reads every role's YAML files (issue 8 benchmark).
+_SAFE_LOADER = (getattr(yaml, "CSafeLoader", None) or yaml.SafeLoader) if yaml else object
+
+
+class _TolerantLoader(_SAFE_LOADER):  # type: ignore[misc,valid-type]
     """SafeLoader that reads Ansible tags (``!unsafe``, ``!vault``...) as plain data."""
 
 
