@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 ROLES_DIR = Path(__file__).resolve().parents[2] / "roles"
-ROLES = ["base", "hsn"]
+ROLES = ["base", "hsn", "compute", "slurm"]
 FAMILIES = ["Debian", "RedHat"]
 BEGIN, END = "<!-- BEGIN VARIABLES (generated from meta/argument_specs.yml) -->", "<!-- END VARIABLES -->"
 
