@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # Copyright (c) 2026 hpc.stateless developers
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
@@ -243,7 +242,7 @@ def table(results: dict) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", maxsplit=1)[0])
     parser.add_argument("--nodes", type=int, default=10000)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--size", type=int, default=512, help="MiB of generated files when no pack exists")
@@ -255,7 +254,7 @@ def main() -> int:
         results = {"render": bench_render(args.nodes, args.runs),
                    "publish": bench_publish(args.src or newest_pack(), args.size, max(3, args.runs // 2 + 1)),
                    "host": {"cpus": os.cpu_count(), "filesystem": subprocess.run(
-                       ["stat", "-f", "-c", "%T", str(REPO / "build")], capture_output=True, text=True).stdout.strip()}}
+                       ["stat", "-f", "-c", "%T", str(REPO / "build")], capture_output=True, text=True, check=False).stdout.strip()}}
     finally:
         shutil.rmtree(WORK, ignore_errors=True)
     args.output.parent.mkdir(parents=True, exist_ok=True)

@@ -14,8 +14,9 @@ Layout under a boot root (the TFTP/HTTP root)::
 
 Boot entries name ``<image>/vmlinuz`` and ``<image>/initrd``. Both resolve through the
 one ``<boot_root>/<image>`` symlink, so a single ``rename(2)`` switches kernel and initrd
-together: at no instant is a link missing, and never is a new kernel paired with an
-old initrd. A version directory appears under its final name only after every file in
+in the same instant: at no instant is a link missing or pointing at a partial file. (A node
+whose two TFTP downloads straddle that instant can still fetch the old kernel and the new
+initrd; see docs/deploy.md.) A version directory appears under its final name only after every file in
 it was copied, synced and checked against SHA256SUMS.
 
 Every change happens under an exclusive ``flock`` on ``<boot_root>/.hpc-stateless.lock``,

@@ -11,15 +11,15 @@ DOCUMENTATION = r"""
 module: bootlink
 short_description: Publish packed image versions into a PXE boot tree and switch them atomically
 version_added: 0.1.0
-author: hpc.stateless developers
+author: hpc.stateless developers (@hpc-stateless)
 description:
-  - Publishes one version written by M(hpc.stateless.pack) under C(<boot_root>/images/<image>/<version>/):
+  - Publishes one version written by M(hpc.stateless.pack) under C(<boot_root>/images/<image>/<version>/);
     the files are copied into a temporary directory on the same file system, synced, checked against
     C(SHA256SUMS) as they are on disk, and only then renamed into place.
   - Serves a version by pointing the symlink C(<boot_root>/<image>) at C(images/<image>/<version>), so boot
     entries name C(<image>/vmlinuz) and C(<image>/initrd) (and C(<image>/rootfs.squashfs)). The switch renames a
-    new symlink over the old one (C(rename(2))): the link is never missing, never points at a partial file, and
-    kernel and initrd always change together.
+    new symlink over the old one (C(rename(2))), so the link is never missing, never points at a partial file, and
+    kernel and initrd switch in the same instant.
   - The version served before becomes C(<boot_root>/images/<image>/previous); O(state=rollback) switches back to it.
   - Keeps the newest O(keep) versions; the served and the previous version are never removed.
   - Every change holds an exclusive C(flock) on C(<boot_root>/.hpc-stateless.lock), so two deploys cannot interleave.
@@ -27,13 +27,17 @@ description:
     links are unchanged.
 attributes:
   check_mode:
+    description: Can run in check mode and return changed status prediction without modifying target.
     support: full
     details: Verifies the checksums of O(src) and reports what would be published, switched and removed.
   diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: full
     details: Shows the served and previous link targets and the published versions, before and after.
   idempotent:
+    description: When run twice in a row outside check mode, with the same arguments, the second invocation indicates no change.
     support: full
+    details: An identical published version is reused; a served version is not switched again.
 options:
   boot_root:
     description: The TFTP/HTTP root of the boot tree. Created when missing.

@@ -127,7 +127,7 @@ def main(argv: list[str]) -> int:
         return 0
 
     if args[:1] == ["reboot"]:
-        options = {k.lower(): v for k, _, v in (a.partition("=") for a in args[1:] if "=" in a)}
+        options = {key.lower(): value for key, _sep, value in (a.partition("=") for a in args[1:] if "=" in a)}
         nodes = [a for a in args[1:] if "=" not in a and a.upper() != "ASAP"]
         if len(nodes) != 1:
             print("scontrol: error: one node list expected", file=sys.stderr)
@@ -143,7 +143,7 @@ def main(argv: list[str]) -> int:
         return 0
 
     if args[:1] == ["update"]:
-        fields = {k.lower(): v for k, _, v in (a.partition("=") for a in args[1:])}
+        fields = {key.lower(): value for key, _sep, value in (a.partition("=") for a in args[1:])}
         node = fields.get("nodename", "")
         record = _load(state, node)
         if record is None:

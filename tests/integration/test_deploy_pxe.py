@@ -14,7 +14,6 @@ import json
 import os
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 from conftest import REPO, run_site

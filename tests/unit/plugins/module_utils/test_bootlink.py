@@ -344,7 +344,7 @@ def test_readers_never_see_a_missing_or_mixed_boot_pair_during_switches(out, roo
             except OSError as exc:
                 problems.append(repr(exc))
 
-    threads = [threading.Thread(target=reader) for _ in range(2)]
+    threads = [threading.Thread(target=reader), threading.Thread(target=reader)]
     for thread in threads:
         thread.start()
     tree = BootTree(str(root))
