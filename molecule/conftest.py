@@ -10,6 +10,10 @@ The image under test is, in order of preference:
   3. a throw-away working container of the image ``$HPC_STATELESS_TEST_IMAGE``
      (removed after the session), e.g. ``localhost/hpc-stateless/slurm:latest``.
 
+``role_vars(role)`` gives the values the role was applied with: its defaults, the scenario's
+``vars/converge.yml`` and ``vars/<instance>.yml``, and - when ``$HPC_STATELESS_EXPECT_FROM_INVENTORY``
+names an inventory directory (molecule/default) - that inventory's values for the role.
+
 Its root is mounted once per session and every check runs through testinfra's chroot backend.
 Waivers: ``waivers.yml`` of the scenario (``$MOLECULE_SCENARIO_DIRECTORY``) and of ``_shared``;
 a waiver without ``item`` skips the whole check and shows its reason.
@@ -121,9 +125,14 @@ def role_vars(instance: tuple[str, str | None]) -> Callable[[str], dict[str, Any
     """``role_vars('base')``: the role's defaults overlaid with what the scenario's converge
     applied to this instance (``vars/converge.yml``, then ``vars/<instance>.yml``)."""
     scenario = _scenario_dir() or MOLECULE_DIR / "default"
+    # Scenarios that check a built image (molecule/default) expect what the inventory asked for.
+    inventory = os.environ.get("HPC_STATELESS_EXPECT_FROM_INVENTORY")
 
     def load(role: str) -> dict[str, Any]:
-        return compliance.scenario_vars(PROJECT_DIR, role, scenario, instance[0])
+        values = compliance.scenario_vars(PROJECT_DIR, role, scenario, instance[0])
+        if inventory:
+            values.update(compliance.inventory_vars(Path(inventory), role))
+        return values
 
     return load
 

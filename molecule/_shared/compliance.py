@@ -246,3 +246,23 @@ def scenario_vars(project: Path, role: str, scenario_dir: Path, instance: str | 
         if path.is_file():
             merged.update(yaml.safe_load(path.read_text(encoding="utf-8")) or {})
     return merged
+
+
+def inventory_vars(inventory: Path, role: str) -> dict[str, Any]:
+    """What a layer build gives ``role``: its prefixed variables from ``group_vars/all`` of the
+    inventory, overlaid with the ``vars`` of the layer(s) that apply the role. Values are taken
+    as written (Jinja is not rendered)."""
+    merged: dict[str, Any] = {}
+    layers: dict[str, Any] = {}
+    group_vars = inventory / "group_vars" / "all"
+    files = sorted(group_vars.rglob("*.yml")) + sorted(group_vars.rglob("*.yaml")) if group_vars.is_dir() else []
+    if (inventory / "group_vars" / "all.yml").is_file():
+        files.insert(0, inventory / "group_vars" / "all.yml")
+    for path in files:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        merged.update({k: v for k, v in data.items() if k.startswith(f"{role}_")})
+        layers.update(data.get("hpc_stateless_layers") or {})
+    for spec in layers.values():
+        if role in spec.get("roles", []) or f"hpc.stateless.{role}" in spec.get("roles", []):
+            merged.update({k: v for k, v in (spec.get("vars") or {}).items() if k.startswith(f"{role}_")})
+    return merged

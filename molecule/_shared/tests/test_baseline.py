@@ -76,6 +76,16 @@ def test_no_ssh_host_keys(host, waivers):
     assert not found, f"SSH host keys baked into the image (every node would share them): {found}"
 
 
+def test_machine_id_not_baked(host):
+    """Every node must generate its own machine ID (DHCP DUID, journal, D-Bus identity)."""
+    machine_id = host.file("/etc/machine-id")
+    if machine_id.exists:
+        assert machine_id.content_string.strip() in ("", "uninitialized"), \
+            "/etc/machine-id holds an ID that every node of the image would share"
+    dbus_copy = host.file("/var/lib/dbus/machine-id")
+    assert not dbus_copy.exists or dbus_copy.is_symlink, "/var/lib/dbus/machine-id is a baked copy of a machine ID"
+
+
 def test_no_private_keys(host, waivers):
     cmd = compliance.find_command(compliance.SECRET_SEARCH_DIRS, "-type f -size -64k",
                                   action="-exec grep -l -e 'PRIVATE KEY-----' {} +")
