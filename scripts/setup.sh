@@ -10,6 +10,8 @@ host_packages=(
   buildah podman systemd-container debootstrap squashfs-tools cpio zstd pigz
   qemu-system-x86 git rsync fuse-overlayfs uidmap
   dnf zypper rpm createrepo-c gpg gpg-agent
+  docker-registry graphviz pxelinux syslinux-common busybox-static ipxe-qemu
+  xz-utils e2fsprogs fdisk parted iproute2 util-linux nodejs curl
 )
 
 step() { printf '==> %s\n' "$*"; }
@@ -48,6 +50,14 @@ if [[ "$(readlink "$link" 2>/dev/null)" != "$repo" ]]; then
   step "linking collection at $link"
   mkdir -p "$(dirname "$link")"
   ln -sfn "$repo" "$link"
+fi
+
+# gitlab-ci-local runs generated pipelines in the tests; pinned (later releases need Node 22).
+gcl_version=4.60.0
+if [[ "$(.tools/gitlab-ci-local/node_modules/.bin/gitlab-ci-local --version 2>/dev/null)" != "$gcl_version" ]]; then
+  command -v npm >/dev/null || { echo "npm is missing: install Node.js 20 with npm" >&2; exit 1; }
+  step "installing gitlab-ci-local $gcl_version into .tools/ (takes a few minutes once)"
+  npm install --prefix .tools/gitlab-ci-local --no-audit --no-fund --loglevel=error "gitlab-ci-local@$gcl_version" >/dev/null
 fi
 
 # ansible-test --venv downloads a get-pip script from a host this machine cannot reach;

@@ -50,7 +50,8 @@ UNDEFINED_MARKER: dict[str, bool] = {"__undefined__": True}
 # the values the roles actually reference; ``description`` is documentation.
 _SPEC_KEYS_NOT_KEYED = ("vars", "description")
 
-# Names whose values come from inside the layer (facts) or from Ansible itself.
+# Names whose values come from inside the layer (facts) or from Ansible itself. Together with
+# the ``ansible_`` prefix this covers ansible-core's magic and internal static variables.
 _IGNORED_VARIABLES = frozenset({
     "hostvars", "groups", "group_names", "inventory_hostname", "inventory_hostname_short",
     "inventory_dir", "inventory_file", "playbook_dir", "role_path", "role_name", "role_names",
@@ -59,15 +60,6 @@ _IGNORED_VARIABLES = frozenset({
     "lookup", "query", "q", "now", "undef", "range", "dict", "lipsum", "cycler", "joiner",
     "namespace", "zip",
 })
-try:
-    import ansible.constants as _C
-except ImportError:  # module_utils may run without the controller package
-    pass
-else:
-    _IGNORED_VARIABLES = _IGNORED_VARIABLES | frozenset(getattr(_C, "INTERNAL_STATIC_VARS", ()))
-    _IGNORED_VARIABLES |= frozenset(
-        name for names in getattr(_C, "MAGIC_VARIABLE_MAPPING", {}).values() for name in names
-    )
 
 _INCLUDE_ROLE_ACTIONS = frozenset(
     f"{prefix}{action}"
