@@ -46,7 +46,7 @@ def deployed_v1(site: dict) -> dict[str, str]:
 
 
 def no_temp_files(root: Path) -> list[str]:
-    return [str(p) for p in root.rglob(".*") if p.name != ".hpc-stateless.lock"]
+    return [str(p) for p in root.rglob(".*") if p.name not in (".hpc-stateless.lock", ".hpc-stateless-bootconfig.state")]
 
 
 def test_malformed_mac_is_refused_before_anything_is_published(tmp_path):
