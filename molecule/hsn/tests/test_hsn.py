@@ -160,8 +160,10 @@ def test_network_backend_enabled(host, hsn, backend):
 def test_networkmanager_parses_keyfiles(host, hsn, backend):
     if backend != "networkmanager" or not hsn["hsn_interfaces"]:
         pytest.skip("NetworkManager is not the backend")
-    # nmcli --offline (NetworkManager >= 1.40) reads a keyfile without a running daemon.
+    # nmcli --offline (NetworkManager >= 1.40) parses and validates a keyfile from stdin without a
+    # running daemon, and prints it back normalized.
     for iface in hsn["hsn_interfaces"]:
         path = f"/etc/NetworkManager/system-connections/hpc-stateless-{iface['name']}.nmconnection"
-        out = host.check_output(f"nmcli --offline --get-values connection.interface-name connection show < {path}")
-        assert out == iface["name"]
+        out = host.run(f"nmcli --offline connection modify connection.autoconnect yes < {path}")
+        assert out.rc == 0, f"NetworkManager rejects {path}: {out.stderr}"
+        assert f"interface-name={iface['name']}" in out.stdout.splitlines()
