@@ -128,13 +128,25 @@ def squashfs_boot_method(root: str) -> str | None:
     return None
 
 
-def dracut_modules(root: str) -> list[str]:
-    """dracut modules for a squashfs root: dmsquash-live, and livenet (fetch over HTTP, needs curl)."""
-    modules = ["dmsquash-live"]
-    if any(os.path.isfile(os.path.join(root, p)) for p in ("usr/bin/curl", "bin/curl")) and \
-            os.path.isdir(os.path.join(root, DRACUT_LIVE_MODULES[1])):
-        modules.append("livenet")
-    return modules
+def _has_binary(root: str, name: str) -> bool:
+    return any(os.path.isfile(os.path.join(root, d, name)) for d in ("usr/bin", "usr/sbin", "bin", "sbin"))
+
+
+# dracut 059 (Debian 12) fetches a live root over the network only with its network-legacy
+# backend (its systemd-networkd backend never runs the "online" hooks livenet waits for).
+LIVENET_BINARIES = ("curl", "dhclient", "arping", "pgrep")
+
+
+def dracut_modules(root: str) -> tuple[list[str], list[str]]:
+    """dracut modules for a squashfs root, and the binaries that keep livenet out.
+
+    Always dmsquash-live (a squashfs on a block device); livenet + network-legacy (fetch it
+    over HTTP) when the image has curl, dhclient, arping and pgrep.
+    """
+    missing = [name for name in LIVENET_BINARIES if not _has_binary(root, name)]
+    if missing or not os.path.isdir(os.path.join(root, DRACUT_LIVE_MODULES[1])):
+        return ["dmsquash-live"], missing or ["dracut livenet module"]
+    return ["dmsquash-live", "livenet", "network-legacy"], []
 
 
 def image_initrd(root: str, version: str) -> str | None:
@@ -146,5 +158,5 @@ def image_initrd(root: str, version: str) -> str | None:
     return None
 
 
-DRACUT_KERNEL_ARGS = "root=live:<URL of the squashfs> rd.live.image rd.neednet=1 ip=dhcp"
+DRACUT_KERNEL_ARGS = "root=live:<URL of the squashfs> rd.live.image rd.live.overlay.overlayfs=1 rd.neednet=1 ip=dhcp"
 LIVE_BOOT_KERNEL_ARGS = "boot=live fetch=<URL of the squashfs>"

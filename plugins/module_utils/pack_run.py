@@ -587,10 +587,11 @@ class Packer:
         """dracut inside the throw-away working container; the initrd lands in the partial directory."""
         if self.buildah is None or self._partial is None:
             raise PackError("dracut needs a source_image (a buildah working container)")
-        modules = dracut_modules(root)
-        if "livenet" not in modules:
-            self._warn("the image has no curl: its dracut initrd cannot fetch the squashfs over HTTP "
-                       "(root=live:http://...), only find it on a block device; add curl to a layer")
+        modules, missing = dracut_modules(root)
+        if missing:
+            self._warn(f"the image lacks {', '.join(missing)}: its dracut initrd cannot fetch the squashfs over "
+                       "HTTP (root=live:http://...), only find it on a block device (root=live:/dev/...); Debian: "
+                       "add curl isc-dhcp-client iputils-arping procps to a layer")
         argv = ["run", "--volume", f"{self._partial}:{_DRACUT_OUT}", "--env", f"SOURCE_DATE_EPOCH={sde}",
                 container, "--", "dracut", "--quiet", "--force", "--no-hostonly", "--no-hostonly-cmdline",
                 "--reproducible", "--add", " ".join(modules), "--kver", kernel_version,

@@ -172,21 +172,25 @@ def expected_entries(root: Path, overlay: set[str]) -> set[str]:
     return entries | overlay
 
 
-def boot_cpio(kernel: Path, initrd: Path, expect: list[str], timeout: float = 170) -> str:
+IMAGE_RELEASE_TO_CONSOLE = ('systemd.unit=multi-user.target systemd.wants=kernel-command-line.service '
+                            'systemd.run="/bin/cat /etc/image-release" systemd.run_success_action=none')
+
+
+def boot_qemu(kernel: Path, initrd: Path, append: str, expect: list[str], timeout: float = 170,
+              extra: tuple[str, ...] = ()) -> str:
     """Boot under qemu (TCG) and return the serial console once every ``expect`` regex matched.
 
-    ``systemd.run`` prints /etc/image-release from a oneshot unit that multi-user.target
-    pulls in (``systemd.wants``); the VM is killed as soon as all markers were seen.
+    ``IMAGE_RELEASE_TO_CONSOLE`` on the command line prints /etc/image-release from a oneshot
+    unit that multi-user.target pulls in; the VM is killed as soon as all markers were seen.
     """
     argv = ["qemu-system-x86_64", "-accel", "tcg", "-m", "4G", "-smp", "2", "-nographic", "-no-reboot",
-            "-kernel", str(kernel), "-initrd", str(initrd), "-append",
-            "console=ttyS0 panic=-1 systemd.unit=multi-user.target systemd.wants=kernel-command-line.service "
-            'systemd.run="/bin/cat /etc/image-release" systemd.run_success_action=none']
+            "-kernel", str(kernel), "-initrd", str(initrd), "-append", append, *extra]
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     console = b""
     deadline = time.monotonic() + timeout
     try:
-        assert proc.stdout is not None
+        if proc.stdout is None:
+            raise AssertionError("qemu has no stdout pipe")
         while time.monotonic() < deadline:
             ready, _w, _x = select.select([proc.stdout], [], [], 1.0)
             if ready:
@@ -201,3 +205,8 @@ def boot_cpio(kernel: Path, initrd: Path, expect: list[str], timeout: float = 17
         proc.kill()
         proc.wait()
     return ANSI.sub("", console.decode("utf-8", "replace"))
+
+
+def boot_cpio(kernel: Path, initrd: Path, expect: list[str], timeout: float = 170) -> str:
+    """The cpio image as the root: no root=, no initrd of its own."""
+    return boot_qemu(kernel, initrd, f"console=ttyS0 panic=-1 {IMAGE_RELEASE_TO_CONSOLE}", expect, timeout)

@@ -9,6 +9,7 @@ import pytest
 from ansible_collections.hpc.stateless.plugins.module_utils.pack_kernel import (
     KernelError,
     bzimage_version,
+    dracut_modules,
     find_kernel,
     image_initrd,
     squashfs_boot_method,
@@ -73,3 +74,15 @@ def test_squashfs_boot_method(tmp_path):
     (tmp_path / "boot").mkdir()
     (tmp_path / "boot/initrd.img-6.1").write_bytes(b"i")
     assert image_initrd(str(tmp_path), "6.1").endswith("boot/initrd.img-6.1")
+
+
+def test_dracut_modules_add_livenet_only_with_what_it_needs(tmp_path):
+    (tmp_path / "usr/lib/dracut/modules.d/90livenet").mkdir(parents=True)
+    (tmp_path / "usr/bin").mkdir(parents=True)
+    (tmp_path / "usr/sbin").mkdir(parents=True)
+    (tmp_path / "usr/bin/curl").write_text("")
+    modules, missing = dracut_modules(str(tmp_path))
+    assert modules == ["dmsquash-live"] and missing == ["dhclient", "arping", "pgrep"]
+    for name in ("usr/sbin/dhclient", "usr/bin/arping", "usr/bin/pgrep"):
+        (tmp_path / name).write_text("")
+    assert dracut_modules(str(tmp_path)) == (["dmsquash-live", "livenet", "network-legacy"], [])
