@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # Copyright (c) 2026 hpc.stateless developers
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
@@ -163,7 +162,7 @@ def raw_commands(image: str, runtime_dir: str, count: int = TASKS) -> dict:
         result = {}
         for name, (argv, env) in commands.items():
             samples = []
-            for _ in range(count):
+            for _sample in range(count):
                 started = time.monotonic()
                 subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, capture_output=True, check=True)
                 samples.append(time.monotonic() - started)

@@ -96,7 +96,7 @@ def test_a_new_connection_object_reuses_the_running_container(booted, layers, ru
 def test_put_and_fetch_stream_large_files(booted, tmp_path):
     source = tmp_path / "big.bin"
     with open(source, "wb") as handle:
-        for _ in range(48):
+        for _mebibyte in range(48):
             handle.write(os.urandom(1 << 20))
     digest = hashlib.sha256(source.read_bytes()).hexdigest()
     tracemalloc.start()
@@ -288,4 +288,3 @@ def test_playbook_facts_transfers_become_and_reset(layers, own_runtime_dir, tmp_
     assert "nspawn_pb                  : ok=" in proc.stdout
     # the session of the second boot ends with the ansible-playbook process
     assert wait_clean(runtime_dir) == {}
-
