@@ -12,7 +12,8 @@ The image under test is, in order of preference:
 
 ``role_vars(role)`` gives the values the role was applied with: its defaults, the scenario's
 ``vars/converge.yml`` and ``vars/<instance>.yml``, and - when ``$HPC_STATELESS_EXPECT_FROM_INVENTORY``
-names an inventory directory (molecule/default) - that inventory's values for the role.
+is 1 (molecule/default) - the values the inventory (``$HPC_STATELESS_MOLECULE_INVENTORY``, default
+``inventory/``) gives the role; checks of roles that no layer applies are then skipped.
 
 Its root is mounted once per session and every check runs through testinfra's chroot backend.
 Waivers: ``waivers.yml`` of the scenario (``$MOLECULE_SCENARIO_DIRECTORY``) and of ``_shared``;
@@ -71,14 +72,27 @@ def _instances() -> list[tuple[str, str | None]]:
 _INSTANCES = _instances()
 
 
+def _expectation_inventory() -> Path | None:
+    """The inventory a built image is checked against (molecule/default), or None."""
+    if os.environ.get("HPC_STATELESS_EXPECT_FROM_INVENTORY", "").lower() not in ("1", "true", "yes"):
+        return None
+    return Path(os.environ.get("HPC_STATELESS_MOLECULE_INVENTORY") or PROJECT_DIR / "inventory")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Skip, with its reason, every check that a waiver switches off as a whole."""
+    """Skip, with its reason, every check that a waiver switches off as a whole, and - for a
+    built image - the checks of roles that no layer of the inventory applies."""
     waivers = compliance.load_waivers(*_waiver_files())
+    inventory = _expectation_inventory()
+    roles = compliance.applied_roles(inventory) if inventory else set()
     for item in items:
         name = getattr(item, "originalname", None) or item.name
         waiver = compliance.check_waiver(waivers, name)
         if waiver is not None:
             item.add_marker(pytest.mark.skip(reason=f"waived: {waiver.reason}"))
+        role = Path(str(item.fspath)).parent.parent.name
+        if inventory and (PROJECT_DIR / "roles" / role).is_dir() and role not in roles:
+            item.add_marker(pytest.mark.skip(reason=f"no layer of {inventory} applies role {role}"))
 
 
 @pytest.fixture(scope="session", params=_INSTANCES, ids=[name for name, _container in _INSTANCES])
@@ -126,12 +140,12 @@ def role_vars(instance: tuple[str, str | None]) -> Callable[[str], dict[str, Any
     applied to this instance (``vars/converge.yml``, then ``vars/<instance>.yml``)."""
     scenario = _scenario_dir() or MOLECULE_DIR / "default"
     # Scenarios that check a built image (molecule/default) expect what the inventory asked for.
-    inventory = os.environ.get("HPC_STATELESS_EXPECT_FROM_INVENTORY")
+    inventory = _expectation_inventory()
 
     def load(role: str) -> dict[str, Any]:
         values = compliance.scenario_vars(PROJECT_DIR, role, scenario, instance[0])
         if inventory:
-            values.update(compliance.inventory_vars(Path(inventory), role))
+            values.update(compliance.inventory_vars(inventory, role))
         return values
 
     return load

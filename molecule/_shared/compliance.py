@@ -248,21 +248,38 @@ def scenario_vars(project: Path, role: str, scenario_dir: Path, instance: str | 
     return merged
 
 
+def _inventory_files(inventory: Path) -> list[Path]:
+    group_vars = inventory / "group_vars"
+    files = [group_vars / "all.yml"] if (group_vars / "all.yml").is_file() else []
+    if (group_vars / "all").is_dir():
+        files += sorted(p for p in (group_vars / "all").rglob("*") if p.suffix in (".yml", ".yaml"))
+    return files
+
+
+def inventory_layers(inventory: Path) -> dict[str, Any]:
+    """``hpc_stateless_layers`` of an inventory directory (group_vars/all)."""
+    layers: dict[str, Any] = {}
+    for path in _inventory_files(inventory):
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        layers.update(data.get("hpc_stateless_layers") or {})
+    return layers
+
+
+def applied_roles(inventory: Path) -> set[str]:
+    """Short names of the roles the inventory's layers apply (``hpc.stateless.base`` -> ``base``)."""
+    return {role.rsplit(".", 1)[-1] for spec in inventory_layers(inventory).values()
+            for role in spec.get("roles") or []}
+
+
 def inventory_vars(inventory: Path, role: str) -> dict[str, Any]:
     """What a layer build gives ``role``: its prefixed variables from ``group_vars/all`` of the
     inventory, overlaid with the ``vars`` of the layer(s) that apply the role. Values are taken
     as written (Jinja is not rendered)."""
     merged: dict[str, Any] = {}
-    layers: dict[str, Any] = {}
-    group_vars = inventory / "group_vars" / "all"
-    files = sorted(group_vars.rglob("*.yml")) + sorted(group_vars.rglob("*.yaml")) if group_vars.is_dir() else []
-    if (inventory / "group_vars" / "all.yml").is_file():
-        files.insert(0, inventory / "group_vars" / "all.yml")
-    for path in files:
+    for path in _inventory_files(inventory):
         data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
         merged.update({k: v for k, v in data.items() if k.startswith(f"{role}_")})
-        layers.update(data.get("hpc_stateless_layers") or {})
-    for spec in layers.values():
+    for spec in inventory_layers(inventory).values():
         if role in spec.get("roles", []) or f"hpc.stateless.{role}" in spec.get("roles", []):
             merged.update({k: v for k, v in (spec.get("vars") or {}).items() if k.startswith(f"{role}_")})
     return merged

@@ -176,3 +176,20 @@ def test_chroot_host_runs_commands_inside_the_root(tmp_path):
     result = host.run("read line < /marker; echo $line")
     assert result.rc == 0, result.stderr
     assert result.stdout.strip() == "inside"
+
+
+def test_inventory_expectations(tmp_path):
+    group_vars = tmp_path / "group_vars" / "all"
+    group_vars.mkdir(parents=True)
+    (group_vars / "layers.yml").write_text(
+        "hpc_stateless_layers:\n"
+        "  base: {roles: [hpc.stateless.base], vars: {base_timezone: Europe/Oslo, hsn_mtu: 1}}\n"
+        "  hsn: {parent: base, roles: [hsn]}\n"
+        "  empty: {parent: hsn, roles: []}\n"
+        "base_locale: de_DE.UTF-8\nunrelated: x\n", encoding="utf-8")
+    (group_vars / "site.yaml").write_text("base_timezone: Asia/Tokyo\nhsn_mtu: 2044\n", encoding="utf-8")
+    assert compliance.applied_roles(tmp_path) == {"base", "hsn"}
+    # layer vars win over group_vars; only the role's own prefix counts; other layers' vars do not leak
+    assert compliance.inventory_vars(tmp_path, "base") == {"base_locale": "de_DE.UTF-8", "base_timezone": "Europe/Oslo"}
+    assert compliance.inventory_vars(tmp_path, "hsn") == {"hsn_mtu": 2044}
+    assert compliance.inventory_vars(tmp_path / "missing", "base") == {}
