@@ -201,7 +201,7 @@ def test_reboot_on_drain_installed_on_slurmd_nodes(host, slurm, daemons):
 def test_reboot_on_drain_runs_from_nhc_or_a_timer(host, daemons):
     if "slurmd" not in daemons:
         pytest.skip("reboot on drain is for nodes that run slurmd")
-    if host.file("/etc/nhc/nhc.conf").exists:
+    if host.file("/etc/nhc/nhc.conf").exists and host.file("/usr/sbin/nhc").exists:
         rules = host.file("/etc/nhc/nhc.conf").content_string.splitlines()
         assert "* || check_hpc_reboot_on_drain" in rules
         module = assert_file(host, "/etc/nhc/scripts/hpc_reboot_on_drain.nhc", 0o644)
