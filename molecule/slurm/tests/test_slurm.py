@@ -2,7 +2,10 @@
 # Copyright (c) 2026 hpc.stateless developers
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Compliance of the hpc.stateless.slurm role: what the converged image holds, per flavour."""
+"""Compliance of the hpc.stateless.slurm role: what the converged image holds, per flavour.
+
+The checks follow the values the role was applied with (``role_vars``), so they hold for the
+slurm scenario and for the built image of molecule/default alike."""
 
 from __future__ import annotations
 
@@ -14,6 +17,33 @@ import pytest
 ROLE = Path(__file__).resolve().parents[3] / "roles" / "slurm"
 LIBEXEC = "/usr/libexec/hpc-stateless"
 UNITS = "/etc/systemd/system"
+NODE_KEYS = {"address": "NodeAddr", "hostname": "NodeHostname", "port": "Port", "cpus": "CPUs", "boards": "Boards",
+             "sockets": "Sockets", "cores_per_socket": "CoresPerSocket", "threads_per_core": "ThreadsPerCore",
+             "real_memory": "RealMemory", "tmp_disk": "TmpDisk", "features": "Features", "gres": "Gres",
+             "weight": "Weight", "state": "State"}
+
+
+def _csv(value):
+    return ",".join(map(str, value)) if isinstance(value, list) else str(value)
+
+
+def node_line(node: dict) -> str:
+    """The NodeName line slurm.conf must hold for one item of slurm_nodes."""
+    words = [f"NodeName={node['name']}"]
+    words += [f"{slurm_key}={_csv(node[key])}" for key, slurm_key in NODE_KEYS.items() if node.get(key) is not None]
+    if "state" not in node:
+        words.append("State=UNKNOWN")
+    words += [f"{key}={value}" for key, value in sorted((node.get("options") or {}).items())]
+    return " ".join(words)
+
+
+def partition_line(partition: dict) -> str:
+    words = [f"PartitionName={partition['name']}", f"Nodes={_csv(partition.get('nodes', 'ALL'))}"]
+    if partition.get("default"):
+        words.append("Default=YES")
+    words += [f"MaxTime={partition.get('max_time', 'INFINITE')}", f"State={partition.get('state', 'UP')}"]
+    words += [f"{key}={value}" for key, value in sorted((partition.get("options") or {}).items())]
+    return " ".join(words)
 
 
 @pytest.fixture(scope="module")
@@ -32,8 +62,11 @@ def daemons(slurm):
 
 
 @pytest.fixture(scope="module")
-def slurm_conf(host):
+def slurm_conf(host, slurm, daemons):
     """slurm.conf as (global settings, NodeName lines, PartitionName lines)."""
+    if slurm["slurm_configless"] and "slurmctld" not in daemons:
+        assert not host.file("/etc/slurm/slurm.conf").exists, "configless compute images carry no slurm.conf"
+        pytest.skip("configless: slurmd fetches slurm.conf from the controllers")
     settings: dict[str, list[str]] = {}
     nodes, partitions = [], []
     for line in host.file("/etc/slurm/slurm.conf").content_string.splitlines():
@@ -80,8 +113,11 @@ def test_daemons_run_in_the_image(host, daemons):
 
 
 def test_munge_key_not_baked(host, slurm):
-    assert not slurm["slurm_munge_key_bake"]
-    assert not host.file("/etc/munge/munge.key").exists, "the munge key is a secret: it is delivered at boot"
+    key = host.file("/etc/munge/munge.key")
+    if slurm["slurm_munge_key_bake"]:
+        assert (key.user, key.group, key.mode) == ("munge", "munge", 0o400)
+    else:
+        assert not key.exists, "the munge key is a secret: it is delivered at boot"
     munge_dir = host.file("/etc/munge")
     assert (munge_dir.user, munge_dir.mode) == ("munge", 0o700)
 
@@ -96,7 +132,9 @@ def test_munge_waits_for_its_key(host, slurm):
     assert waiter.sha256sum == hashlib.sha256((ROLE / "files" / "munge-key-wait").read_bytes()).hexdigest()
 
 
-def test_munge_key_waiter_reports_a_missing_key(host):
+def test_munge_key_waiter_reports_a_missing_key(host, slurm):
+    if slurm["slurm_munge_key_bake"]:
+        pytest.skip("the key is baked into this image")
     result = host.run(f"{LIBEXEC}/munge-key-wait -t 0")
     assert result.rc == 1
     assert "no munge key at /etc/munge/munge.key after 0s" in result.stderr
@@ -131,18 +169,23 @@ def test_slurm_conf_from_the_inventory(host, slurm, slurm_conf):
     assert_file(host, "/etc/slurm/slurm.conf", 0o644)
     settings, nodes, partitions = slurm_conf
     assert settings["ClusterName"] == slurm["slurm_cluster_name"]
-    assert settings["SlurmctldHost"] == ["ctl1(192.0.2.10)", "ctl2"]
+    assert settings["SlurmctldHost"] == [
+        host_["name"] + (f"({host_['address']})" if host_.get("address") else "") for host_ in slurm["slurm_controller_hosts"]]
     assert settings["AuthType"] == "auth/munge"
     assert settings["SlurmUser"] == "slurm"
-    assert settings["SlurmdParameters"] == ",".join(slurm["slurm_slurmd_parameters"])
-    assert nodes == [
-        "NodeName=node[01-04] CPUs=2 RealMemory=1024 Features=hsn,local-scratch State=UNKNOWN",
-        "NodeName=gpu01 NodeAddr=192.0.2.51 Gres=gpu:2 State=UNKNOWN MemSpecLimit=2048",
-    ]
-    assert partitions == [
-        "PartitionName=batch Nodes=node[01-04] Default=YES MaxTime=2-00:00:00 State=UP",
-        "PartitionName=gpu Nodes=gpu01 MaxTime=INFINITE State=UP OverSubscribe=EXCLUSIVE",
-    ]
+    assert settings.get("SlurmdParameters", "") == ",".join(slurm["slurm_slurmd_parameters"])
+    assert nodes == [node_line(node) for node in slurm["slurm_nodes"]]
+    assert partitions == [partition_line(partition) for partition in slurm["slurm_partitions"]]
+    for key, value in slurm["slurm_conf_extra"].items():
+        assert settings[key] == str(value)
+
+
+def test_slurm_conf_lines_are_rendered_as_expected():
+    """The expectations above against hand-written lines, so they cannot drift with the template."""
+    assert node_line({"name": "node[01-04]", "cpus": 2, "features": ["hsn", "ib"], "options": {"MemSpecLimit": 2048}}) == \
+        "NodeName=node[01-04] CPUs=2 Features=hsn,ib State=UNKNOWN MemSpecLimit=2048"
+    assert partition_line({"name": "gpu", "nodes": ["gpu01", "gpu02"], "default": True}) == \
+        "PartitionName=gpu Nodes=gpu01,gpu02 Default=YES MaxTime=INFINITE State=UP"
 
 
 def test_process_tracking(slurm, slurm_conf):
@@ -158,31 +201,41 @@ def test_process_tracking(slurm, slurm_conf):
 def test_cgroup_conf(host, slurm):
     lines = assert_file(host, "/etc/slurm/cgroup.conf", 0o644).content_string.splitlines()
     assert f"CgroupPlugin={slurm['slurm_cgroup_plugin']}" in lines
-    assert "ConstrainCores=yes" in lines and "ConstrainRAMSpace=yes" in lines
+    yes_no = {True: "yes", False: "no"}
+    assert f"ConstrainCores={yes_no[slurm['slurm_cgroup_constrain_cores']]}" in lines
+    assert f"ConstrainRAMSpace={yes_no[slurm['slurm_cgroup_constrain_ram_space']]}" in lines
     assert ("IgnoreSystemd=yes" in lines) == slurm["slurm_cgroup_ignore_systemd"]
 
 
-def test_spool_and_log_directories(host, daemons):
+def test_spool_and_log_directories(host, daemons, debian):
     assert_file(host, "/var/log/slurm", 0o755, "slurm", "slurm")
     if "slurmd" in daemons:
-        assert_file(host, "/var/lib/slurm/slurmd", 0o755, "slurm", "slurm")
+        assert_file(host, "/var/lib/slurm/slurmd" if debian else "/var/spool/slurm/d", 0o755, "slurm", "slurm")
     if "slurmctld" in daemons:
-        assert_file(host, "/var/lib/slurm/slurmctld", 0o700, "slurm", "slurm")
+        assert_file(host, "/var/lib/slurm/slurmctld" if debian else "/var/spool/slurm/ctld", 0o700, "slurm", "slurm")
 
 
-def test_health_check_and_reboot_programs(host, slurm_conf):
+def test_health_check_and_reboot_programs(host, slurm, slurm_conf):
     settings = slurm_conf[0]
-    assert settings["RebootProgram"] == f"{LIBEXEC}/slurm-reboot"
-    if host.file("/usr/sbin/nhc").exists:
-        assert settings["HealthCheckProgram"] == "/usr/sbin/nhc"
-        assert settings["HealthCheckInterval"] == "300"
+    if slurm["slurm_reboot_program"] != "auto":
+        assert settings["RebootProgram"] == slurm["slurm_reboot_program"]
+    elif slurm["slurm_reboot_on_drain_enabled"]:
+        assert settings["RebootProgram"] == f"{LIBEXEC}/slurm-reboot"
+    else:
+        assert settings["RebootProgram"] == "/usr/sbin/reboot"
+    program = slurm["slurm_health_check_program"]
+    if program == "auto":
+        program = "/usr/sbin/nhc" if host.file("/usr/sbin/nhc").exists else ""
+    if program:
+        assert settings["HealthCheckProgram"] == program
+        assert settings["HealthCheckInterval"] == str(slurm["slurm_health_check_interval"])
     else:
         assert "HealthCheckProgram" not in settings
 
 
 def test_reboot_on_drain_installed_on_slurmd_nodes(host, slurm, daemons):
     script = host.file(f"{LIBEXEC}/slurm-reboot-on-drain")
-    if "slurmd" not in daemons:
+    if "slurmd" not in daemons or not slurm["slurm_reboot_on_drain_enabled"]:
         assert not script.exists
         return
     assert_file(host, script.path, 0o755)
@@ -198,9 +251,12 @@ def test_reboot_on_drain_installed_on_slurmd_nodes(host, slurm, daemons):
     assert f"ExecStart={LIBEXEC}/slurm-reboot-on-drain" in service
 
 
-def test_reboot_on_drain_runs_from_nhc_or_a_timer(host, daemons):
-    if "slurmd" not in daemons:
+def test_reboot_on_drain_runs_from_nhc_or_a_timer(host, slurm, daemons):
+    if "slurmd" not in daemons or not slurm["slurm_reboot_on_drain_enabled"]:
         pytest.skip("reboot on drain is for nodes that run slurmd")
+    if slurm["slurm_reboot_on_drain_runner"] == "timer":
+        assert enabled(host, "hpc-reboot-on-drain.timer", "timers.target")
+        return
     if host.file("/etc/nhc/nhc.conf").exists and host.file("/usr/sbin/nhc").exists:
         rules = host.file("/etc/nhc/nhc.conf").content_string.splitlines()
         assert "* || check_hpc_reboot_on_drain" in rules
@@ -211,9 +267,9 @@ def test_reboot_on_drain_runs_from_nhc_or_a_timer(host, daemons):
         assert enabled(host, "hpc-reboot-on-drain.timer", "timers.target")
 
 
-def test_reboot_on_drain_scripts_parse_with_the_images_bash(host, daemons):
+def test_reboot_on_drain_scripts_parse_with_the_images_bash(host, slurm, daemons):
     # Only a syntax check: running them would contact the (made-up) controllers of the scenario.
-    if "slurmd" not in daemons:
+    if "slurmd" not in daemons or not slurm["slurm_reboot_on_drain_enabled"]:
         pytest.skip("reboot on drain is for nodes that run slurmd")
     for script in ("slurm-reboot-on-drain", "slurm-reboot", "munge-key-wait"):
         host.run_test(f"bash -n {LIBEXEC}/{script}")
