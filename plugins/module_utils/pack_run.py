@@ -122,6 +122,7 @@ class PackRequest:
             raise PackError("give exactly one of source_image (a layer image) and source_path (a directory)")
         if not self.formats:
             raise PackError("formats is empty: name at least one of " + ", ".join(FORMATS))
+        self.formats = list(dict.fromkeys(self.formats))
         for fmt in self.formats:
             if fmt not in FORMATS:
                 raise PackError(f"unknown format {fmt!r} (supported: {', '.join(FORMATS)})")

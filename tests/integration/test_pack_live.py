@@ -15,7 +15,6 @@ import os
 import re
 import shutil
 import threading
-from pathlib import Path
 
 import pytest
 
