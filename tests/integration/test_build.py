@@ -7,12 +7,16 @@ variable one role reads, a change to a variable no role reads, a failing role.
 from __future__ import annotations
 
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 
 from conftest import (
+    BUILDAH_ENV,
+    REPO,
+    buildah,
     TEST_INVENTORY,
     image_labels,
     layer_images,
@@ -130,3 +134,24 @@ def test_failing_role_leaves_no_container_mount_or_image(first_build, image_pref
     assert "broken" not in after and "below_broken" not in after
     assert after == before
     assert_clean(image_prefix)
+
+
+def test_buildah_connection_returns_status_and_both_streams(first_build, image_prefix):
+    """hpc.stateless.buildah passes results through files in the container: exit status, stdout and
+    stderr must arrive intact, and nothing of the mechanism may stay in the layer."""
+    keys = {layer: next(iter(tags)) for layer, tags in by_layer(image_prefix).items()}
+    name = f"hpc-stateless-conn-{keys['base'][:8]}"
+    buildah("from", "--pull=never", "--quiet", "--name", name, f"{image_prefix}/base:{keys['base']}")
+    try:
+        env = {**BUILDAH_ENV, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
+        proc = subprocess.run(
+            [str(REPO / ".venv" / "bin" / "ansible"), "-i", f"{name},", "all", "-c", "hpc.stateless.buildah",
+             "-m", "ansible.builtin.raw", "-a", "echo to-stdout; echo to-stderr >&2; exit 3"],
+            cwd=REPO, env=env, capture_output=True, text=True, check=False)
+        assert proc.returncode != 0
+        assert "rc=3" in proc.stdout and "to-stdout" in proc.stdout and "to-stderr" in proc.stdout, proc.stdout
+        root = buildah("mount", name).strip()
+        assert not list(Path(root, "tmp").glob(".hpc-stateless-exec-*"))
+    finally:
+        buildah("umount", name, check=False)
+        buildah("rm", name, check=False)
