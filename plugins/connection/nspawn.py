@@ -387,9 +387,14 @@ class Connection(ConnectionBase):
         if self.become and self.become.expect_prompt() and sudoable:
             self._answer_become_prompt(proc)
         stdout, stderr = proc.communicate(in_data)
+        self._after(proc)
         stderr = strip_noise(stderr)
         self._check_alive(proc.returncode, stderr)
         return proc.returncode, stdout, stderr
+
+    def _after(self, _proc: subprocess.Popen) -> None:
+        session, state = self._require_session()
+        session.after_command(state)
 
     def _answer_become_prompt(self, proc: subprocess.Popen) -> None:
         """Read until the become plugin reports success or a password prompt; answer the prompt."""
@@ -439,6 +444,7 @@ class Connection(ConnectionBase):
             # dd streams the file: it never sits in memory, whatever its size.
             proc, _argv = self._popen(f"dd of={shlex.quote(out_path)} bs={BUFSIZE} status=none", stdin=source)
             _stdout, stderr = proc.communicate()
+        self._after(proc)
         stderr = strip_noise(stderr)
         self._check_alive(proc.returncode, stderr)
         if proc.returncode != 0:
@@ -458,6 +464,7 @@ class Connection(ConnectionBase):
                 chunk = proc.stdout.read(BUFSIZE)
         stderr = strip_noise(proc.stderr.read())
         proc.wait()
+        self._after(proc)
         self._check_alive(proc.returncode, stderr)
         if proc.returncode != 0:
             raise AnsibleError(f"failed to fetch {in_path} from host {self._session.spec.host} to "

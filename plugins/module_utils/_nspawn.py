@@ -68,6 +68,7 @@ _PROPAGATE_NOISE = re.compile(
 )
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _MACHINE_BAD = re.compile(r"[^A-Za-z0-9-]+")
+_CONTAINER_GONE = re.compile(r"container not known|no such container|does not exist", re.I)
 
 STATUS_STARTING = "starting"
 STATUS_READY = "ready"
@@ -110,6 +111,49 @@ def container_stem(runtime_dir: str) -> str:
     """
     tag = hashlib.sha256(os.path.abspath(runtime_dir).encode("utf-8")).hexdigest()[:6]
     return f"{CONTAINER_PREFIX}{tag}-"
+
+
+def cgroup_dirs(proc_cgroup: str, mountinfo: str, name: str) -> List[str]:
+    """Directories of a cgroup ``name`` below the caller's own, in the hierarchies systemd-nspawn
+    manages (cgroup v2 and the v1 ``name=systemd`` hierarchy).
+
+    With ``--keep-unit`` systemd-nspawn puts the container into ``<its own cgroup>/payload``:
+    containers started from one cgroup would share it and their systemds would remove each
+    other's unit cgroups (units then fail with 219/CGROUP). Each session gets a cgroup of its own.
+    """
+    mounts: Dict[str, Tuple[str, str]] = {}
+    for line in mountinfo.splitlines():
+        fields = line.split()
+        if "-" not in fields:
+            continue
+        sep = fields.index("-")
+        if len(fields) < sep + 4:
+            continue
+        fstype, options = fields[sep + 1], fields[sep + 3].split(",")
+        root, mount_point = fields[3], fields[4]
+        if fstype == "cgroup2":
+            mounts.setdefault("", (mount_point, root))
+        elif fstype == "cgroup" and "name=systemd" in options:
+            mounts.setdefault("name=systemd", (mount_point, root))
+    dirs = []
+    for line in proc_cgroup.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3 or parts[1] not in mounts:
+            continue
+        mount_point, root = mounts[parts[1]]
+        path = parts[2]
+        if root != "/" and (path == root or path.startswith(root + "/")):
+            path = path[len(root):]
+        dirs.append(os.path.join(mount_point, path.lstrip("/"), name))
+    return dirs
+
+
+def in_cgroups_argv(dirs: List[str], argv: List[str]) -> List[str]:
+    """``argv`` started from inside the cgroups ``dirs`` (a shell moves itself, then execs)."""
+    if not dirs:
+        return argv
+    script = 'while [ "$1" != -- ]; do echo $$ > "$1/cgroup.procs" || exit 125; shift; done; shift; exec "$@"'
+    return ["/bin/sh", "-c", script, "hpc-nspawn-cgroup", *dirs, "--", *argv]
 
 
 def network_args(network: str) -> List[str]:
@@ -541,6 +585,49 @@ def _is_mounted(path: str) -> bool:
         return False
 
 
+def session_cgroups(spec: "SessionSpec") -> List[str]:
+    """The cgroups of a session (created), below the caller's cgroup."""
+    try:
+        with open("/proc/self/cgroup", encoding="utf-8") as handle:
+            own = handle.read()
+        with open("/proc/self/mountinfo", encoding="utf-8") as handle:
+            mountinfo = handle.read()
+    except OSError:
+        return []
+    dirs = cgroup_dirs(own, mountinfo, f"hpc-nspawn-{spec.id}")
+    for path in dirs:
+        os.makedirs(path, exist_ok=True)
+    return dirs
+
+
+def cgroup_dirs_of(spec: "SessionSpec") -> List[str]:
+    """The session's cgroup directories (not created)."""
+    try:
+        with open("/proc/self/cgroup", encoding="utf-8") as handle:
+            own = handle.read()
+        with open("/proc/self/mountinfo", encoding="utf-8") as handle:
+            return cgroup_dirs(own, handle.read(), f"hpc-nspawn-{spec.id}")
+    except OSError:
+        return []
+
+
+def remove_cgroups(dirs: List[str], timeout: float = 5.0) -> List[str]:
+    """Remove session cgroups bottom-up; returns those still busy after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    left = []
+    for top in dirs:
+        while os.path.isdir(top):
+            for current, _subdirs, _files in os.walk(top, topdown=False):
+                with contextlib.suppress(OSError):
+                    os.rmdir(current)
+            if not os.path.isdir(top) or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        if os.path.isdir(top):
+            left.append(top)
+    return left
+
+
 def teardown(state: Dict[str, Any], spec: SessionSpec, proc: Optional[subprocess.Popen] = None) -> List[str]:
     """Stop the container, unmount the overlay, remove the working container.
 
@@ -562,6 +649,9 @@ def teardown(state: Dict[str, Any], spec: SessionSpec, proc: Optional[subprocess
                 problems.append(f"systemd-nspawn pid {pid} did not exit")
     elif proc is not None:
         _reap(proc, 1)
+    busy = remove_cgroups(state.get("cgroups") or [])
+    if busy:
+        problems.append(f"cgroups still in use: {', '.join(busy)}")
     overlay = state.get("overlay")
     if overlay and _is_mounted(overlay):
         for attempt in range(20):
@@ -574,16 +664,29 @@ def teardown(state: Dict[str, Any], spec: SessionSpec, proc: Optional[subprocess
             problems.append(f"overlay {overlay} was busy and was detached lazily: {err.strip()}")
     container = state.get("container")
     if container:
-        try:
-            client = Buildah(_CommandRunner(spec.buildah))
-            if client.container_exists(container):
-                client.umount(container)
-                client.rm(container)
-                if client.container_exists(container):
-                    problems.append(f"buildah working container {container} could not be removed")
-        except (BuildahError, NspawnError) as exc:
-            problems.append(f"buildah working container {container}: {exc}")
+        problem = remove_container(spec, container)
+        if problem:
+            problems.append(problem)
     return problems
+
+
+def remove_container(spec: "SessionSpec", name: str, attempts: int = 5) -> Optional[str]:
+    """Remove a buildah working container (``buildah rm`` unmounts it first).
+
+    Works by name, without listing containers: listing fails now and then while other
+    builds remove containers at the same time ("reading build containers: container not known").
+    """
+    try:
+        client = Buildah(_CommandRunner(spec.buildah))
+    except NspawnError as exc:
+        return f"buildah working container {name}: {exc}"
+    err = ""
+    for attempt in range(attempts):
+        rc, _out, err = client.run("rm", name, check=False)
+        if rc == 0 or _CONTAINER_GONE.search(err):
+            return None
+        time.sleep(0.5 * (attempt + 1))
+    return f"buildah working container {name} could not be removed: {err.strip()}"
 
 
 def _reap(proc: subprocess.Popen, timeout: float) -> bool:
@@ -624,6 +727,7 @@ class Session:
             return {"status": STATUS_READY, "root": self.spec.root}
         runtime = self._runtime_dir()
         with _locked(runtime):
+            collect_garbage(runtime, keep=self.spec.id)
             state = self.read_state()
             if self.alive(state):
                 return state
@@ -656,6 +760,8 @@ class Session:
             if status == STATUS_READY:
                 return state
             if status == STATUS_FAILED:
+                # the supervisor reports after its teardown; let it exit before we return
+                _wait_gone(state.get("supervisor_pid"), state.get("supervisor_start"), 10)
                 self._discard(state)
                 raise NspawnError(state.get("error") or f"{self.spec.source}: session failed")
             supervisor = state.get("supervisor_pid")
@@ -715,7 +821,10 @@ class Session:
             argv = nspawn_command_argv(spec.nspawn, state["root"], spec.machine, command,
                                        hostname=spec.hostname, network=spec.network,
                                        extra_args=spec.extra_args, user=user)
-            return argv, _host_env()
+            cgroups = state.get("cgroups")
+            if cgroups is None:  # no supervisor: the cgroups live as long as the command
+                cgroups = session_cgroups(spec)
+            return in_cgroups_argv(cgroups, argv), _host_env()
         leader = int(state["leader_pid"])
         uid = gid = None
         home = "/root"
@@ -732,8 +841,35 @@ class Session:
             uid, gid, home = found
         return nsenter_argv(spec.nsenter, leader, command, uid=uid, gid=gid), container_env(name, home)
 
+    def after_command(self, state: Dict[str, Any]) -> None:
+        """Release what a command of a session without supervisor left (its cgroups)."""
+        if not self.spec.boot and "cgroups" not in state:
+            remove_cgroups(cgroup_dirs_of(self.spec), timeout=1.0)
+
     def container_running(self, state: Dict[str, Any]) -> bool:
         return process_alive(state.get("leader_pid"), state.get("leader_start"))
+
+
+def collect_garbage(runtime_dir: str, keep: str = "") -> List[str]:
+    """Tear down and remove sessions whose supervisor and owner are both gone (killed runs,
+    failed teardowns nobody read). Call with the runtime dir locked. Returns what is left."""
+    problems: List[str] = []
+    for name in os.listdir(runtime_dir):
+        path = os.path.join(runtime_dir, name)
+        spec_data = _read_json(os.path.join(path, "spec.json"))
+        if name == keep or spec_data is None or not os.path.isdir(path):
+            continue
+        state = _read_json(os.path.join(path, "state.json")) or {}
+        if process_alive(state.get("supervisor_pid"), state.get("supervisor_start")):
+            continue
+        if process_alive(spec_data.get("owner_pid"), spec_data.get("owner_start")):
+            continue  # its owner reads (and removes) it itself
+        left = teardown(state, SessionSpec.from_dict(spec_data))
+        if left:
+            problems += left
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+    return problems
 
 
 def owner_sessions(runtime_dir: str = DEFAULT_RUNTIME_DIR, owner_pid: Optional[int] = None) -> List[str]:
@@ -790,6 +926,8 @@ class _Supervisor:
         self.save()
         error = None
         try:
+            self.state["cgroups"] = session_cgroups(self.spec)
+            self.save()
             root = self.prepare_root()
             label = f"image {self.spec.image} (mounted at {root})" if self.spec.image else None
             check_root(root, self.spec.boot, label)
@@ -822,9 +960,7 @@ class _Supervisor:
             self.save()
             client = Buildah(_CommandRunner(spec.buildah))
             try:
-                if client.container_exists(name):
-                    client.umount(name)
-                    client.rm(name)
+                client.run("rm", name, check=False)  # a leftover of a killed session with this id
                 client.from_image(spec.image, name)
                 return client.mount(name)
             except BuildahError as exc:
@@ -865,7 +1001,8 @@ class _Supervisor:
         console_path = os.path.join(self.dir, "console.log")
         try:
             with open(console_path, "wb") as console:
-                self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=console,
+                self.proc = subprocess.Popen(in_cgroups_argv(self.state["cgroups"], argv),
+                                             stdin=subprocess.DEVNULL, stdout=console,
                                              stderr=subprocess.STDOUT, env=env, cwd="/")
             self.state.update(nspawn_pid=self.proc.pid, nspawn_start=process_start(self.proc.pid),
                               nspawn_argv=argv)

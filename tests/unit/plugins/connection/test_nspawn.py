@@ -345,3 +345,50 @@ def test_plugin_reports_a_missing_executable():
 @pytest.mark.parametrize(("path", "expected"), [("tmp/x", "/tmp/x"), ("/a/../b", "/b"), ("/etc/hosts", "/etc/hosts")])
 def test_relative_paths_start_at_the_container_root(path, expected):
     assert nspawn_plugin.Connection._container_path(path) == expected
+
+
+# ---------------------------------------------------------------- cgroups of a session
+PROC_CGROUP_HYBRID = """9:name=systemd:/
+8:pids:/
+4:memory:/process_api/beafd145
+1:cpu:/
+0::/
+"""
+MOUNTINFO_HYBRID = """\
+30 25 0:26 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
+31 30 0:27 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
+40 30 0:35 / /sys/fs/cgroup/systemd rw,relatime - cgroup cgroup rw,name=systemd
+41 30 0:36 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
+"""
+
+
+def test_cgroup_dirs_on_a_hybrid_host_without_systemd():
+    assert n.cgroup_dirs(PROC_CGROUP_HYBRID, MOUNTINFO_HYBRID, "hpc-nspawn-abc") == [
+        "/sys/fs/cgroup/systemd/hpc-nspawn-abc", "/sys/fs/cgroup/unified/hpc-nspawn-abc"]
+
+
+def test_cgroup_dirs_on_a_unified_host_below_the_callers_unit():
+    mountinfo = "35 24 0:30 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n"
+    own = "0::/system.slice/ci-runner.service\n"
+    assert n.cgroup_dirs(own, mountinfo, "hpc-nspawn-abc") == [
+        "/sys/fs/cgroup/system.slice/ci-runner.service/hpc-nspawn-abc"]
+
+
+def test_cgroup_dirs_inside_a_cgroup_namespace_mounted_from_a_subtree():
+    mountinfo = "35 24 0:30 /machine/c1 /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n"
+    assert n.cgroup_dirs("0::/machine/c1/payload\n", mountinfo, "x") == ["/sys/fs/cgroup/payload/x"]
+
+
+def test_in_cgroups_argv_moves_a_shell_then_execs():
+    argv = n.in_cgroups_argv(["/cg/a", "/cg/b c"], ["nspawn", "--quiet"])
+    assert argv[:2] == ["/bin/sh", "-c"]
+    assert argv[3:] == ["hpc-nspawn-cgroup", "/cg/a", "/cg/b c", "--", "nspawn", "--quiet"]
+    assert n.in_cgroups_argv([], ["nspawn"]) == ["nspawn"]
+
+
+def test_in_cgroups_argv_runs_for_real_without_cgroups(tmp_path):
+    """The shell part, with plain files standing in for cgroup.procs (no cgroup is touched)."""
+    (tmp_path / "a").mkdir()
+    argv = n.in_cgroups_argv([str(tmp_path / "a")], ["sh", "-c", "echo $$"])
+    out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+    assert (tmp_path / "a/cgroup.procs").read_text() == out  # the same process, after exec
