@@ -239,7 +239,7 @@ EXAMPLES = r"""
     ansible_nspawn_boot: true
   tasks:
     - name: Ask systemd
-      ansible.builtin.command: systemctl is-system-running
+      ansible.builtin.command: systemctl is-system-running  # noqa: command-instead-of-module
       register: state
       changed_when: false
       failed_when: state.stdout not in ['running', 'degraded']
