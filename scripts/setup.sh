@@ -11,7 +11,7 @@ host_packages=(
   qemu-system-x86 git rsync fuse-overlayfs uidmap
   dnf zypper rpm createrepo-c gpg gpg-agent
   docker-registry graphviz pxelinux syslinux-common busybox-static ipxe-qemu
-  xz-utils e2fsprogs fdisk parted iproute2 util-linux nodejs curl
+  xz-utils e2fsprogs fdisk parted iproute2 util-linux nodejs curl shellcheck
 )
 
 step() { printf '==> %s\n' "$*"; }

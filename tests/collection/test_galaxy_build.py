@@ -46,7 +46,7 @@ def test_tarball_installs_and_runs_elsewhere(tmp_path):
     assert not any(n.startswith((".venv", ".collections", "build/")) for n in names), "build_ignore missed files"
 
     collections = tmp_path / "collections"
-    run([str(BIN / "ansible-galaxy"), "collection", "install", "--offline", "--no-deps", "-p", str(collections),
+    run([str(BIN / "ansible-galaxy"), "collection", "install", "--force", "--offline", "--no-deps", "-p", str(collections),
          str(tarball)], tmp_path, env)
     elsewhere = tmp_path / "site"
     (elsewhere / "roles" / "hpc_stateless_user_role" / "tasks").mkdir(parents=True)
