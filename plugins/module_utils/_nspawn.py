@@ -586,15 +586,8 @@ def _is_mounted(path: str) -> bool:
 
 
 def session_cgroups(spec: "SessionSpec") -> List[str]:
-    """The cgroups of a session (created), below the caller's cgroup."""
-    try:
-        with open("/proc/self/cgroup", encoding="utf-8") as handle:
-            own = handle.read()
-        with open("/proc/self/mountinfo", encoding="utf-8") as handle:
-            mountinfo = handle.read()
-    except OSError:
-        return []
-    dirs = cgroup_dirs(own, mountinfo, f"hpc-nspawn-{spec.id}")
+    """The cgroups of a session, created, below the caller's cgroup."""
+    dirs = cgroup_dirs_of(spec)
     for path in dirs:
         os.makedirs(path, exist_ok=True)
     return dirs
