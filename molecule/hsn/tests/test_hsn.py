@@ -96,7 +96,13 @@ def test_modules_exist_in_the_image_kernel(host, hsn, kernel_version):
 
 
 def test_module_options(host, hsn):
-    text = host.file("/etc/modprobe.d/hpc-stateless-hsn.conf").content_string
+    conf = host.file("/etc/modprobe.d/hpc-stateless-hsn.conf")
+    vendor = [stack.get("kernel_module_options", {}) for stack in hsn["hsn_vendor_stacks"]]
+    if not hsn["hsn_kernel_module_options"] and not any(vendor):
+        assert not conf.exists, "no module options are configured, yet the file exists"
+        return
+    assert (conf.user, conf.group, conf.mode) == ("root", "root", 0o644)
+    text = conf.content_string
     for module, options in hsn["hsn_kernel_module_options"].items():
         assert f"options {module} {options}" in text.splitlines()
 
