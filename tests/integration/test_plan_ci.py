@@ -5,7 +5,7 @@ acting as CI runners.
 
 Site repository (a git repository in tmp, roles of its own, image prefix of the test session):
 
-    base (same spec as the default inventory) -> alpha (role alpha_marker) -> gamma (role gamma_marker)
+    base (bootstrap as the default)     -> alpha (role alpha_marker) -> gamma (role gamma_marker)
                                               -> beta  (role marker)
                                               -> delta (role marker)
 
@@ -199,13 +199,14 @@ def site(tmp_path_factory, image_prefix):
 def reference(site, image_prefix, registry):
     """Single-host build of the changed site with site.yml: the keys every runner must reach.
 
-    The base layer is reused from the default prefix when the default build made it (same spec,
-    same key): images are named by content key, so a tag is all it takes. Then base is pushed
-    to the registry, as an earlier pipeline would have left it.
+    The bootstrapped root is reused from the default prefix when the default build made it (same
+    bootstrap spec, same key): images are named by content key, so a tag is all it takes. Only
+    the bootstrap image: the default base layer applies roles this site's base does not, so its
+    key differs. Then base is pushed to the registry, as an earlier pipeline would have left it.
     """
     for ref in layer_images(DEFAULT_PREFIX):
         name, _sep, tag = ref[len(DEFAULT_PREFIX) + 1:].rpartition(":")
-        if name in ("base", "bootstrap/base") and len(tag) == 64:
+        if name == "bootstrap/base" and len(tag) == 64:
             buildah("tag", ref, f"{image_prefix}/{name}:{tag}")
     run_playbook(site, str(REPO / "site.yml"))
     keys = {}
