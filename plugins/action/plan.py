@@ -18,6 +18,7 @@ from typing import Any
 from ansible import constants as C
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
+from ansible.vars.manager import VariableManager
 
 from ansible_collections.hpc.stateless.plugins.module_utils._buildah import (
     DEFAULT_IMAGE_PREFIX,
@@ -205,12 +206,27 @@ class ActionModule(ActionBase):
 
     @staticmethod
     def _raw_host_vars(hostvars: Any, host: str) -> dict[str, Any]:
+        """Inventory, group and extra variables of ``host``, unrendered.
+
+        Read through a fresh VariableManager: the run's own one also holds what earlier plays left
+        on the host (gathered facts, include_vars of a role's OS-family file, registered results).
+        A build followed by pack or verify in the same run would otherwise see other keys than the
+        build did.
+        """
         if hostvars is None:
             return {}
         try:
-            return dict(hostvars.raw_get(host))
-        except Exception:  # noqa: BLE001 - a host unknown to the inventory has no vars
-            return {}
+            inventory = hostvars._inventory  # pylint: disable=protected-access
+            fresh = VariableManager(loader=hostvars._loader, inventory=inventory)  # pylint: disable=protected-access
+            found = inventory.get_host(host)
+            if found is None:
+                return {}
+            return dict(fresh.get_vars(host=found, include_hostvars=False))
+        except AttributeError:  # not Ansible's HostVars (e.g. a plain mapping): take it as it is
+            try:
+                return dict(hostvars.raw_get(host))
+            except Exception:  # noqa: BLE001 - a host unknown to the inventory has no vars
+                return {}
 
     def _layer_vars(self, hostvars: Any, layer: str, own_raw: dict[str, Any],
                     graph: LayerGraph) -> dict[str, Any]:

@@ -118,6 +118,24 @@ def test_unrelated_variable_changes_no_key(first_build, image_prefix):
     assert by_layer(image_prefix) == before
 
 
+def test_later_play_of_the_same_run_sees_the_keys_the_build_made(first_build, image_prefix, tmp_path):
+    """A build leaves facts, include_vars results and registered variables (the probe role
+    registers ``_probe_apt`` and reads it) on the layer hosts; pack and verify plan again in the
+    same run and must reach the keys the build committed, or they refuse the new layer as stale."""
+    playbook = tmp_path / "build_then_plan.yml"
+    playbook.write_text(
+        "- name: Build\n  ansible.builtin.import_playbook: hpc.stateless.build\n"
+        "- name: Plan again\n  hosts: localhost\n  gather_facts: false\n  tasks:\n"
+        "    - name: Plan\n      hpc.stateless.plan:\n      register: again\n"
+        "    - name: Report\n      ansible.builtin.debug:\n        msg: \"stale after build: {{ again.stale }}\"\n")
+    proc = run_site("-e", f"hpc_stateless_image_prefix={image_prefix}", "-e", '{"probe_message": "same run"}',
+                    playbook=str(playbook))
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert "2 to build: probe -> probe_child" in proc.stdout, proc.stdout[-4000:]
+    assert "stale after build: []" in proc.stdout, proc.stdout[-4000:]
+    assert_clean(image_prefix)
+
+
 def test_failing_role_leaves_no_container_mount_or_image(first_build, image_prefix, tmp_path):
     inventory = tmp_path / "inventory"
     shutil.copytree(TEST_INVENTORY, inventory)
