@@ -206,32 +206,32 @@ class ActionModule(ActionBase):
 
     @staticmethod
     def _raw_host_vars(hostvars: Any, host: str) -> dict[str, Any]:
-        """Inventory, group and extra variables of ``host``, unrendered.
-
-        Read through a fresh VariableManager: the run's own one also holds what earlier plays left
-        on the host (gathered facts, include_vars of a role's OS-family file, registered results).
-        A build followed by pack or verify in the same run would otherwise see other keys than the
-        build did.
-        """
+        """Every variable of ``host`` in this run, unrendered (the planning host's view)."""
         if hostvars is None:
             return {}
         try:
-            inventory = hostvars._inventory  # pylint: disable=protected-access
-            fresh = VariableManager(loader=hostvars._loader, inventory=inventory)  # pylint: disable=protected-access
-            found = inventory.get_host(host)
-            if found is None:
-                return {}
-            return dict(fresh.get_vars(host=found, include_hostvars=False))
-        except AttributeError:  # not Ansible's HostVars (e.g. a plain mapping): take it as it is
-            try:
-                return dict(hostvars.raw_get(host))
-            except Exception:  # noqa: BLE001 - a host unknown to the inventory has no vars
-                return {}
+            return dict(hostvars.raw_get(host))
+        except Exception:  # noqa: BLE001 - a host unknown to the inventory has no vars
+            return {}
+
+    @staticmethod
+    def _inventory_host_vars(hostvars: Any, host: str) -> dict[str, Any]:
+        """Inventory, group and extra variables of layer host ``host``, unrendered.
+
+        Read through a fresh VariableManager: the run's own one also holds what earlier plays left
+        on the host (gathered facts, include_vars of a role's OS-family file, registered results),
+        so a build followed by pack or verify in the same run would see other keys than the build.
+        """
+        inventory = getattr(hostvars, "_inventory", None)
+        if inventory is None or inventory.get_host(host) is None:
+            return {}
+        fresh = VariableManager(loader=hostvars._loader, inventory=inventory)  # pylint: disable=protected-access
+        return dict(fresh.get_vars(host=inventory.get_host(host), include_hostvars=False))
 
     def _layer_vars(self, hostvars: Any, layer: str, own_raw: dict[str, Any],
                     graph: LayerGraph) -> dict[str, Any]:
         """Raw variables the layer's inventory host will see while it is built."""
-        merged = self._raw_host_vars(hostvars, layer) or dict(own_raw)
+        merged = self._inventory_host_vars(hostvars, layer) or dict(own_raw)
         # build_layer.yml applies the layer's vars as facts, above inventory variables.
         merged.update(graph.spec(layer).get("vars", {}))
         return merged
