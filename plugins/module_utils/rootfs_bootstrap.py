@@ -153,6 +153,23 @@ def cache_state_in_root(spec: BootstrapSpec) -> list[str]:
     return [os.path.join(shadow, entry) for entry in CACHE_STATE_IN_ROOT.get(spec.family, ())]
 
 
+def downloaded_packages_in_root(spec: BootstrapSpec) -> list[str]:
+    """Return the package files the tool left in the root's own package cache, sorted.
+
+    debootstrap keeps every .deb it installed in <root>/var/cache/apt/archives (about 50 MB for a
+    minbase root), and each layer above would carry them; the host cache already holds them.
+    """
+    if spec.family != "debootstrap":
+        return []
+    archives = os.path.join(spec.path, "var", "cache", "apt", "archives")
+    try:
+        names = os.listdir(archives)
+    except OSError:
+        return []
+    return sorted(os.path.join(archives, name) for name in names
+                  if name.endswith(".deb") and os.path.isfile(os.path.join(archives, name)))
+
+
 def _as_file_url(location: str) -> str:
     """Turn a local path into a file:// URL; URLs pass through."""
     return f"file://{location}" if location.startswith("/") else location

@@ -207,6 +207,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils.rootfs_bootstrap imp
     bootstrap_commands,
     bootstrap_record,
     cache_state_in_root,
+    downloaded_packages_in_root,
     parse_tool_version,
     record_differences,
     required_binaries,
@@ -448,6 +449,8 @@ class RootfsBootstrap:
             for argv in commands:
                 out, err = self.run(argv, environ)
         self.remove_cache_state()
+        for package_file in downloaded_packages_in_root(spec):
+            os.unlink(package_file)
         record = bootstrap_record(spec, tool_version=version)
         self.write_record(record)
         self.result.update(record=record, stdout_lines=tail(out), diff={"before": existing or {}, "after": record})

@@ -69,6 +69,19 @@ def test_full_build_commits_every_layer_with_labels(first_build, image_prefix):
     assert_clean(image_prefix)
 
 
+def test_bootstrapped_root_keeps_no_downloaded_packages(first_build, image_prefix):
+    """debootstrap leaves every .deb in the root's apt cache; every layer would carry ~50 MB of them."""
+    ref = next(ref for ref in layer_images(image_prefix) if ref.startswith(f"{image_prefix}/bootstrap/base:"))
+    container = buildah("from", "--pull=never", "--quiet", ref).strip()
+    try:
+        archives = Path(buildah("mount", container).strip()) / "var/cache/apt/archives"
+        assert archives.is_dir(), "apt's archives directory belongs to the image"
+        assert sorted(p.name for p in archives.glob("*.deb")) == []
+    finally:
+        buildah("umount", container, check=False)
+        buildah("rm", container, check=False)
+
+
 def test_roles_ran_inside_the_layer_with_its_own_facts(first_build, image_prefix):
     keys = {layer: next(iter(tags)) for layer, tags in by_layer(image_prefix).items()}
     probe = read_from_image(f"{image_prefix}/probe_child:{keys['probe_child']}", "/etc/hpc-stateless/probe.conf")

@@ -17,6 +17,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils.rootfs_bootstrap imp
     cache_state_in_root,
     debootstrap_argv,
     distro_family,
+    downloaded_packages_in_root,
     dnf_argv,
     effective_packages,
     parse_tool_version,
@@ -234,6 +235,18 @@ def test_cache_state_in_root():
     assert cache_state_in_root(leap()) == [
         f"{ROOT}/var/cache/hpc-stateless/zypper/solv/@System", f"{ROOT}/var/cache/hpc-stateless/zypper/pubkeys"]
     assert cache_state_in_root(deb()) == []
+
+
+def test_downloaded_packages_in_root_are_debootstraps_debs_only(tmp_path):
+    archives = tmp_path / "var/cache/apt/archives"
+    (archives / "partial").mkdir(parents=True)
+    for name in ("libc6_2.36_amd64.deb", "bash_5.2_amd64.deb", "lock"):
+        (archives / name).write_text("x")
+    (archives / "odd.deb").mkdir()  # not a file: left alone
+    assert downloaded_packages_in_root(deb(path=str(tmp_path))) == [
+        str(archives / "bash_5.2_amd64.deb"), str(archives / "libc6_2.36_amd64.deb")]
+    assert downloaded_packages_in_root(rocky(path=str(tmp_path))) == []
+    assert downloaded_packages_in_root(deb(path=str(tmp_path / "missing"))) == []
 
 
 def test_effective_packages_sorted_unique_with_defaults():
