@@ -11,12 +11,13 @@ export BUILDAH_ISOLATION ?= chroot
 # Outside the checkout: inside it, ansible-test would see build/ as git-ignored and skip everything.
 SANITY_ROOT := /tmp/hpc-stateless-sanity/ansible_collections/hpc/stateless
 
-.PHONY: help setup image build test unit lint sanity integration collection molecule bench clean
+.PHONY: help setup image build test unit lint sanity integration collection molecule bench faults clean
 
 help:
 	@echo "make image  - set up, then build the default layers (ansible-playbook site.yml)"
 	@echo "make test   - set up, then run unit, lint, sanity, collection and integration tests"
-	@echo "make bench  - run the build benchmarks (writes benchmarks/results/*.json)"
+	@echo "make bench  - run the benchmarks (writes benchmarks/results/*.json)"
+	@echo "make faults - fault injection: kill, fill, corrupt and misconfigure; report what survived"
 
 setup:
 	@bash scripts/setup.sh
@@ -57,6 +58,11 @@ molecule:
 
 bench: setup
 	@set -e; for bench in benchmarks/*_bench.py; do echo "==> $$bench"; python "$$bench"; done
+
+# Every case kills, fills, corrupts or misconfigures something and asserts what survives
+# (pytest marker `fault`); the summary counts cases run, survived and failed.
+faults: setup
+	pytest -q -p no:cacheprovider -m fault tests/integration
 
 clean:
 	rm -rf build .pytest_cache

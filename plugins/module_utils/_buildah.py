@@ -99,7 +99,13 @@ class Buildah:
         result = []
         for image in images:
             ref = image.get("id")
-            result.append({"id": ref, "names": image.get("names") or [], "labels": self.image_labels(ref)})
+            rc, out, err = self.run("inspect", "--type", "image", ref, check=False)
+            if rc != 0:
+                if "image not known" in err + out:
+                    continue  # removed by someone else between the listing and now
+                raise BuildahError([self.executable, "inspect", "--type", "image", ref], rc, err or out)
+            labels = json.loads(out).get("OCIv1", {}).get("config", {}).get("Labels") or {}
+            result.append({"id": ref, "names": image.get("names") or [], "labels": labels})
         return result
 
     def tag(self, ref: str, *names: str) -> None:

@@ -42,6 +42,7 @@ CASES = {
 }
 
 
+@pytest.mark.fault
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_bad_layer_definition_is_named(case, tmp_path):
     layers, expected = CASES[case]

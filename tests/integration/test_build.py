@@ -149,6 +149,7 @@ def test_later_play_of_the_same_run_sees_the_keys_the_build_made(first_build, im
     assert_clean(image_prefix)
 
 
+@pytest.mark.fault
 def test_failing_role_leaves_no_container_mount_or_image(first_build, image_prefix, tmp_path):
     inventory = tmp_path / "inventory"
     shutil.copytree(TEST_INVENTORY, inventory)

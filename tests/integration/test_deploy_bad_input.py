@@ -49,6 +49,7 @@ def no_temp_files(root: Path) -> list[str]:
     return [str(p) for p in root.rglob(".*") if p.name not in (".hpc-stateless.lock", ".hpc-stateless-bootconfig.state")]
 
 
+@pytest.mark.fault
 def test_malformed_mac_is_refused_before_anything_is_published(tmp_path):
     site = setup_site(tmp_path, nodes={"n1": GOOD_NODE, "n2": {"hpc_stateless_boot_mac": "52:54:00:zz:00:02"}})
     make_pack(site["out"], version="v1")
@@ -80,11 +81,15 @@ def test_missing_pack_output_is_named(tmp_path):
     assert f"src {site['out']}/compute: does not exist; run the pack step (playbooks/pack.yml) first" in proc.stdout
 
 
+@pytest.mark.fault
 def test_checksum_mismatch_refuses_and_old_links_stay(tmp_path):
     site = setup_site(tmp_path)
     before = deployed_v1(site)
     bad = make_pack(site["out"], version="v2", created="2026-02-01T00:00:00Z")
-    (bad / "compute.cpio.zst").write_bytes(b"bit rot")
+    artifact = bad / "compute.cpio.zst"
+    flipped = bytearray(artifact.read_bytes())
+    flipped[len(flipped) // 2] ^= 0x01  # one flipped bit: same size, only the checksum can tell
+    artifact.write_bytes(bytes(flipped))
 
     proc = deploy(site)
     assert proc.returncode != 0
@@ -134,6 +139,7 @@ def free_bytes(path: Path) -> int:
     return st.f_bavail * st.f_frsize
 
 
+@pytest.mark.fault
 @needs_root
 def test_full_disk_during_publish_keeps_serving_the_old_version(tmp_path):
     with small_fs(tmp_path / "tftp", 16) as root:
@@ -159,6 +165,7 @@ def test_full_disk_during_publish_keeps_serving_the_old_version(tmp_path):
         assert (root / "compute" / "vmlinuz").read_bytes() == b"KERNEL v1"
 
 
+@pytest.mark.fault
 def test_second_deploy_while_one_runs_is_refused(tmp_path):
     site = setup_site(tmp_path)
     before = deployed_v1(site)

@@ -166,6 +166,7 @@ def test_root_and_image_together(runtime_dir):
                              "ansible_nspawn_image (a local image)")
 
 
+@pytest.mark.fault
 def test_a_killed_playbook_leaves_nothing(runtime_dir, tmp_path):
     """kill -9 of ansible-playbook while a container runs: its supervisor tears down alone."""
     layers = build_test_layers()

@@ -105,6 +105,7 @@ def tiny_fs(tmp_path):
     subprocess.run(["umount", str(mnt)], check=False)
 
 
+@pytest.mark.fault
 @pytest.mark.parametrize("fmt", ["cpio.zst", "squashfs"])
 def test_disk_full_during_pack_leaves_no_artifact(tmp_path, tiny_fs, fmt):
     incompressible = {f"srv/data/blob{i}": os.urandom(8 << 20) for i in range(4)}  # 32 MiB > 16 MiB
@@ -116,6 +117,7 @@ def test_disk_full_during_pack_leaves_no_artifact(tmp_path, tiny_fs, fmt):
     assert leftovers in ([], ["bad"]), leftovers
 
 
+@pytest.mark.fault
 def test_secrets_are_refused_by_name_unless_allowed(tmp_path):
     root = small_root(tmp_path, extra={
         "etc/ssh/ssh_host_ed25519_key": PRIVATE_KEY.encode(),
@@ -140,6 +142,7 @@ def test_secrets_are_refused_by_name_unless_allowed(tmp_path):
     assert any("munge.key" in w for w in result.get("warnings", []))
 
 
+@pytest.mark.fault
 def test_file_of_4gib_is_refused_for_cpio_before_writing(tmp_path):
     root = small_root(tmp_path)
     with open(root / "huge.img", "wb") as handle:
@@ -180,6 +183,7 @@ def _wait_group_gone(pgid: int, timeout: float = 30) -> None:
     raise AssertionError(f"processes of group {pgid} still run: {alive}")
 
 
+@pytest.mark.fault
 def test_killed_pack_leaves_no_final_name_and_the_next_run_cleans_up(tmp_path):
     root = small_root(tmp_path, extra={f"srv/blob{i}": os.urandom(16 << 20) for i in range(6)})
     output = tmp_path / "out"

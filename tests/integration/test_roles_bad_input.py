@@ -50,6 +50,7 @@ def apply_role(tmp_path: Path, role: str, variables: dict) -> subprocess.Complet
     ("hsn", {"hsn_interfaces": [{"name": "hsn0", "method": "static"}]},
      ["interface hsn0 has method static but no addresses"]),
 ])
+@pytest.mark.fault
 def test_bad_role_variables_are_named(tmp_path, role, variables, expected):
     proc = apply_role(tmp_path, role, variables)
     out = proc.stdout + proc.stderr

@@ -74,6 +74,27 @@ def test_environment_isolation_wins_over_default(monkeypatch):
     assert module.environ[-1]["BUILDAH_ISOLATION"] == "oci"
 
 
+def test_layer_images_skips_an_image_removed_between_listing_and_inspect():
+    listing = json.dumps([{"id": "gone", "names": ["localhost/p/a:1"]}, {"id": "kept", "names": ["localhost/p/b:2"]}])
+    kept = json.dumps({"OCIv1": {"config": {"Labels": {"hpc.stateless.layer": "b"}}}})
+    module = FakeModule({
+        ("/usr/bin/buildah", "images"): (0, listing, ""),
+        ("/usr/bin/buildah", "inspect", "--type", "image", "gone"): (125, "", "Error: gone: image not known"),
+        ("/usr/bin/buildah", "inspect", "--type", "image", "kept"): (0, kept, ""),
+    })
+    assert Buildah(module).layer_images() == [
+        {"id": "kept", "names": ["localhost/p/b:2"], "labels": {"hpc.stateless.layer": "b"}}]
+
+
+def test_layer_images_raises_on_other_inspect_errors():
+    module = FakeModule({
+        ("/usr/bin/buildah", "images"): (0, json.dumps([{"id": "x", "names": []}]), ""),
+        ("/usr/bin/buildah", "inspect"): (125, "", "Error: storage is corrupt"),
+    })
+    with pytest.raises(BuildahError, match="storage is corrupt"):
+        Buildah(module).layer_images()
+
+
 def test_failed_command_raises_with_argv_and_stderr():
     module = FakeModule({("/usr/bin/buildah", "from"): (125, "", "image not known")})
     with pytest.raises(BuildahError) as info:
