@@ -16,7 +16,7 @@ SANITY_ROOT := /tmp/hpc-stateless-sanity/ansible_collections/hpc/stateless
 help:
 	@echo "make image  - set up, then build the default layers (ansible-playbook site.yml)"
 	@echo "make test   - set up, then run unit, lint, sanity, collection and integration tests"
-	@echo "make bench  - run the benchmarks (writes benchmarks/results/*.json)"
+	@echo "make bench  - run every benchmark; table of medians, ratios and goals in bench/results.md"
 	@echo "make faults - fault injection: kill, fill, corrupt and misconfigure; report what survived"
 
 setup:
@@ -56,8 +56,10 @@ integration:
 molecule:
 	@if ls molecule/*/molecule.yml >/dev/null 2>&1; then molecule test --all; else echo "no molecule scenarios"; fi
 
+# Every benchmark, one after another, then bench/results.json and bench/results.md (medians,
+# ratios, goals). BENCH=pack,plan picks some; BENCH_REPORT_ONLY=1 only tabulates the last results.
 bench: setup
-	@set -e; for bench in benchmarks/*_bench.py; do echo "==> $$bench"; python "$$bench"; done
+	python benchmarks/run_all.py $(if $(BENCH),--only $(BENCH)) $(if $(BENCH_REPORT_ONLY),--report-only)
 
 # Every case kills, fills, corrupts or misconfigures something and asserts what survives
 # (pytest marker `fault`); the summary counts cases run, survived and failed.
