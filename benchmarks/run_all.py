@@ -182,7 +182,7 @@ def collect(names: list[str], failures: dict[str, str]) -> list[Comparison]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--only", default="", help="comma-separated benchmarks (default: all of "
                         + ", ".join(EXTRACTORS) + ")")
     parser.add_argument("--report-only", action="store_true", help="run nothing; tabulate the existing results")
