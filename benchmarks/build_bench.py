@@ -29,6 +29,8 @@ import time
 import uuid
 from pathlib import Path
 
+import comparisons
+
 REPO = Path(__file__).resolve().parents[1]
 PLAN_LINE = re.compile(r"(\d+) layers?,\s+(\d+) to build")
 NOOP_GOAL_SECONDS = 15.0
@@ -164,6 +166,7 @@ def main() -> int:
         "leaf": {**leaf_run, "layer": leaf, "role": role, "ratio_to_full": round(ratio, 3),
                  "goal_ratio": LEAF_GOAL_RATIO, "met": ratio <= LEAF_GOAL_RATIO},
     }
+    result["comparisons"] = comparisons.derive("build", result)
     output = Path(args.output)
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
@@ -178,6 +181,7 @@ def main() -> int:
          f"{leaf_run['built']}/{leaf_run['layers']}",
          f"ratio {ratio:.2f} <= {LEAF_GOAL_RATIO:.2f}: " + ("met" if result["leaf"]["met"] else "MISSED")),
     ]))
+    print("\n" + comparisons.text_table(result["comparisons"]))
     print(f"\nwritten: {output}")
     return 0
 

@@ -41,6 +41,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "molecule" / "_shared"))
 
 import compliance  # noqa: E402  pylint: disable=wrong-import-position
+import comparisons  # noqa: E402  pylint: disable=wrong-import-position
 
 GOAL_SECONDS = 30.0
 SUITE_SIZE = 100
@@ -278,6 +279,7 @@ def main() -> int:
         "host": {"cpus": os.cpu_count(), "loadavg_1min": round(os.getloadavg()[0], 2)},
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
+    result["comparisons"] = comparisons.derive("compliance", result)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
 
@@ -289,6 +291,7 @@ def main() -> int:
               f"{summary['per_check_seconds']:>8.3f} {summary['suite_seconds']:>13.2f}")
     print(f"speed-up {ratio:.0f}x{extrapolated}; goal <= {GOAL_SECONDS:.0f} s on the fast path: "
           f"{'met' if result['goal_met'] else 'NOT met'}; results in {args.output}")
+    print("\n" + comparisons.text_table(result["comparisons"]))
     if failed:
         print(f"checks that fail on this image ({len(failed)}): {failed}")
     for side, names in errors.items():

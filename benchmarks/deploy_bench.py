@@ -33,6 +33,8 @@ import sys
 import time
 from pathlib import Path
 
+import comparisons
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / ".collections"))
 
@@ -257,9 +259,11 @@ def main() -> int:
                        ["stat", "-f", "-c", "%T", str(REPO / "build")], capture_output=True, text=True, check=False).stdout.strip()}}
     finally:
         shutil.rmtree(WORK, ignore_errors=True)
+    results["comparisons"] = comparisons.derive("deploy", results)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(results, indent=2) + "\n")
     print(table(results))
+    print("\n" + comparisons.text_table(results["comparisons"]))
     print(f"\nJSON: {args.output}")
     return 0 if results["render"]["goal_met"] else 1
 

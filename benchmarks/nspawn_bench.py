@@ -34,6 +34,8 @@ import time
 import uuid
 from pathlib import Path
 
+import comparisons
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / ".collections"))
 
@@ -222,9 +224,11 @@ def main() -> int:
         _nspawn.stop_sessions(runtime_dir)
         shutil.rmtree(runtime_dir, ignore_errors=True)
         shutil.rmtree(workdir, ignore_errors=True)
+    result["comparisons"] = comparisons.derive("nspawn", result)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(result, indent=2) + "\n")
     print(table(result))
+    print("\n" + comparisons.text_table(result["comparisons"]))
     print(f"\nresults: {args.output}")
     return 0 if result["boot_to_ready"]["goal_met"] else 1
 

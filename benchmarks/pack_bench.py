@@ -34,6 +34,8 @@ import time
 import uuid
 from pathlib import Path
 
+import comparisons
+
 REPO = Path(__file__).resolve().parents[1]
 CANDIDATE_IMAGES = ("localhost/hpc-stateless/slurm:latest", "localhost/hpc-stateless-packtest/packkernel:latest",
                     "localhost/hpc-stateless/base:latest")
@@ -174,6 +176,7 @@ def main() -> None:
                       "memory": peak < MEMORY_GOAL_MB},
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
+    report["comparisons"] = comparisons.derive("pack", report)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(report, indent=2) + "\n")
 
@@ -190,6 +193,7 @@ def main() -> None:
     print(f"peak memory of pack: {peak:.0f} MB (goal < {MEMORY_GOAL_MB:.0f}); on a synthetic 3 GiB / 100k-file tree "
           f"{big_peak:.0f} MB")
     print("goals met: " + ", ".join(f"{k}={'yes' if v else 'NO'}" for k, v in report["goals_met"].items()))
+    print("\n" + comparisons.text_table(report["comparisons"]))
     print(f"written: {args.output}")
 
 

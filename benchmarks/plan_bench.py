@@ -35,6 +35,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import comparisons
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / ".collections"))
 
@@ -171,6 +173,7 @@ def main() -> int:
                     "platform": platform.platform(), "load_average": list(os.getloadavg())},
         "cases": results,
     }
+    report["comparisons"] = comparisons.derive("plan", report)
     output = Path(args.output)
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
@@ -186,6 +189,7 @@ def main() -> int:
     print(f"{'500 layers, 10000 files':<28} {GOAL_SECONDS:>7.2f} {goal['full_median_s']:>18.3f} "
           f"{report['goal']['ratio']:>6.2f}  {'yes' if report['goal']['met'] else 'NO'}")
     print(f"load average while measuring: {', '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
+    print("\n" + comparisons.text_table(report["comparisons"]))
     print(f"written to {output}")
     return 0 if report["goal"]["met"] else 1
 

@@ -1,0 +1,288 @@
+"""`make bench` report: benchmarks/comparisons.py and benchmarks/run_all.py.
+
+The fixtures in tests/unit/fixtures/bench are real result files: build, compliance, nspawn and
+pack from the full runs of session 2 (written before the uniform ``comparisons`` block existed),
+deploy and plan from runs through run_all.py (with the block). The end-to-end test runs the real
+plan benchmark through the runner; the exit-status tests use stand-in benchmark scripts (a test
+double of a benchmark process: the runner's contract is only an exit status and a JSON file,
+and a real benchmark cannot be made to fail on demand).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "bench"
+sys.path.insert(0, str(REPO / "benchmarks"))
+import comparisons  # noqa: E402  pylint: disable=wrong-import-position,import-error
+import run_all  # noqa: E402  pylint: disable=wrong-import-position,import-error
+
+NAMES = ["build", "compliance", "nspawn", "pack", "deploy", "plan"]
+
+
+def fixture(name: str) -> dict:
+    return json.loads((FIXTURES / f"{name}.json").read_text(encoding="utf-8"))
+
+
+def by_name(rows: list[dict]) -> dict[str, dict]:
+    return {row["name"]: row for row in rows}
+
+
+# --- rows from real result files -------------------------------------------------------------
+
+def test_build_rows_from_the_session_2_run():
+    rows = by_name(comparisons.derive("build", fixture("build")))
+    noop = rows["no-op re-run of site.yml (median of 3)"]
+    assert (noop["kind"], noop["a_median"], noop["b_median"], noop["met"]) == ("budget", 15.0, 4.43, True)
+    assert noop["b_samples"] == [4.03, 4.43, 4.58] and noop["also"] == {"0 layers built": True}
+    leaf = rows["rebuild after touching role hpc.stateless.slurm of leaf layer slurm"]
+    assert (leaf["a_median"], leaf["b_median"], leaf["goal_min_ratio"]) == (724.92, 94.29, 5.0)
+    assert leaf["ratio"] == pytest.approx(724.92 / 94.29, abs=1e-3) and leaf["met"] is True
+
+
+def test_noop_that_built_a_layer_misses_its_goal_however_fast():
+    data = fixture("build")
+    data["noop"]["runs"][1]["built"] = 1
+    noop = comparisons.derive("build", data)[0]
+    assert noop["ratio"] > 1 and noop["also"] == {"0 layers built": False} and noop["met"] is False
+
+
+def test_compliance_is_judged_as_the_speed_up_and_needs_equal_verdicts():
+    data = fixture("compliance")
+    (row,) = comparisons.derive("compliance", data)
+    assert (row["a_median"], row["b_median"], row["goal_min_ratio"]) == (986.07, 3.85, 20.0)
+    assert row["ratio"] == pytest.approx(256.1, abs=0.1) and row["met"] is True
+    data["verdict_mismatches"] = ["package bash installed"]
+    assert comparisons.derive("compliance", data)[0]["met"] is False
+
+
+def test_nspawn_boot_is_a_budget_and_per_task_costs_are_reported():
+    rows = comparisons.derive("nspawn", fixture("nspawn"))
+    assert [row["kind"] for row in rows] == ["budget", "reported", "reported"]
+    assert rows[0]["b_median"] == pytest.approx(0.5731, abs=1e-4) and rows[0]["met"] is True
+    assert rows[1]["a_median"] == pytest.approx(1.5051, abs=1e-4) and rows[1]["b_median"] == pytest.approx(0.228, abs=1e-4)
+    assert rows[1]["met"] is None and rows[1]["goal_min_ratio"] is None
+
+
+def test_pack_rows_judge_each_format_and_memory():
+    data = fixture("pack")
+    rows = comparisons.derive("pack", data)
+    assert [(row["a_median"], row["b_median"], row["goal_min_ratio"]) for row in rows] == [
+        (72.13, 7.34, 8.0), (92.68, 38.31, 2.0), (301.92, 8.2, 10.0), (200.0, 75.8, 1.0)]
+    assert all(row["met"] for row in rows) and rows[-1]["unit"] == "MB"
+    data["results"]["cpio.zst"]["ours_bytes"] = data["results"]["cpio.zst"]["baseline_bytes"] + 1
+    data["results"]["squashfs"]["ours_median"] = 31.0  # 9.7x: below the 10x goal
+    data["ours_peak_mb"] = 250.0
+    met = {row["name"].split()[0]: row["met"] for row in comparisons.derive("pack", data)}
+    assert met == {"cpio.zst": False, "cpio.gz": True, "squashfs": False, "peak": False}
+
+
+@pytest.mark.parametrize("name", ["deploy", "plan"])
+def test_the_block_a_benchmark_writes_is_what_the_runner_derives(name):
+    data = fixture(name)
+    block = data.pop("comparisons")
+    assert block and comparisons.derive(name, data) == block
+
+
+def test_plan_and_deploy_blocks_from_the_runner_run():
+    plan = by_name(fixture("plan")["comparisons"])["plan 500 layers x 10000 changed files"]
+    assert plan["kind"] == "budget" and plan["a_median"] == 2.0 and len(plan["b_samples"]) == 5
+    deploy = fixture("deploy")["comparisons"]
+    assert [row["met"] for row in deploy] == [True, None, None, None]
+    assert deploy[0]["name"] == "switch + render boot config for 10000 nodes (20003 files)"
+
+
+def test_a_missing_field_names_itself():
+    data = fixture("pack")
+    del data["results"]["squashfs"]["ours_median"]
+    with pytest.raises(KeyError, match="ours_median"):
+        comparisons.derive("pack", data)
+
+
+def test_reported_and_zero_rows():
+    row = comparisons.comparison("x", "a", 1.0, "b", 0.0, "reported", None)
+    assert (row["kind"], row["ratio"], row["met"]) == ("reported", None, None)
+    judged = comparisons.comparison("x", "a", 1.0, "b", 0.0, "fast", 2.0)
+    assert judged["met"] is False  # no ratio: never met
+
+
+def test_formatting():
+    assert [comparisons.fmt_value(v) for v in (724.92, 94.29, 4.43, 0.22798, 1234.5)] == [
+        "725 s", "94.3 s", "4.43 s", "0.228 s", "1234 s"]
+    assert comparisons.fmt_value(75.8, "MB") == "75.8 MB"
+    assert [comparisons.fmt_ratio(v) for v in (256.1, 36.83, 2.42, None)] == ["256x", "36.8x", "2.42x", "-"]
+
+
+# --- the report --------------------------------------------------------------------------------
+
+@pytest.fixture(name="results_dir")
+def fixture_results_dir(tmp_path):
+    target = tmp_path / "results"
+    shutil.copytree(FIXTURES, target)
+    return target
+
+
+def run_report(results_dir: Path, out: Path, *extra: str) -> tuple[int, dict, str]:
+    status = run_all.main(["--no-run", "--results-dir", str(results_dir), "--output-dir", str(out), *extra])
+    return status, json.loads((out / "results.json").read_text()), (out / "results.md").read_text()
+
+
+def test_report_of_every_benchmark(results_dir, tmp_path):
+    status, report, markdown = run_report(results_dir, tmp_path / "bench")
+    assert status == 0
+    assert [o["name"] for o in report["benchmarks"]] == NAMES
+    assert [o["derived"] for o in report["benchmarks"]] == [True, True, True, True, False, False]
+    rows = report["comparisons"]
+    assert [row["benchmark"] for row in rows] == ["build"] * 2 + ["compliance"] + ["nspawn"] * 3 + ["pack"] * 4 \
+        + ["deploy"] * 4 + ["plan"]
+    for row in rows:
+        assert {"benchmark", "name", "a_label", "a_median", "b_label", "b_median", "ratio", "goal", "goal_min_ratio",
+                "met", "unit", "results_written"} <= set(row)
+    assert report["summary"] == {"comparisons": 15, "judged": 10, "met": 10, "not_met": 0, "not_met_names": [],
+                                 "benchmarks_failed": [], "exit_status": 0}
+    table = [line for line in markdown.splitlines() if line.startswith("| ")]
+    assert table[0] == "| benchmark | comparison | A median | B median | ratio | goal | met |"
+    assert ("| pack | cpio.zst of a 844 MiB tree | find \\| cpio -o -H newc \\| gzip: 72.1 s | "
+            "hpc.stateless.pack cpio.zst: 7.34 s | 9.83x | >= 8x and output no larger | yes |") in table
+    assert ("| build | rebuild after touching role hpc.stateless.slurm of leaf layer slurm | "
+            "full build (4 layers): 725 s | rebuild (1 of 4 layers): 94.3 s | 7.69x | "
+            "<= 20% of the full build (>= 5x) | yes |") in table
+    assert "| compliance | localhost/h1-dev/slurm:latest | recorded |" in markdown
+    assert markdown.rstrip().endswith("15 comparisons, 10 judged: 10 goals met, 0 not met; 0 benchmark(s) failed")
+
+
+def test_a_goal_not_met_fails_unless_report_only(results_dir, tmp_path):
+    data = json.loads((results_dir / "plan.json").read_text())
+    data["comparisons"][0]["b_median"], data["comparisons"][0]["ratio"] = 2.5, 0.8
+    data["comparisons"][0]["met"] = True  # a stale verdict in the file: the runner judges the figures
+    (results_dir / "plan.json").write_text(json.dumps(data))
+    status, report, markdown = run_report(results_dir, tmp_path / "a", "--only", "plan,pack")
+    assert status == run_all.EXIT_GOAL_NOT_MET
+    assert report["summary"]["not_met_names"] == ["plan: plan 500 layers x 10000 changed files"]
+    assert "| 0.80x | budget: <= 2 s | **NO** |" in markdown
+    status, report, _markdown = run_report(results_dir, tmp_path / "b", "--only", "plan", "--report-only")
+    assert status == 0 and report["summary"]["not_met"] == 1
+
+
+def test_missing_or_incomplete_results_fail_and_are_named(results_dir, tmp_path):
+    (results_dir / "nspawn.json").unlink()
+    data = fixture("compliance")
+    del data["baseline"]
+    (results_dir / "compliance.json").write_text(json.dumps(data))
+    status, report, markdown = run_report(results_dir, tmp_path / "bench", "--report-only")
+    assert status == run_all.EXIT_BENCHMARK_FAILED
+    assert report["summary"]["benchmarks_failed"] == ["compliance", "nspawn"]
+    reasons = {o["name"]: o["reason"] for o in report["benchmarks"]}
+    assert reasons["nspawn"].startswith("no ") and reasons["nspawn"].endswith("nspawn.json: run the benchmark")
+    assert "compliance.json lacks what the table needs ('baseline')" in reasons["compliance"]
+    assert "| nspawn | failed: no " in markdown
+
+
+def test_unknown_benchmark_is_refused(capsys):
+    with pytest.raises(SystemExit) as exc:
+        run_all.main(["--no-run", "--only", "pakc"])
+    assert exc.value.code == 2 and "unknown benchmark(s) pakc" in capsys.readouterr().err
+
+
+def test_default_images_come_from_the_default_inventory():
+    defaults = run_all.load_defaults()
+    assert (defaults.image_ref, defaults.root_ref) == ("localhost/hpc-stateless/slurm:latest",
+                                                       "localhost/hpc-stateless/base:latest")
+
+
+def test_commands_on_the_default_images_and_quick_options(tmp_path):
+    defaults = run_all.Defaults("localhost/p", "compute", "slurm", "base")
+    out = tmp_path / "x.json"
+    argv = run_all.bench_argv(run_all.BENCHMARKS["pack"], defaults, False, out)
+    assert argv[1:] == ["benchmarks/pack_bench.py", "--image", "localhost/p/slurm:latest", "--output", str(out)]
+    argv = run_all.bench_argv(run_all.BENCHMARKS["build"], defaults, True, out)
+    assert argv[1:] == ["benchmarks/build_bench.py", "--inventory", "tests/integration/inventory",
+                        "--noop-runs", "1", "--output", str(out)]
+    argv = run_all.bench_argv(run_all.BENCHMARKS["nspawn"], defaults, False, out)
+    assert argv[2:4] == ["--image", "localhost/p/base:latest"]
+
+
+def test_dry_run_lists_the_steps(capsys, tmp_path):
+    assert run_all.main(["--dry-run", "--only", "plan,compliance", "--output-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1] == "[1/3] images: ansible-playbook -i inventory site.yml"
+    assert out[2].startswith("[2/3] plan: python benchmarks/plan_bench.py --output ")
+    assert out[3].startswith("[3/3] compliance: python benchmarks/compliance_bench.py --image "
+                             "localhost/hpc-stateless/slurm:latest")
+    assert not (tmp_path / "results.json").exists()
+
+
+# --- running benchmarks ----------------------------------------------------------------------
+
+def test_real_plan_benchmark_through_the_runner(tmp_path, capsys):
+    out = tmp_path / "bench"
+    status = run_all.main(["--only", "plan", "--quick", "--output-dir", str(out)])
+    log = capsys.readouterr().out
+    assert status == 0, log
+    assert "[1/1] plan: python benchmarks/plan_bench.py --quick --runs 3 --output " in log
+    assert "[1/1 plan 00:" in log and "] [plan_bench] 500 layers, 10000 files: full" in log  # streamed, stamped
+    assert "[1/1] plan: ok after 00:" in log
+    report = json.loads((out / "results.json").read_text())
+    assert report["quick"] is True and report["benchmarks"][0]["status"] == "ok"
+    (row,) = report["comparisons"]
+    assert row["benchmark"] == "plan" and row["a_median"] == 2.0 and len(row["b_samples"]) == 3
+    assert json.loads((out / "raw" / "plan.json").read_text())["comparisons"][0]["b_samples"] == row["b_samples"]
+    assert (out / "logs" / "plan.log").read_text().count("[plan_bench] ") == 1
+    assert "QUICK smoke run" in (out / "results.md").read_text()
+
+
+STAND_IN = '''import json, sys
+from pathlib import Path
+out = Path(sys.argv[sys.argv.index("--output") + 1])
+print("stand-in running", flush=True)
+if {write!r}:
+    data = json.loads(Path({fixture!r}).read_text())
+    data["goal"]["measured_full_median_s"] = {seconds!r}
+    data.pop("comparisons")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(data))
+sys.exit({status!r})
+'''
+
+
+@pytest.mark.parametrize("write, seconds, status, expected, exit_status", [
+    (True, 0.5, 0, "ok", 0),
+    (True, 3.0, 1, "ok", run_all.EXIT_GOAL_NOT_MET),  # its own goal check explains the exit status
+    (True, 0.5, 1, "failed", run_all.EXIT_BENCHMARK_FAILED),  # exit 1 with every goal met
+    (False, 0.5, 0, "failed", run_all.EXIT_BENCHMARK_FAILED),  # exit 0 but no JSON written
+    (False, 0.5, 2, "failed", run_all.EXIT_BENCHMARK_FAILED),
+])
+def test_exit_status_of_a_benchmark(tmp_path, monkeypatch, write, seconds, status, expected, exit_status):
+    repo = tmp_path / "repo"
+    (repo / "benchmarks").mkdir(parents=True)
+    (repo / "benchmarks" / "plan_bench.py").write_text(STAND_IN.format(
+        write=write, fixture=str(FIXTURES / "plan.json"), seconds=seconds, status=status))
+    monkeypatch.setattr(run_all, "REPO", repo)
+    out = tmp_path / "bench"
+    assert run_all.main(["--only", "plan", "--output-dir", str(out), "--results-dir", str(out / "raw")]) == exit_status
+    report = json.loads((out / "results.json").read_text())
+    outcome = report["benchmarks"][0]
+    assert (outcome["status"], outcome["exit_status"]) == (expected, status)
+    assert (out / "logs" / "plan.log").read_text() == "stand-in running\n"
+    assert len(report["comparisons"]) == (1 if write else 0)
+
+
+def test_an_old_result_file_is_not_taken_for_a_new_one(tmp_path, monkeypatch):
+    repo = tmp_path / "repo"
+    (repo / "benchmarks").mkdir(parents=True)
+    (repo / "benchmarks" / "plan_bench.py").write_text("import sys; sys.exit(0)\n")
+    monkeypatch.setattr(run_all, "REPO", repo)
+    out = tmp_path / "bench"
+    (out / "raw").mkdir(parents=True)
+    shutil.copy(FIXTURES / "plan.json", out / "raw" / "plan.json")
+    status = run_all.main(["--only", "plan", "--output-dir", str(out), "--results-dir", str(out / "raw")])
+    report = json.loads((out / "results.json").read_text())
+    assert status == run_all.EXIT_BENCHMARK_FAILED and report["comparisons"] == []
+    assert report["benchmarks"][0]["reason"].endswith("plan.json not written")
+
