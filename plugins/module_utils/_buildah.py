@@ -72,11 +72,11 @@ class Buildah:
         if storage_runroot:
             self.global_args += ["--runroot", storage_runroot]
 
-    def run(self, *args: str, check: bool = True) -> tuple[int, str, str]:
+    def run(self, *args: str, check: bool = True, env: dict[str, str] | None = None) -> tuple[int, str, str]:
         argv = [self.executable, *self.global_args, *args]
         rc, out, err = self.module.run_command(
             argv,
-            environ_update={"LANG": "C", "LC_ALL": "C", "BUILDAH_ISOLATION": self.isolation},
+            environ_update={"LANG": "C", "LC_ALL": "C", "BUILDAH_ISOLATION": self.isolation, **(env or {})},
         )
         if check and rc != 0:
             raise BuildahError(argv, rc, err or out)
@@ -138,8 +138,10 @@ class Buildah:
         if args:
             self.run("config", *args, container)
 
-    def commit(self, container: str, ref: str) -> str:
-        _rc, out, _err = self.run("commit", "--quiet", "--rm", container, ref)
+    def commit(self, container: str, ref: str, tmpdir: str | None = None) -> str:
+        """Commit ``container`` as ``ref``; buildah's temporary files go to ``tmpdir`` (its TMPDIR) when given."""
+        _rc, out, _err = self.run("commit", "--quiet", "--rm", container, ref,
+                                  env={"TMPDIR": tmpdir} if tmpdir else None)
         return out.strip().splitlines()[-1] if out.strip() else ""
 
     def rm(self, container: str) -> None:

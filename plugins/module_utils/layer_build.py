@@ -14,6 +14,7 @@ A layer whose image already exists is a cache hit: nothing is created.
 from __future__ import annotations
 
 import os
+import shutil
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,6 +63,16 @@ def layer_labels(name: str, key: str, parent: str | None, parent_key: str | None
     }
     labels.update(extra or {})
     return labels
+
+
+def commit_tmpdir(container: str) -> str:
+    """The TMPDIR ``buildah commit`` of ``container`` runs with: ``$TMPDIR`` (default /var/tmp)/hpc-stateless-commit/<container>.
+
+    buildah copies the layer diff into temporary directories while it commits and removes them when it
+    ends; a commit that is killed (OOM killer, CI timeout) leaves them, as large as the layer. A directory
+    per working container lets the removal of the container - the next run's cleanup - remove them too.
+    """
+    return os.path.join(os.environ.get("TMPDIR") or "/var/tmp", "hpc-stateless-commit", container)
 
 
 def mounts_under(root: str, mounts_file: str = "/proc/self/mounts") -> list[str]:
@@ -125,6 +136,17 @@ class LayerBuilder:
                 self._release_binds(parts[1])
         self.buildah.umount(container)
         self.buildah.rm(container)
+        shutil.rmtree(commit_tmpdir(container), ignore_errors=True)
+
+    def _stale_commit_tmpdirs(self) -> list[str]:
+        """Commit temp directories of this layer and prefix whose working container is gone."""
+        parent = os.path.dirname(commit_tmpdir(self.container_stem))
+        try:
+            names = os.listdir(parent)
+        except OSError:
+            return []
+        wanted = (lambda n: n == self.container) if self.container else (lambda n: n.startswith(self.container_stem))
+        return [os.path.join(parent, n) for n in sorted(names) if wanted(n)]
 
     # states -----------------------------------------------------------------
     def start(self, parent_image: str, caches: list[dict[str, str]], check_mode: bool) -> LayerResult:
@@ -170,17 +192,21 @@ class LayerBuilder:
         result.changed = True
         if check_mode:
             return result
+        tmpdir = commit_tmpdir(self.container)
         try:
             _rc, mountpoint, _err = self.buildah.run("mount", self.container)
             self._release_binds(mountpoint.strip())
             self.buildah.config_labels(self.container, labels)
-            result.image_id = self.buildah.commit(self.container, self.image)
+            os.makedirs(tmpdir, mode=0o700, exist_ok=True)
+            result.image_id = self.buildah.commit(self.container, self.image, tmpdir=tmpdir)
             for tag in extra_tags:
                 self.buildah.tag(self.image, f"{self.image.rsplit(':', 1)[0]}:{tag}")
         except BuildahError:
             # Never leave a half-configured working container behind.
             self._remove(self.container)
             raise
+        finally:
+            shutil.rmtree(tmpdir, ignore_errors=True)
         return result
 
     def absent(self, check_mode: bool) -> LayerResult:
@@ -192,4 +218,7 @@ class LayerBuilder:
         if not check_mode:
             for container in targets:
                 self._remove(container)
+            # A commit killed after buildah removed its container (or a container removed by hand).
+            for leftover in self._stale_commit_tmpdirs():
+                shutil.rmtree(leftover, ignore_errors=True)
         return result

@@ -20,6 +20,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils._buildah import (
 )
 from ansible_collections.hpc.stateless.plugins.module_utils.layer_build import (
     LayerBuilder,
+    commit_tmpdir,
     layer_labels,
     mounts_under,
 )
@@ -123,7 +124,8 @@ def test_start_from_parent_uses_pull_never_and_names_container():
             "localhost/p/base:b"] in module.calls
 
 
-def test_commit_failure_removes_the_working_container():
+def test_commit_failure_removes_the_working_container(tmp_path, monkeypatch):
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
     name = container_name("localhost/p", "compute", KEY)
     module = FakeModule({
         ("/usr/bin/buildah", "inspect"): (1, "", "no such image"),
@@ -146,6 +148,35 @@ def test_absent_without_key_removes_the_layers_containers_of_this_prefix_only():
     assert result.removed == ours
     assert ["/usr/bin/buildah", "rm", ours[0]] in module.calls
     assert not any(call[-1] in others for call in module.calls)
+
+
+def test_commit_runs_with_a_tmpdir_of_its_own_and_removes_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    name = container_name("localhost/p", "compute", KEY)
+    module = FakeModule({
+        ("/usr/bin/buildah", "inspect"): (1, "", "no such image"),
+        ("/usr/bin/buildah", "containers"): (0, json.dumps([{"containername": name}]), ""),
+        ("/usr/bin/buildah", "mount"): (0, "/nonexistent/merged\n", ""),
+    })
+    LayerBuilder(module, Buildah(module), "compute", KEY, "localhost/p").commit(
+        layer_labels("compute", KEY, "base", "b", "abc"), [], False)
+    commit = next(i for i, call in enumerate(module.calls) if call[1] == "commit")
+    assert module.environ[commit]["TMPDIR"] == str(tmp_path / "hpc-stateless-commit" / name) == commit_tmpdir(name)
+    assert not (tmp_path / "hpc-stateless-commit" / name).exists()
+
+
+def test_absent_removes_what_a_killed_commit_left_in_its_tmpdir(tmp_path, monkeypatch):
+    """buildah's temp copies of the layer diff stay when a commit is killed; the next run's cleanup removes them."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    live = container_name("localhost/p", "compute", "1" * 64)
+    gone = container_name("localhost/p", "compute", "2" * 64)  # its container was removed, its tmpdir was not
+    other = container_name("localhost/q", "compute", "1" * 64)
+    for name in (live, gone, other):
+        (tmp_path / "hpc-stateless-commit" / name / "buildah123").mkdir(parents=True)
+    module = FakeModule({("/usr/bin/buildah", "containers"): (0, json.dumps([{"containername": live}]), "")})
+    result = LayerBuilder(module, Buildah(module), "compute", None, "localhost/p").absent(False)
+    assert result.removed == [live]
+    assert sorted(p.name for p in (tmp_path / "hpc-stateless-commit").iterdir()) == [other]
 
 
 def test_labels_carry_key_parent_and_commit():
