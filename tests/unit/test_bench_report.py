@@ -285,4 +285,3 @@ def test_an_old_result_file_is_not_taken_for_a_new_one(tmp_path, monkeypatch):
     report = json.loads((out / "results.json").read_text())
     assert status == run_all.EXIT_BENCHMARK_FAILED and report["comparisons"] == []
     assert report["benchmarks"][0]["reason"].endswith("plan.json not written")
-
