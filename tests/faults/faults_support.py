@@ -72,16 +72,31 @@ def files_open_for_writing(pgid: int, under: Path) -> dict[str, int]:
     return found
 
 
+def _wait_stopped(pgid: int, timeout: float = 5) -> None:
+    """Until every live process of the group is stopped (SIGSTOP is delivered asynchronously)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        states = [(_stat_fields(str(pid)) or ["X"])[0] for pid in group_processes(pgid)]
+        if all(state in ("T", "t") for state in states):
+            return
+        time.sleep(0.002)
+
+
 def stop_group_when(proc: subprocess.Popen, condition: Callable[[int], Any], what: str, timeout: float = 300,
                     interval: float = 0.01) -> Any:
-    """Poll ``condition(process group id)`` until it returns something true, then SIGSTOP the whole group of
-    ``proc`` and return that value. If the run ends first or ``timeout`` passes, kill it and fail naming ``what``."""
+    """Poll ``condition(process group id)`` until it holds, then SIGSTOP the whole group of ``proc``, and
+    return ``condition``'s value once it still holds with every process stopped (else SIGCONT and poll on):
+    the state returned is the state that a following SIGKILL hits. If the run ends first or ``timeout``
+    passes, kill it and fail naming ``what``."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and proc.poll() is None:
-        seen = condition(proc.pid)
-        if seen:
+        if condition(proc.pid):
             os.killpg(proc.pid, signal.SIGSTOP)
-            return seen
+            _wait_stopped(proc.pid)
+            seen = condition(proc.pid)
+            if seen:
+                return seen
+            os.killpg(proc.pid, signal.SIGCONT)
         time.sleep(interval)
     ended = proc.poll()
     kill_group(proc)
@@ -213,10 +228,7 @@ def boot_tree_problems(root: Path, image: str = FAULTS_IMAGE) -> list[str]:
     if os.path.islink(previous) and not (images / os.readlink(previous)).is_dir():
         problems.append(f"{previous} -> {os.readlink(previous)}, which does not exist")
     for entry in sorted(images.iterdir()) if images.is_dir() else []:
-        if entry.name.startswith("."):
-            problems.append(f"leftover {entry}")
-            continue
-        if entry.name == "previous" or entry.is_symlink():
+        if entry.name.startswith(".") or entry.name == "previous" or entry.is_symlink():
             continue
         good, output = sha256sum_check(entry)
         if not good:
@@ -224,6 +236,13 @@ def boot_tree_problems(root: Path, image: str = FAULTS_IMAGE) -> list[str]:
         for name in ("vmlinuz", "initrd"):
             if not (entry / name).is_file():
                 problems.append(f"{entry}/{name} is missing")
-    problems += [f"leftover {p}" for p in sorted(root.iterdir())
-                 if p.name.startswith(".") and p.name not in (".hpc-stateless.lock", ".hpc-stateless-bootconfig.state")]
+    problems += [f"leftover {p}" for p in leftovers(root)]
     return problems
+
+
+def leftovers(root: Path) -> list[Path]:
+    """Temp files and directories anywhere in a boot tree (the lock and the render state are not temporary)."""
+    return sorted(p for p in root.rglob(".*") if p.relative_to(root).as_posix() not in KEPT_HIDDEN)
+
+
+KEPT_HIDDEN = (".hpc-stateless.lock", ".hpc-stateless-bootconfig.state")

@@ -27,6 +27,7 @@ from faults_support import (
     group_processes,
     hidden_entries,
     kill_group,
+    leftovers,
     mounts_below,
     processes_rooted_in,
     served,
@@ -190,3 +191,40 @@ def test_sigkill_while_deploy_copies_into_the_boot_tree(small_packs, layer_pack,
     assert served(site["root"]) == "big"
     assert os.readlink(images_dir / "previous") == "v1"
     assert boot_tree_problems(site["root"]) == []
+
+
+def test_sigkill_while_deploy_renders_boot_entries(small_packs, tmp_path):
+    """3000 nodes: the render of their pxelinux/iPXE entries is caught with a file half-way to its final name."""
+    macs = ["52:54:%02x:%02x:%02x:%02x" % (0xfa, i >> 16 & 255, i >> 8 & 255, i & 255) for i in range(3000)]
+    nodes = [{"name": f"n{i:04d}", "mac": mac, "image": ""} for i, mac in enumerate(macs)]
+    site = deploy_site(tmp_path, nodes={}, hpc_stateless_boot_nodes=nodes[:10])
+    copy_version(small_packs, "v1", site["out"])
+    copy_version(small_packs, "v2", site["out"])
+    assert deploy(site, "v1").returncode == 0
+    site = deploy_site(tmp_path, nodes={}, hpc_stateless_boot_nodes=nodes)
+    pxe_dir = site["root"] / "pxelinux.cfg"
+
+    def writing_an_entry(_pgid: int) -> list[str]:
+        return [name for name in os.listdir(pxe_dir) if name.startswith(".")]
+
+    proc = start_playbook("-e", "hpc_stateless_deploy_version=v2", inventory=site["inventory"],
+                          playbook=DEPLOY_PLAYBOOK, log=tmp_path / "killed.log",
+                          env={"ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-local")})
+    try:
+        stop_group_when(proc, writing_an_entry, "a boot entry being written", interval=0.001)
+    finally:
+        kill_group(proc)
+
+    # Killed mid-render: v1 is still served (the switch comes after the render); every entry under its
+    # final name is whole - the next run renders each of them byte for byte the same.
+    assert served(site["root"]) == "v1"
+    assert sha256sum_check(site["root"] / "images" / FAULTS_IMAGE / "v1")[0]
+    written = {p.name: p.read_bytes() for p in pxe_dir.iterdir() if not p.name.startswith(".")}
+    assert [p.name for p in leftovers(site["root"])], "no temp file left: the kill did not hit a write"
+
+    again = deploy(site, "v2")
+    assert again.returncode == 0, again.stdout[-4000:]
+    assert served(site["root"]) == "v2"
+    assert {name: (pxe_dir / name).read_bytes() for name in written} == written, "a killed entry was incomplete"
+    assert len([p for p in pxe_dir.iterdir() if p.name.startswith("01-")]) == len(macs)
+    assert boot_tree_problems(site["root"]) == [], "temp files of the killed render are left"

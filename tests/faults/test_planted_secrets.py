@@ -1,0 +1,68 @@
+"""Secrets planted in a layer image: pack refuses, names every one of them, and writes nothing.
+
+The keys are real (ssh-keygen, openssl), planted in an image committed from the session's layer
+``faulty``; the pack is the real module on that image (a throw-away working container).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import uuid
+from pathlib import Path
+
+from conftest import FAULTS_IMAGE, buildah
+from pack_support import pack_module
+
+# path in the image -> how pack's refusal must describe it
+SECRETS = {
+    "etc/ssh/ssh_host_ed25519_key": "SSH host private key",
+    "etc/ssh/ssh_host_rsa_key": "SSH host private key",
+    "root/.ssh/id_ed25519": "SSH private key",
+    "home/alice/.ssh/deploy": "private key (PEM/OpenSSH header)",
+    "etc/munge/munge.key": "MUNGE key",
+    "etc/ssl/private/node.key": "private key (PEM/OpenSSH header)",
+}
+
+
+def plant(root: Path, scratch: Path) -> None:
+    """Real key material at every path of SECRETS (public halves next to the SSH keys)."""
+    for rel in SECRETS:
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+    for rel, kind in (("etc/ssh/ssh_host_ed25519_key", "ed25519"), ("etc/ssh/ssh_host_rsa_key", "rsa"),
+                      ("root/.ssh/id_ed25519", "ed25519"), ("home/alice/.ssh/deploy", "ed25519")):
+        key = scratch / f"key-{uuid.uuid4().hex[:6]}"
+        subprocess.run(["ssh-keygen", "-q", "-t", kind, "-N", "", "-C", "planted", "-f", str(key)], check=True)
+        (root / rel).write_bytes(key.read_bytes())
+        (root / (rel + ".pub")).write_bytes(key.with_suffix(".pub").read_bytes())
+    (root / "etc/munge/munge.key").write_bytes(os.urandom(1024))
+    subprocess.run(["openssl", "genpkey", "-algorithm", "ed25519", "-out", str(root / "etc/ssl/private/node.key")],
+                   check=True, capture_output=True)
+
+
+def test_pack_refuses_an_image_with_planted_secrets_and_names_each(site, tmp_path):
+    ref = f"{site.prefix}/planted:secrets"
+    container = f"hpc-stateless-faults-plant-{uuid.uuid4().hex[:8]}"
+    buildah("from", "--pull=never", "--quiet", "--name", container, f"{site.prefix}/faulty:latest")
+    try:
+        plant(Path(buildah("mount", container).strip()), tmp_path)
+        buildah("umount", container)
+        buildah("commit", "--quiet", "--rm", container, ref)
+    except BaseException:
+        buildah("umount", container, check=False)
+        buildah("rm", container, check=False)
+        raise
+
+    out = tmp_path / "out"
+    rc, result = pack_module(image=FAULTS_IMAGE, source_image=ref, output_dir=str(out), version="v1")
+    assert rc != 0
+    assert "refusing to pack secrets" in result["msg"]
+    for rel, kind in SECRETS.items():
+        assert f"/{rel} ({kind})" in result["msg"], f"/{rel} ({kind}) not named in: {result['msg']}"
+    assert ".pub" not in result["msg"], "a public key was called a secret"
+    image_dir = out / FAULTS_IMAGE
+    assert not image_dir.exists() or list(image_dir.iterdir()) == [], "the refused pack wrote files"
+    listing = json.loads(buildah("containers", "--json") or "[]") or []
+    assert [c["containername"] for c in listing if c.get("imagename") == ref] == [], \
+        "the refused pack left its working container"
