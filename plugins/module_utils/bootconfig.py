@@ -428,6 +428,27 @@ _STALE_PATTERNS = ((PXE_DIR, re.compile(r"^01-[0-9a-f]{2}(-[0-9a-f]{2}){5}$")),
 
 
 STATE_FILE = ".hpc-stateless-bootconfig.state"
+# The temp name _write_atomic gives a file before renaming it into place.
+_TEMP_NAME = re.compile(r"^\.(?P<name>.+)\.[0-9a-f]{8}$")
+# Where this module writes, and the names it writes there (temp files of other names are not ours).
+_MANAGED_NAMES = (("", re.compile("^" + re.escape(STATE_FILE) + "$")),
+                  (PXE_DIR, re.compile(r"^(default|01-[0-9a-f]{2}(-[0-9a-f]{2}){5})$")),
+                  (IPXE_DIR, re.compile(r"^boot\.ipxe$")),
+                  *_STALE_PATTERNS[1:])
+
+
+def remove_interrupted_writes(root: str) -> list[str]:
+    """Remove the temp files of renders killed between writing a file and renaming it (hold the lock)."""
+    removed = []
+    for directory, names in _MANAGED_NAMES:
+        with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+            for entry in os.scandir(os.path.join(root, directory)):
+                match = _TEMP_NAME.match(entry.name)
+                if match and names.match(match.group("name")) and entry.is_file(follow_symlinks=False):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(entry.path)
+                    removed.append(os.path.join(directory, entry.name))
+    return sorted(removed)
 
 
 def _digest(content: str) -> str:
@@ -461,6 +482,8 @@ def sync_files(root: str, files: Mapping[str, str], check_mode: bool = False, re
     so an edit by hand is still found and overwritten.
     """
     result = SyncResult([], [], 0, [])
+    if not check_mode:
+        result.removed.extend(remove_interrupted_writes(root))
     made_dirs: set[str] = set()
     state = _load_state(root)
     new_state: dict[str, list] = {}

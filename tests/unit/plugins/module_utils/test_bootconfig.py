@@ -250,6 +250,20 @@ def test_no_temp_files_are_left(root):
     assert all(oct(p.stat().st_mode & 0o777) == "0o644" for p in (root / "pxelinux.cfg").iterdir())
 
 
+def test_temp_files_of_a_killed_render_are_removed_by_the_next(root):
+    run(root, nodes(2))
+    killed = [root / "pxelinux.cfg/.01-52-54-00-00-00-01.0123abcd", root / "ipxe/nodes/.52-54-00-00-00-02.ipxe.89abcdef",
+              root / f".{STATE_FILE}.deadbeef"]
+    for path in killed:
+        path.write_text("half writ")
+    foreign = root / "pxelinux.cfg/.site-notes.0123abcd"
+    foreign.write_text("not ours")
+    assert run(root, nodes(2), check_mode=True)["removed"] == []
+    result = run(root, nodes(2))
+    assert sorted(result["removed"]) == sorted(str(p.relative_to(root)) for p in killed)
+    assert not any(p.exists() for p in killed) and foreign.read_text() == "not ours"
+
+
 def test_bad_serial_console_is_named(root):
     with pytest.raises(BootConfigError, match=r"serial_console 'com1': want ttyS<N>"):
         run(root, nodes(1), serial_console="com1")
