@@ -81,7 +81,7 @@ def _build(data: dict[str, Any]) -> list[dict[str, Any]]:
                noop["goal_seconds"], "no-op re-run", noop["median_seconds"],
                f"<= {noop['goal_seconds']:g} s and 0 layers built", b_samples=noop_samples,
                also={"0 layers built": all(n == 0 for n in built)},
-               note=f"full build {full['seconds']:g} s in the same run ({full['built']}/{full['layers']} layers): "
+               note=f"full build {fmt_value(full['seconds'])} in the same run ({full['built']}/{full['layers']} layers): "
                     f"{full['seconds'] / noop['median_seconds']:.0f}x the no-op"),
         comparison(f"rebuild after touching role {leaf['role']} of leaf layer {leaf['layer']}",
                    f"full build ({full['built']} layers)", full["seconds"],
@@ -108,7 +108,7 @@ def _nspawn(data: dict[str, Any]) -> list[dict[str, Any]]:
     boot, per_task = data["boot_to_ready"], data["per_task"]
     buildah = per_task["buildah"]
     rows = [budget("boot to ready of a booted container", boot["goal_seconds"],
-                   "systemd-nspawn --boot to running", boot["median_ready_seconds"],
+                   "hpc.stateless.nspawn session, start to running", boot["median_ready_seconds"],
                    f"<= {boot['goal_seconds']:g} s", b_samples=boot["ready_seconds"])]
     for side, label in (("nspawn_booted", "hpc.stateless.nspawn booted"),
                         ("nspawn_directory", "hpc.stateless.nspawn directory")):

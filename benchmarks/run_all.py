@@ -286,8 +286,9 @@ def render_markdown(report: dict[str, Any]) -> str:
     title = "# hpc.stateless benchmarks" + (" (QUICK smoke run: figures not comparable)" if report["quick"] else "")
     host = report["host"]
     lines = [title, "",
-             f"{report['created']}, {host['cpus']} CPUs, load {host['loadavg_start']:.1f} at start. "
-             "A is the baseline or budget, B ours; ratio = A median / B median (higher is better for B), "
+             (f"{report['created']}, {host['cpus']} CPUs, load {host['loadavg_start']:.1f} at start. " if report["ran"]
+              else f"{report['created']}: tabulated from recorded results (nothing run; see when each was written). ")
+             + "A is the baseline or budget, B ours; ratio = A median / B median (higher is better for B), "
              "judged against the goal's minimum ratio. `budget` goals are the issues' absolute limits "
              "(A = the budget). See docs/bench.md.", "",
              "| benchmark | comparison | A median | B median | ratio | goal | met |",
