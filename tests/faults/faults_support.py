@@ -100,8 +100,8 @@ def stop_group_when(proc: subprocess.Popen, condition: Callable[[int], Any], wha
         time.sleep(interval)
     ended = proc.poll()
     kill_group(proc)
-    raise AssertionError(f"never saw {what}: the run " + (f"ended first (rc={ended})" if ended is not None
-                                                           else f"was still at it after {timeout:g} s"))
+    how = f"ended first (rc={ended})" if ended is not None else f"was still at it after {timeout:g} s"
+    raise AssertionError(f"never saw {what}: the run {how}")
 
 
 def kill_group(proc: subprocess.Popen, timeout: float = 30) -> None:
