@@ -224,11 +224,16 @@ class Packer:
             raise PackError(f"output directory {image_dir} is not writable: {exc.strerror}; "
                             "choose a writable output_dir or fix its permissions/mount") from exc
         # Leftovers of killed packs (their pid is gone) are removed; a live pack's are left alone.
-        for name in os.listdir(image_dir):
+        for name in sorted(os.listdir(image_dir)):
             for marker in (".partial-", ".old-"):
                 tail = name.rsplit(marker, 1)[1] if name.startswith(".") and marker in name else ""
                 if tail.isdigit() and not _pid_alive(int(tail)):
-                    shutil.rmtree(os.path.join(image_dir, name), ignore_errors=True)
+                    path = os.path.join(image_dir, name)
+                    final = os.path.join(image_dir, name[1:].rsplit(marker, 1)[0])
+                    if marker == ".old-" and not os.path.lexists(final):
+                        os.rename(path, final)  # killed between the two renames of _publish: the old one is back
+                    else:
+                        shutil.rmtree(path, ignore_errors=True)
 
     # -- source --------------------------------------------------------------------------
     def _open_source(self) -> Source:

@@ -10,13 +10,26 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import subprocess
 import time
 import uuid
 from pathlib import Path
 
+import pytest
+
 from ansible_collections.hpc.stateless.plugins.module_utils._buildah import container_stem
 from ansible_collections.hpc.stateless.plugins.module_utils.layer_build import commit_tmpdir
-from conftest import FAULTS_IMAGE, buildah, layer_images, our_containers, our_mounts, run_site, start_playbook
+from conftest import (
+    FAULTS_IMAGE,
+    REPO,
+    buildah,
+    layer_images,
+    our_containers,
+    our_mounts,
+    run_site,
+    start_playbook,
+)
 from faults_support import (
     DEPLOY_PLAYBOOK,
     boot_tree_problems,
@@ -29,6 +42,7 @@ from faults_support import (
     kill_group,
     leftovers,
     mounts_below,
+    pack_dir,
     processes_rooted_in,
     served,
     sha256sum_check,
@@ -228,3 +242,50 @@ def test_sigkill_while_deploy_renders_boot_entries(small_packs, tmp_path):
     assert {name: (pxe_dir / name).read_bytes() for name in written} == written, "a killed entry was incomplete"
     assert len([p for p in pxe_dir.iterdir() if p.name.startswith("01-")]) == len(macs)
     assert boot_tree_problems(site["root"]) == [], "temp files of the killed render are left"
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="needs strace (Debian: apt-get install strace)")
+def test_sigkill_between_the_two_renames_of_a_repack(tmp_path):
+    """Packing a version that exists renames the old directory away, then the new one into place. strace
+    holds the pack for 60 s right after the first rename, so the kill lands where no v1 exists at all."""
+    out = tmp_path / "out"
+    rc, result = pack_dir(out, "v1", tmp_path / "trees")
+    assert rc == 0, result.get("msg")
+    images_dir = out / FAULTS_IMAGE
+    old_manifest = (images_dir / "v1" / "manifest.json").read_bytes()
+    tree = Path(result["manifest"]["source"]["path"])
+    (tree / "etc" / "faults-version").write_text("v1, packed again\n")
+
+    args = json.dumps({"image": FAULTS_IMAGE, "source_path": str(tree), "output_dir": str(out), "version": "v1"})
+    renames = "rename,renameat,renameat2"
+    argv = ["strace", "-f", "-qq", "--seccomp-bpf", "-o", str(tmp_path / "strace.log"), "-P", str(images_dir / "v1"),
+            "-e", f"trace={renames}", "-e", f"inject={renames}:delay_exit=60000000:when=1",
+            str(REPO / ".venv" / "bin" / "ansible"), "localhost", "-i", str(REPO / "inventory"),
+            "-m", "hpc.stateless.pack", "-a", args]
+    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "PYTHONPATH": str(REPO / ".collections"),
+           "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-local")}
+    with open(tmp_path / "killed.log", "wb") as log:
+        proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+
+    def between_the_renames(_pgid: int) -> list[str]:
+        names = hidden_entries(images_dir)
+        return names if any(".v1.old-" in n for n in names) and not (images_dir / "v1").exists() else []
+
+    try:
+        seen = stop_group_when(proc, between_the_renames, "the old v1 renamed away, the new one not yet in place",
+                               timeout=120)
+    finally:
+        kill_group(proc)
+
+    # What the kill left: no v1 at all, the old one complete under .v1.old-<pid>, the new one under .v1.partial-<pid>.
+    old = images_dir / next(n for n in seen if ".v1.old-" in n)
+    assert sha256sum_check(old)[0] and (old / "manifest.json").read_bytes() == old_manifest
+
+    # The next pack, of another version, puts the old v1 back instead of deleting it as a leftover.
+    rc, result = pack_dir(out, "v2", tmp_path / "trees")
+    assert rc == 0, result.get("msg")
+    assert hidden_entries(images_dir) == [], "temp directories of the killed pack are left"
+    assert sorted(p.name for p in images_dir.iterdir()) == ["v1", "v2"], "the killed re-pack lost v1"
+    assert (images_dir / "v1" / "manifest.json").read_bytes() == old_manifest
+    assert sha256sum_check(images_dir / "v1")[0] and sha256sum_check(images_dir / "v2")[0]
