@@ -1,7 +1,7 @@
 """Pieces the fault cases share: catching a process group at the right instant, and what a pack
 output and a boot tree must look like after a fault.
 
-A killed run is started in a process group of its own (``conftest.start_playbook``). The test
+A killed run is started in a process group of its own (``faults_site.start_playbook``). The test
 polls until the group reaches the instant to hit (a file open for writing under a directory, a
 ``buildah commit`` running, ...), freezes the whole group with SIGSTOP so the state it saw is the
 state that gets killed, then SIGKILLs the group: nothing of ours gets to run a rescue, a
@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from conftest import FAULTS_IMAGE, run_site
+from faults_site import FAULTS_IMAGE, run_site
 from deploy_support import write_inventory
 from pack_support import pack_module, small_root
 

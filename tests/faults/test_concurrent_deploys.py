@@ -15,7 +15,7 @@ import re
 import signal
 import time
 
-from conftest import FAULTS_IMAGE, start_playbook
+from faults_site import FAULTS_IMAGE, start_playbook
 from faults_support import (
     DEPLOY_PLAYBOOK,
     boot_tree_problems,

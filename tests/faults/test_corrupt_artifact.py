@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from bootlink_fixtures import tree_snapshot
-from conftest import FAULTS_IMAGE
+from faults_site import FAULTS_IMAGE
 from faults_support import boot_tree_problems, copy_version, deploy, deploy_site, failure_of, served
 
 

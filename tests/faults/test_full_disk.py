@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from bootlink_fixtures import tree_snapshot
-from conftest import FAULTS_IMAGE, buildah, run_site, small_fs
+from faults_site import FAULTS_IMAGE, buildah, run_site, small_fs
 from faults_support import (
     boot_tree_problems,
     copy_version,

@@ -8,7 +8,7 @@ import copy
 import pytest
 
 from bootlink_fixtures import tree_snapshot
-from conftest import FAULTS_LAYERS, layer_images, our_containers, our_mounts, run_site
+from faults_site import FAULTS_LAYERS, layer_images, our_containers, our_mounts, run_site
 from faults_support import copy_version, deploy, deploy_site, failure_of, GOOD_MAC, served
 
 

@@ -12,7 +12,7 @@ import subprocess
 import uuid
 from pathlib import Path
 
-from conftest import FAULTS_IMAGE, buildah
+from faults_site import FAULTS_IMAGE, buildah
 from pack_support import pack_module
 
 # path in the image -> how pack's refusal must describe it

@@ -20,7 +20,7 @@ import pytest
 
 from ansible_collections.hpc.stateless.plugins.module_utils._buildah import container_stem
 from ansible_collections.hpc.stateless.plugins.module_utils.layer_build import commit_tmpdir
-from conftest import (
+from faults_site import (
     FAULTS_IMAGE,
     REPO,
     buildah,
