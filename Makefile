@@ -11,11 +11,11 @@ export BUILDAH_ISOLATION ?= chroot
 # Outside the checkout: inside it, ansible-test would see build/ as git-ignored and skip everything.
 SANITY_ROOT := /tmp/hpc-stateless-sanity/ansible_collections/hpc/stateless
 
-.PHONY: help setup image build test unit lint sanity integration collection molecule bench faults clean
+.PHONY: help setup image build test unit lint sanity integration collection molecule bench faults fault-suite clean
 
 help:
 	@echo "make image  - set up, then build the default layers (ansible-playbook site.yml)"
-	@echo "make test   - set up, then run unit, lint, sanity, collection and integration tests"
+	@echo "make test   - set up, then run unit, lint, sanity, collection, integration, fault and molecule tests"
 	@echo "make bench  - run every benchmark; table of medians, ratios and goals in bench/results.md"
 	@echo "make faults - fault injection: kill, fill, corrupt and misconfigure; report what survived"
 
@@ -31,7 +31,7 @@ build:
 
 # Integration tests and Molecule scenarios start from the default layers built here.
 test: setup
-	@$(MAKE) --no-print-directory unit lint sanity collection build integration molecule
+	@$(MAKE) --no-print-directory unit lint sanity collection build integration fault-suite molecule
 
 unit:
 	pytest -q tests/unit
@@ -57,14 +57,19 @@ molecule:
 	@if ls molecule/*/molecule.yml >/dev/null 2>&1; then molecule test --all; else echo "no molecule scenarios"; fi
 
 # Every benchmark, one after another, then bench/results.json and bench/results.md (medians,
-# ratios, goals). BENCH=pack,plan picks some; BENCH_REPORT_ONLY=1 only tabulates the last results.
+# ratios, goals). BENCH=pack,plan picks some; BENCH_FLAGS=--no-run only tabulates the last results
+# (--quick, --report-only, --dry-run: docs/bench.md).
 bench: setup
-	python benchmarks/run_all.py $(if $(BENCH),--only $(BENCH)) $(if $(BENCH_REPORT_ONLY),--report-only)
+	python benchmarks/run_all.py $(if $(BENCH),--only $(BENCH)) $(BENCH_FLAGS)
 
-# Every case kills, fills, corrupts or misconfigures something and asserts what survives
-# (pytest marker `fault`); the summary counts cases run, survived and failed.
+# Every case kills, fills, corrupts or misconfigures something and asserts what survives: the
+# tests/faults suite and the integration cases marked `fault`, with one summary (docs/faults.md).
 faults: setup
-	pytest -q -p no:cacheprovider -m fault tests/integration
+	pytest -q -p no:cacheprovider -m fault tests/faults tests/integration
+
+# In make test: the integration suite has run its fault cases already.
+fault-suite:
+	pytest -q -p no:cacheprovider tests/faults
 
 clean:
 	rm -rf build .pytest_cache

@@ -31,6 +31,15 @@ for _name, _value in vars(faults_site.integration).items():
         globals().setdefault(_name, _value)
 
 
+@pytest.hookimpl(tryfirst=True)  # before ``-m fault`` deselects
+def pytest_collection_modifyitems(items):
+    """Every case of this suite is a fault case: ``make faults`` selects it with the integration
+    suite's cases marked ``fault``."""
+    for item in items:
+        if Path(item.fspath).is_relative_to(Path(__file__).parent):
+            item.add_marker(pytest.mark.fault)
+
+
 @pytest.fixture(scope="session")
 def site(tmp_path_factory) -> Site:
     """The faults DAG built once into a prefix of this session; removed after the session."""
@@ -76,14 +85,14 @@ def layer_pack(site, tmp_path_factory) -> Path:
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):  # pylint: disable=unused-argument
-    """Cases run, survived (passed) and failed, each case named."""
+    """Cases run, survived (passed) and failed, each case named (one summary for ``make faults``)."""
     if config.getoption("collectonly"):
         return
     outcomes: dict[str, str] = {}
     for key in ("passed", "failed", "error", "skipped"):
         for report in terminalreporter.stats.get(key, []):
             nodeid = report.nodeid
-            if not nodeid.startswith("tests/faults/"):
+            if "fault" not in report.keywords:  # this suite, and the integration cases marked ``fault``
                 continue
             if report.outcome == "passed" and report.when != "call":
                 continue

@@ -44,7 +44,7 @@ layer_images = integration.layer_images
 our_containers = integration.our_containers
 our_mounts = integration.our_mounts
 run_site = integration.run_site
-playbook_command = integration._playbook_command  # pylint: disable=protected-access
+playbook_command = integration.playbook_command
 sys.path[:0] = [str(INTEGRATION), str(REPO / "tests" / "unit" / "plugins" / "module_utils")]
 
 # base: the bootstrap spec of the default and the integration inventories (same bootstrap key, so

@@ -50,7 +50,7 @@ def paused_while_copying(site: dict, proc) -> dict[int, list[str]]:
     """Freeze ``proc``'s deploy while it copies into the boot tree (so it holds the lock); its processes."""
     images_dir = site["root"] / "images" / FAULTS_IMAGE
     stop_group_when(proc, lambda pgid: [p for p in files_open_for_writing(pgid, images_dir) if "/.publish-" in p],
-                    "the first deploy copying into .publish-*")
+                    "the first deploy copying into .publish-*", interval=0.002)
     return group_processes(proc.pid)
 
 

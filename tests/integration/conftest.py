@@ -17,22 +17,15 @@ TEST_INVENTORY = REPO / "tests" / "integration" / "inventory"
 BUILDAH_ENV = {**os.environ, "BUILDAH_ISOLATION": os.environ.get("BUILDAH_ISOLATION", "chroot")}
 
 
-def _playbook_command(extra: tuple[str, ...], inventory: Path, playbook: str) -> tuple[list[str], dict[str, str]]:
+def playbook_command(extra: tuple[str, ...], inventory: Path, playbook: str) -> tuple[list[str], dict[str, str]]:
     env = {**BUILDAH_ENV, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_FORCE_COLOR": "0",
            "ANSIBLE_NOCOLOR": "1"}
     return [str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", str(inventory), str(REPO / playbook), *extra], env
 
 
-def start_site(*extra: str, inventory: Path = TEST_INVENTORY, playbook: str = "site.yml") -> subprocess.Popen:
-    """Start a playbook in a session of its own (so a test can SIGKILL the whole process group)."""
-    argv, env = _playbook_command(extra, inventory, playbook)
-    return subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
-
-
 def run_site(*extra: str, inventory: Path = TEST_INVENTORY, playbook: str = "site.yml") -> subprocess.CompletedProcess:
     """Run a playbook of the checkout the way a user does, and capture its output."""
-    argv, env = _playbook_command(extra, inventory, playbook)
+    argv, env = playbook_command(extra, inventory, playbook)
     proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, check=False)
     log = REPO / "build" / "test-logs"
     log.mkdir(parents=True, exist_ok=True)
@@ -113,22 +106,3 @@ def image_prefix():
     refs = list(layer_images(prefix))
     if refs:
         buildah("rmi", "--force", *refs, check=False)
-
-
-# --------------------------------------------------------------------------- make faults
-
-
-def pytest_terminal_summary(terminalreporter, exitstatus, config):  # pylint: disable=unused-argument
-    """After a run that selected fault-injection cases (``-m fault``), say what survived."""
-    if "fault" not in (config.getoption("markexpr") or "") or config.getoption("collectonly"):
-        return
-    reports = [r for key in ("passed", "failed", "error") for r in terminalreporter.stats.get(key, [])
-               if r.when == "call" or r.outcome != "passed"]
-    survived = sorted(r.nodeid for r in reports if r.outcome == "passed")
-    failed = sorted({r.nodeid for r in reports if r.outcome != "passed"})
-    terminalreporter.section("fault injection")
-    for nodeid in survived:
-        terminalreporter.line(f"survived  {nodeid}")
-    for nodeid in failed:
-        terminalreporter.line(f"FAILED    {nodeid}")
-    terminalreporter.line(f"cases run: {len(survived) + len(failed)}, survived: {len(survived)}, failed: {len(failed)}")
