@@ -17,10 +17,21 @@ description:
   - This connection makes each command write its standard output, standard error and exit status to files in
     the container's C(/tmp), reads them through the container's mount point and removes them. When the status
     file is missing the command provably did not run, and C(buildah run) is repeated (up to three times).
-  - Commands that need standard input (pipelining) and containers that cannot be mounted fall back to the
-    plain C(containers.podman.buildah) behaviour.
+  - Pipelining is on by default. A module's code travels to the container as a file next to the result files
+    and the command reads it as standard input, so a task costs one C(buildah run) instead of one each to
+    create a temporary directory, make the module executable, run it and remove it.
+  - Containers that cannot be mounted and users other than root fall back to the plain
+    C(containers.podman.buildah) behaviour.
   - The build playbooks of this collection use it for every layer.
 options:
+  pipelining:
+    description:
+      - Run modules pipelined (one C(buildah run) per task). Only this connection's setting; other connections
+        keep the global C(ANSIBLE_PIPELINING) default.
+    type: boolean
+    default: true
+    vars:
+      - name: ansible_hpc_stateless_buildah_pipelining
   remote_addr:
     description: Name or ID of the buildah working container.
     default: inventory_hostname
@@ -58,22 +69,27 @@ class Connection(PodmanBuildahConnection):
     """containers.podman.buildah with results passed through files in the container."""
 
     transport = "hpc.stateless.buildah"
-    # Results travel through files; a pipelined module would need stdin, which is the path that loses output.
-    has_pipelining = False
+    # Standard input travels through a file too (see exec_command), so pipelining is safe here.
+    has_pipelining = True
 
     @ensure_connect
     def exec_command(self, cmd, in_data=None, sudoable=False):
-        if in_data is not None or not self._mount_point or (self.user and self.user != "root"):
+        if not self._mount_point or (self.user and self.user != "root"):
             return super().exec_command(cmd, in_data=in_data, sudoable=sudoable)
         # Skip the parent's exec_command but keep the base class bookkeeping (display, become).
         super(PodmanBuildahConnection, self).exec_command(cmd, in_data=in_data, sudoable=sudoable)
         stem = f"/tmp/.hpc-stateless-exec-{uuid.uuid4().hex}"
-        paths = {part: f"{stem}.{part}" for part in ("out", "err", "rc")}
-        wrapped = (f"( {to_text(cmd, errors='surrogate_or_strict')} ) </dev/null "
+        paths = {part: f"{stem}.{part}" for part in ("in", "out", "err", "rc")}
+        stdin = paths["in"] if in_data is not None else "/dev/null"
+        wrapped = (f"( {to_text(cmd, errors='surrogate_or_strict')} ) <{stdin} "
                    f">{paths['out']} 2>{paths['err']}; echo $? >{paths['rc']}")
         host = {part: to_bytes(self._mount_point, errors="surrogate_or_strict").rstrip(b"/") + to_bytes(path)
                 for part, path in paths.items()}
         try:
+            if in_data is not None:
+                # A pipelined module's code: readable by root only, removed with the results below.
+                with open(os.open(host["in"], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as handle:
+                    handle.write(to_bytes(in_data))
             for attempt in range(1, ATTEMPTS + 1):
                 rc, stdout, stderr = self._buildah("run", ["/bin/sh", "-c", wrapped])
                 if os.path.exists(host["rc"]):

@@ -187,3 +187,34 @@ def test_buildah_connection_returns_status_and_both_streams(first_build, image_p
     finally:
         buildah("umount", name, check=False)
         buildah("rm", name, check=False)
+
+
+def test_buildah_connection_pipelines_modules_through_a_file(first_build, image_prefix):
+    """A module's code reaches the container as standard input read from a file (pipelining): no module
+    file is put into a remote temp directory, the result is the same as without pipelining, and neither
+    the input nor the result files stay in the layer."""
+    keys = {layer: next(iter(tags)) for layer, tags in by_layer(image_prefix).items()}
+    name = f"hpc-stateless-pipe-{keys['base'][:8]}"
+    buildah("from", "--pull=never", "--quiet", "--name", name, f"{image_prefix}/base:{keys['base']}")
+    try:
+        env = {**BUILDAH_ENV, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
+        runs = {}
+        for pipelining in ("true", "false"):
+            runs[pipelining] = subprocess.run(
+                [str(REPO / ".venv" / "bin" / "ansible"), "-vvv", "-i", f"{name},", "all", "-c", "hpc.stateless.buildah",
+                 "-e", f"ansible_hpc_stateless_buildah_pipelining={pipelining}",
+                 "-m", "ansible.builtin.command", "-a", "cat /etc/debian_version"],
+                cwd=REPO, env=env, capture_output=True, text=True, check=False)
+            assert runs[pipelining].returncode == 0, runs[pipelining].stdout[-3000:]
+        debian_version = Path(buildah("mount", name).strip(), "etc", "debian_version").read_text().strip()
+        for proc in runs.values():
+            assert f"rc=0 >>\n{debian_version}\n" in proc.stdout, proc.stdout[-3000:]
+        assert "Pipelining is enabled." in runs["true"].stdout
+        assert "AnsiballZ_command.py" not in runs["true"].stdout, "the module was put into the container as a file"
+        assert "PUT " in runs["false"].stdout and "AnsiballZ_command.py" in runs["false"].stdout
+        root = buildah("mount", name).strip()
+        assert not list(Path(root, "tmp").glob(".hpc-stateless-exec-*"))
+        assert not list(Path(root, "root", ".ansible", "tmp").glob("ansible-tmp-*"))
+    finally:
+        buildah("umount", name, check=False)
+        buildah("rm", name, check=False)
