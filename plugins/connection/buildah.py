@@ -16,7 +16,8 @@ description:
     so Ansible failed with "No start of json char found" or "failed to resolve remote temporary directory".
   - This connection makes each command write its standard output, standard error and exit status to files in
     the container's C(/tmp), reads them through the container's mount point and removes them. When the status
-    file is missing the command provably did not run, and C(buildah run) is repeated (up to three times).
+    file is missing and the shell never opened its output file, the command provably did not run, and
+    C(buildah run) is repeated (up to three times), whatever buildah's own exit status.
   - Pipelining is on by default. A module's code travels to the container as a file next to the result files
     and the command reads it as standard input, so a task costs one C(buildah run) instead of one each to
     create a temporary directory, make the module executable, run it and remove it.
@@ -100,14 +101,19 @@ class Connection(PodmanBuildahConnection):
                     with open(host["err"], "rb") as handle:
                         stderr = handle.read()
                     return int(status or b"1"), stdout, stderr
-                if rc != 0:
-                    return rc, stdout, stderr
+                if os.path.exists(host["out"]):
+                    # The shell opened its output, so the command may have run: never run it twice.
+                    return rc or 1, stdout, stderr
+                # Not started: buildah lost the run or failed before the shell (seen on busy hosts:
+                # "Close_Fd sealing memfd copy: Device or resource busy"). Safe to run it again.
                 display.vvv(f"buildah run exited {rc} without running {shlex.quote(to_text(cmd))} "
-                            f"(attempt {attempt}/{ATTEMPTS}); running it again", host=self._container_id)
+                            f"(attempt {attempt}/{ATTEMPTS}): {to_text(stderr).strip()}; running it again",
+                            host=self._container_id)
         finally:
             for path in host.values():
                 if os.path.lexists(path):
                     os.unlink(path)
         raise AnsibleConnectionFailure(
             f"buildah run in container {self._container_id} exited without running the command "
-            f"{ATTEMPTS} times; is the container mounted and does it have /bin/sh and /tmp?")
+            f"{ATTEMPTS} times (last: rc={rc}, {to_text(stderr).strip()!r}); is the container mounted and does "
+            f"it have /bin/sh and /tmp?")
