@@ -40,6 +40,7 @@ integration = _load_integration_helpers()
 BUILDAH_ENV = integration.BUILDAH_ENV
 TEST_INVENTORY = integration.TEST_INVENTORY
 buildah = integration.buildah
+commit_changed_image = integration.commit_changed_image
 layer_images = integration.layer_images
 our_containers = integration.our_containers
 our_mounts = integration.our_mounts

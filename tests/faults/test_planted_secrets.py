@@ -12,7 +12,7 @@ import subprocess
 import uuid
 from pathlib import Path
 
-from faults_site import FAULTS_IMAGE, buildah
+from faults_site import FAULTS_IMAGE, buildah, commit_changed_image
 from pack_support import pack_module
 
 # path in the image -> how pack's refusal must describe it
@@ -43,16 +43,8 @@ def plant(root: Path, scratch: Path) -> None:
 
 def test_pack_refuses_an_image_with_planted_secrets_and_names_each(site, tmp_path):
     ref = f"{site.prefix}/planted:secrets"
-    container = f"hpc-stateless-faults-plant-{uuid.uuid4().hex[:8]}"
-    buildah("from", "--pull=never", "--quiet", "--name", container, f"{site.prefix}/faulty:latest")
-    try:
-        plant(Path(buildah("mount", container).strip()), tmp_path)
-        buildah("umount", container)
-        buildah("commit", "--quiet", "--rm", container, ref)
-    except BaseException:
-        buildah("umount", container, check=False)
-        buildah("rm", container, check=False)
-        raise
+    commit_changed_image(f"{site.prefix}/faulty:latest", ref, lambda root: plant(Path(root), tmp_path),
+                         f"hpc-stateless-faults-plant-{uuid.uuid4().hex[:8]}")
 
     out = tmp_path / "out"
     rc, result = pack_module(image=FAULTS_IMAGE, source_image=ref, output_dir=str(out), version="v1")

@@ -40,6 +40,21 @@ def buildah(*args: str, check: bool = True) -> str:
     return proc.stdout
 
 
+def commit_changed_image(base: str, ref: str, change, name: str) -> str:
+    """Commit ``change(root)`` applied to a working container ``name`` of ``base`` as image ``ref``;
+    a failed change leaves no container or mount behind."""
+    buildah("from", "--pull=never", "--quiet", "--name", name, base)
+    try:
+        change(buildah("mount", name).strip())
+        buildah("umount", name)
+        buildah("commit", "--quiet", "--rm", name, ref)
+    except BaseException:
+        buildah("umount", name, check=False)
+        buildah("rm", name, check=False)
+        raise
+    return ref
+
+
 def layer_images(prefix: str) -> dict[str, str]:
     """``{image reference: image id}`` for every image under ``prefix``."""
     found = {}

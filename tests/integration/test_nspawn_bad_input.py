@@ -14,7 +14,7 @@ import uuid
 
 import pytest
 
-from conftest import BUILDAH_ENV, REPO, buildah
+from conftest import BUILDAH_ENV, REPO, buildah, commit_changed_image
 from nspawn_support import TEST_PREFIX, build_test_layers, leftovers, new_runtime_dir, remove_runtime_dir, wait_clean
 
 HANG_UNIT = """[Unit]
@@ -32,18 +32,8 @@ BROKEN_INIT = "#!/bin/sh\necho 'this init gives up at once' >&2\nexit 3\n"
 
 def make_image(base: str, name: str, change) -> str:
     """Commit ``change(root)`` applied to a working container of ``base`` as a test image."""
-    container = f"hpc-nspawn-test-{name}-{uuid.uuid4().hex[:6]}"
-    ref = f"{TEST_PREFIX}/bad-{name}:latest"
-    buildah("from", "--pull=never", "--quiet", "--name", container, base)
-    try:
-        change(buildah("mount", container).strip())
-        buildah("umount", container)
-        buildah("commit", "--quiet", "--rm", container, ref)
-    except BaseException:
-        buildah("umount", container, check=False)
-        buildah("rm", container, check=False)
-        raise
-    return ref
+    return commit_changed_image(base, f"{TEST_PREFIX}/bad-{name}:latest", change,
+                                f"hpc-nspawn-test-{name}-{uuid.uuid4().hex[:6]}")
 
 
 def without_systemd(root: str) -> None:
