@@ -38,14 +38,14 @@ import comparisons
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / ".collections"))
 
-from ansible_collections.hpc.stateless.plugins.module_utils.bootconfig import (  # noqa: E402
+from ansible_collections.hpc.stateless.plugins.module_utils.deploy.bootconfig import (  # noqa: E402
     BootOptions,
     image_boot,
     parse_nodes,
     plan_files,
     render,
 )
-from ansible_collections.hpc.stateless.plugins.module_utils.bootlink import apply_state  # noqa: E402
+from ansible_collections.hpc.stateless.plugins.module_utils.deploy.bootlink import apply_state  # noqa: E402
 
 GOAL_SECONDS = 2.0
 WORK = REPO / "build" / "bench-deploy"

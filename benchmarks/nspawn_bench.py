@@ -39,7 +39,7 @@ import comparisons
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / ".collections"))
 
-from ansible_collections.hpc.stateless.plugins.module_utils import _nspawn  # noqa: E402
+from ansible_collections.hpc.stateless.plugins.module_utils.verify import nspawn as _nspawn  # noqa: E402
 
 BOOT_GOAL_SECONDS = 10.0
 TASKS = 50

@@ -20,13 +20,13 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible.vars.manager import VariableManager
 
-from ansible_collections.hpc.stateless.plugins.module_utils._buildah import (
+from ansible_collections.hpc.stateless.plugins.module_utils.build.buildah import (
     DEFAULT_IMAGE_PREFIX,
     container_name,
     image_ref,
 )
 from ansible_collections.hpc.stateless.plugins.module_utils._git import GitError, GitRepository, GitRevisionReader
-from ansible_collections.hpc.stateless.plugins.module_utils.change_plan import (
+from ansible_collections.hpc.stateless.plugins.module_utils.layers.change_plan import (
     DEFAULT_BUILD_PLAYBOOKS,
     PLAYBOOK_CHANGE_MODES,
     VARIABLE_CHANGE_MODES,
@@ -38,8 +38,8 @@ from ansible_collections.hpc.stateless.plugins.module_utils.change_plan import (
     render_dot,
     render_table,
 )
-from ansible_collections.hpc.stateless.plugins.module_utils.content_key import RoleIndex, compute_keys, layer_key
-from ansible_collections.hpc.stateless.plugins.module_utils.layer_graph import LayerGraph, LayerSpecError
+from ansible_collections.hpc.stateless.plugins.module_utils.layers.content_key import RoleIndex, compute_keys, layer_key
+from ansible_collections.hpc.stateless.plugins.module_utils.layers.graph import LayerGraph, LayerSpecError
 
 # ansible_collections/hpc/stateless/plugins/action/plan.py -> the dir holding ansible_collections
 _OWN_COLLECTIONS_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), *[os.pardir] * 5))
@@ -145,7 +145,7 @@ class ActionModule(ActionBase):
 
     def _changes(self, args: dict[str, Any], graph: LayerGraph, keys: dict[str, Any],
                  role_index: RoleIndex, task_vars: dict[str, Any]) -> dict[str, Any]:
-        """Map changed files to the layers to rebuild (plugins/module_utils/change_plan.py)."""
+        """Map changed files to the layers to rebuild (plugins/module_utils/layers/change_plan.py)."""
         sources = [os.path.realpath(s) for s in task_vars.get("ansible_inventory_sources") or []
                    if isinstance(s, str) and os.path.exists(s)]
         start = args["repo"] or (os.path.dirname(sources[0]) if sources and os.path.isfile(sources[0])

@@ -261,7 +261,7 @@ from ansible.module_utils.common.text.converters import to_bytes, to_native, to_
 from ansible.plugins.connection import BUFSIZE, ConnectionBase
 from ansible.utils.display import Display
 
-from ansible_collections.hpc.stateless.plugins.module_utils._nspawn import (
+from ansible_collections.hpc.stateless.plugins.module_utils.verify.nspawn import (
     NspawnError,
     Session,
     SessionSpec,

@@ -194,8 +194,8 @@ images:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.hpc.stateless.plugins.module_utils.bootconfig import render
-from ansible_collections.hpc.stateless.plugins.module_utils.bootlink import BootlinkError
+from ansible_collections.hpc.stateless.plugins.module_utils.deploy.bootconfig import render
+from ansible_collections.hpc.stateless.plugins.module_utils.deploy.bootlink import BootlinkError
 
 
 def main() -> None:

@@ -167,7 +167,7 @@ versions:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.hpc.stateless.plugins.module_utils.bootlink import (
+from ansible_collections.hpc.stateless.plugins.module_utils.deploy.bootlink import (
     FORMATS,
     STATES,
     BootlinkError,

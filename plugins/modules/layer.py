@@ -168,8 +168,8 @@ removed:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.hpc.stateless.plugins.module_utils._buildah import Buildah, BuildahError
-from ansible_collections.hpc.stateless.plugins.module_utils.layer_build import (
+from ansible_collections.hpc.stateless.plugins.module_utils.build.buildah import Buildah, BuildahError
+from ansible_collections.hpc.stateless.plugins.module_utils.build.layer import (
     DEFAULT_PACKAGE_CACHES,
     LayerBuilder,
     layer_labels,

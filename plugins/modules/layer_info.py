@@ -86,7 +86,7 @@ containers:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.hpc.stateless.plugins.module_utils._buildah import LABEL_PREFIX, Buildah, BuildahError
+from ansible_collections.hpc.stateless.plugins.module_utils.build.buildah import LABEL_PREFIX, Buildah, BuildahError
 
 
 def main() -> None:

@@ -109,8 +109,8 @@ present:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.hpc.stateless.plugins.module_utils._buildah import Buildah, BuildahError
-from ansible_collections.hpc.stateless.plugins.module_utils.layer_transfer import LayerTransfer, TransferError
+from ansible_collections.hpc.stateless.plugins.module_utils.build.buildah import Buildah, BuildahError
+from ansible_collections.hpc.stateless.plugins.module_utils.build.registry import LayerTransfer, TransferError
 
 
 def main() -> None:

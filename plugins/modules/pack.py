@@ -261,8 +261,8 @@ allowed_secrets:
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.formatters import human_to_bytes
 
-from ansible_collections.hpc.stateless.plugins.module_utils._buildah import Buildah
-from ansible_collections.hpc.stateless.plugins.module_utils.pack_run import FORMATS, Packer, PackError, PackRequest
+from ansible_collections.hpc.stateless.plugins.module_utils.build.buildah import Buildah
+from ansible_collections.hpc.stateless.plugins.module_utils.pack.run import FORMATS, Packer, PackError, PackRequest
 
 
 def main() -> None:

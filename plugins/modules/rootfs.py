@@ -200,7 +200,7 @@ import tempfile
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.hpc.stateless.plugins.module_utils.rootfs_bootstrap import (
+from ansible_collections.hpc.stateless.plugins.module_utils.build.bootstrap import (
     DISTRO_FAMILIES,
     RECORD_RELPATH,
     BootstrapSpec,

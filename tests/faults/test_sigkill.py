@@ -14,8 +14,8 @@ import subprocess
 import uuid
 from pathlib import Path
 
-from ansible_collections.hpc.stateless.plugins.module_utils._buildah import container_stem
-from ansible_collections.hpc.stateless.plugins.module_utils.layer_build import commit_tmpdir
+from ansible_collections.hpc.stateless.plugins.module_utils.build.buildah import container_stem
+from ansible_collections.hpc.stateless.plugins.module_utils.build.layer import commit_tmpdir
 from faults_site import (
     FAULTS_IMAGE,
     REPO,

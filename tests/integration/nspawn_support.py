@@ -22,7 +22,7 @@ from ansible import constants as C
 from ansible.playbook.play_context import PlayContext
 
 from ansible_collections.hpc.stateless.plugins.connection import nspawn as nspawn_plugin
-from ansible_collections.hpc.stateless.plugins.module_utils import _nspawn
+from ansible_collections.hpc.stateless.plugins.module_utils.verify import nspawn as _nspawn
 from conftest import REPO, buildah, run_site
 
 TEST_PREFIX = "localhost/hpc-stateless-nspawn-test"

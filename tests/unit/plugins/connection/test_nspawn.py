@@ -15,8 +15,8 @@ from ansible import constants as C
 from ansible.playbook.play_context import PlayContext
 
 from ansible_collections.hpc.stateless.plugins.connection import nspawn as nspawn_plugin
-from ansible_collections.hpc.stateless.plugins.module_utils import _nspawn as n
-from ansible_collections.hpc.stateless.plugins.module_utils._nspawn import NspawnError, SessionSpec
+from ansible_collections.hpc.stateless.plugins.module_utils.verify import nspawn as n
+from ansible_collections.hpc.stateless.plugins.module_utils.verify.nspawn import NspawnError, SessionSpec
 
 # ---------------------------------------------------------------- command lines (table driven)
 COMMAND_LINES = [

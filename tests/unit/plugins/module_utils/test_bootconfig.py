@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from bootlink_fixtures import make_pack, tree_snapshot
 
-from ansible_collections.hpc.stateless.plugins.module_utils.bootconfig import (
+from ansible_collections.hpc.stateless.plugins.module_utils.deploy.bootconfig import (
     STATE_FILE,
     BootConfigError,
     merge_args,
@@ -18,7 +18,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils.bootconfig import (
     render,
     unified,
 )
-from ansible_collections.hpc.stateless.plugins.module_utils.bootlink import apply_state
+from ansible_collections.hpc.stateless.plugins.module_utils.deploy.bootlink import apply_state
 
 IMAGES = {"compute": {"layer": "slurm", "formats": ["cpio.zst"], "kernel_args": "console=ttyS0 quiet"},
           "login": {"layer": "login", "formats": ["cpio.gz"], "kernel_args": ["ip=none", "audit=0"]}}

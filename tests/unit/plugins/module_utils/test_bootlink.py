@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from bootlink_fixtures import make_pack, tree_snapshot
 
-from ansible_collections.hpc.stateless.plugins.module_utils.bootlink import (
+from ansible_collections.hpc.stateless.plugins.module_utils.deploy.bootlink import (
     LOCK_NAME,
     BootlinkError,
     BootTree,

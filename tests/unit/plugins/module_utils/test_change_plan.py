@@ -26,7 +26,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils._git import (
     GitRepository,
     GitRevisionReader,
 )
-from ansible_collections.hpc.stateless.plugins.module_utils.change_plan import (
+from ansible_collections.hpc.stateless.plugins.module_utils.layers.change_plan import (
     ChangePlanError,
     DictReader,
     LayerFacts,
@@ -40,8 +40,8 @@ from ansible_collections.hpc.stateless.plugins.module_utils.change_plan import (
     render_table,
     vars_file_scope,
 )
-from ansible_collections.hpc.stateless.plugins.module_utils.content_key import RoleIndex, compute_keys
-from ansible_collections.hpc.stateless.plugins.module_utils.layer_graph import LayerGraph, LayerSpecError
+from ansible_collections.hpc.stateless.plugins.module_utils.layers.content_key import RoleIndex, compute_keys
+from ansible_collections.hpc.stateless.plugins.module_utils.layers.graph import LayerGraph, LayerSpecError
 
 # --------------------------------------------------------------------------- a small site repository
 #

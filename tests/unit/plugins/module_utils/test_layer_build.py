@@ -11,14 +11,14 @@ import re
 
 import pytest
 
-from ansible_collections.hpc.stateless.plugins.module_utils._buildah import (
+from ansible_collections.hpc.stateless.plugins.module_utils.build.buildah import (
     Buildah,
     BuildahError,
     container_name,
     container_stem,
     image_ref,
 )
-from ansible_collections.hpc.stateless.plugins.module_utils.layer_build import (
+from ansible_collections.hpc.stateless.plugins.module_utils.build.layer import (
     LayerBuilder,
     commit_tmpdir,
     layer_labels,

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from ansible_collections.hpc.stateless.plugins.module_utils import pack_manifest as pm
+from ansible_collections.hpc.stateless.plugins.module_utils.artifact import manifest as pm
 
 DPKG_STATUS = """Package: bash
 Status: install ok installed

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 
-from ansible_collections.hpc.stateless.plugins.module_utils.pack_run import Packer, PackRequest
+from ansible_collections.hpc.stateless.plugins.module_utils.pack.run import Packer, PackRequest
 
 
 def dead_pid() -> int:

@@ -27,7 +27,7 @@ import stat
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
-from ansible_collections.hpc.stateless.plugins.module_utils.pack_newc import MAX_FILE_SIZE, NewcWriter
+from ansible_collections.hpc.stateless.plugins.module_utils.pack.newc import MAX_FILE_SIZE, NewcWriter
 
 # Runtime trees and caches that never belong in a node image. The directories stay (empty):
 # systemd mounts over /proc, /sys, /run, /tmp; apt and dnf recreate their caches.

@@ -36,7 +36,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ansible_collections.hpc.stateless.plugins.module_utils.bootlink import (
+from ansible_collections.hpc.stateless.plugins.module_utils.deploy.bootlink import (
     CPIO_FORMATS,
     IMAGES_DIR,
     INITRD_LINK,

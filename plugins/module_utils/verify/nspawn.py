@@ -14,7 +14,7 @@ A *session* is one container root used by one inventory host during one
 Ansible opens and closes a connection for every task, so whatever must outlive a task
 (a booted container, a buildah working container of an image, the overlay that keeps a
 directory root untouched) is owned by a small *supervisor* process: this file run as
-``python -m ansible_collections.hpc.stateless.plugins.module_utils._nspawn supervise
+``python -m ansible_collections.hpc.stateless.plugins.module_utils.verify.nspawn supervise
 <session dir>``. The supervisor prepares the root, boots, writes ``state.json`` and
 tears everything down when it is asked to stop (SIGTERM), when the process that owns
 the session (the ``ansible-playbook`` run) exits, or when the container stops by
@@ -42,7 +42,7 @@ import threading
 import time
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
-from ansible_collections.hpc.stateless.plugins.module_utils._buildah import Buildah, BuildahError
+from ansible_collections.hpc.stateless.plugins.module_utils.build.buildah import Buildah, BuildahError
 
 # systemd-nspawn -b executes the first of these that exists; /sbin/init alone may be
 # sysvinit or busybox, which nspawn would start but which never reports readiness.
@@ -54,10 +54,10 @@ CONTAINER_PREFIX = "hpc-nspawn-"
 NETWORK_HOST = "host"
 NETWORK_PRIVATE = "private"
 CONTAINER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-MODULE_NAME = "ansible_collections.hpc.stateless.plugins.module_utils._nspawn"
+MODULE_NAME = "ansible_collections.hpc.stateless.plugins.module_utils.verify.nspawn"
 
-# ansible_collections/hpc/stateless/plugins/module_utils/_nspawn.py -> the dir holding ansible_collections
-COLLECTIONS_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), *[os.pardir] * 5))
+# ansible_collections/hpc/stateless/plugins/module_utils/verify/nspawn.py -> the dir holding ansible_collections
+COLLECTIONS_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), *[os.pardir] * 6))
 
 # systemd-nspawn tries to remove its propagation directory on exit and refuses when /run
 # is not a tmpfs (hosts without systemd); the message is noise in every command's stderr.

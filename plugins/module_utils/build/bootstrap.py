@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from ansible_collections.hpc.stateless.plugins.module_utils.layer_graph import SUPPORTED_DISTROS
+from ansible_collections.hpc.stateless.plugins.module_utils.layers.graph import SUPPORTED_DISTROS
 
 # distro -> tool family; the single source is layer_graph.SUPPORTED_DISTROS.
 DISTRO_FAMILIES: dict[str, str] = SUPPORTED_DISTROS

@@ -34,7 +34,7 @@ except ImportError as _exc:  # reported by the calling module with missing_requi
 else:
     CONTENT_KEY_IMPORT_ERROR = None
 
-from ansible_collections.hpc.stateless.plugins.module_utils.layer_graph import (
+from ansible_collections.hpc.stateless.plugins.module_utils.layers.graph import (
     LAYERS_VAR,
     LayerGraph,
     LayerSpecError,

@@ -41,12 +41,12 @@ try:
 except ImportError:  # reported by the calling plugin
     yaml = None
 
-from ansible_collections.hpc.stateless.plugins.module_utils.content_key import (
+from ansible_collections.hpc.stateless.plugins.module_utils.layers.content_key import (
     _excluded_from_digest,
     _TolerantLoader,
     canonical_value,
 )
-from ansible_collections.hpc.stateless.plugins.module_utils.layer_graph import (
+from ansible_collections.hpc.stateless.plugins.module_utils.layers.graph import (
     IMAGES_VAR,
     LAYERS_VAR,
     LayerGraph,

@@ -30,15 +30,15 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from ansible_collections.hpc.stateless.plugins.module_utils import pack_manifest as pm
-from ansible_collections.hpc.stateless.plugins.module_utils._buildah import Buildah, BuildahError
-from ansible_collections.hpc.stateless.plugins.module_utils._compress import (
+from ansible_collections.hpc.stateless.plugins.module_utils.artifact import manifest as pm
+from ansible_collections.hpc.stateless.plugins.module_utils.build.buildah import Buildah, BuildahError
+from ansible_collections.hpc.stateless.plugins.module_utils.pack.compress import (
     COMPRESSORS,
     CompressError,
     CompressorProcess,
     compressor_argv,
 )
-from ansible_collections.hpc.stateless.plugins.module_utils._squashfs import (
+from ansible_collections.hpc.stateless.plugins.module_utils.pack.squashfs import (
     SQUASHFS_COMPRESSION,
     SquashfsError,
     exclude_lines,
@@ -46,7 +46,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils._squashfs import (
     pseudo_definitions,
     run_mksquashfs,
 )
-from ansible_collections.hpc.stateless.plugins.module_utils.pack_kernel import (
+from ansible_collections.hpc.stateless.plugins.module_utils.pack.kernel import (
     DRACUT_KERNEL_ARGS,
     LIVE_BOOT_KERNEL_ARGS,
     Kernel,
@@ -57,8 +57,8 @@ from ansible_collections.hpc.stateless.plugins.module_utils.pack_kernel import (
     image_initrd,
     squashfs_boot_method,
 )
-from ansible_collections.hpc.stateless.plugins.module_utils.pack_newc import MAX_FILE_SIZE, NewcError
-from ansible_collections.hpc.stateless.plugins.module_utils.pack_tree import (
+from ansible_collections.hpc.stateless.plugins.module_utils.pack.newc import MAX_FILE_SIZE, NewcError
+from ansible_collections.hpc.stateless.plugins.module_utils.pack.tree import (
     DEFAULT_EXCLUDES,
     ExcludeRules,
     Overlay,

@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ansible_collections.hpc.stateless.plugins.module_utils._buildah import (
+from ansible_collections.hpc.stateless.plugins.module_utils.build.buildah import (
     LABEL_PREFIX,
     Buildah,
     BuildahError,

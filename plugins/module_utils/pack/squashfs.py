@@ -19,7 +19,7 @@ import shlex
 import stat
 from typing import Any, Callable
 
-from ansible_collections.hpc.stateless.plugins.module_utils.pack_tree import OverlayFile
+from ansible_collections.hpc.stateless.plugins.module_utils.pack.tree import OverlayFile
 
 # compression -> (default level, lowest, highest, option name)
 SQUASHFS_COMPRESSION: dict[str, tuple[int, int, int]] = {
