@@ -8,7 +8,7 @@ private image prefix, so the figures compare like with like and nothing of the u
 is touched. Host package caches (/var/cache/hpc-stateless) stay warm, as on a build host
 that has built before; the report says so.
 
-Goals (issue 3): no-op re-run <= 15 s with zero layers built; leaf-role rebuild <= 20 % of
+Goals: no-op re-run <= 15 s with zero layers built; leaf-role rebuild <= 20 % of
 the full build.
 
     python benchmarks/build_bench.py [--inventory DIR] [--noop-runs N] [--output FILE]

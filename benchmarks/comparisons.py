@@ -31,7 +31,7 @@ from typing import Any, Callable, Iterable, Optional
 BUDGET = "budget"
 RATIO = "ratio"
 REPORTED = "reported"
-# Issue 4: the ansible backend costs ~6 s per check (a 100-check suite ~600 s); goal <= 30 s: 20x.
+# testinfra's ansible backend costs ~6 s per check (a 100-check suite ~600 s); the suite must take <= 30 s: 20x.
 COMPLIANCE_GOAL_SPEEDUP = 600.0 / 30.0
 
 
@@ -98,7 +98,7 @@ def _compliance(data: dict[str, Any]) -> list[dict[str, Any]]:
     return [comparison(
         f"{checks}-check testinfra suite against one image",
         base["label"], base["suite_seconds"], fast["label"], fast["suite_seconds"],
-        f">= {COMPLIANCE_GOAL_SPEEDUP:g}x (issue 4: ~600 s -> <= {data.get('goal_seconds', 30):g} s), same verdicts",
+        f">= {COMPLIANCE_GOAL_SPEEDUP:g}x (~600 s -> <= {data.get('goal_seconds', 30):g} s), same verdicts",
         COMPLIANCE_GOAL_SPEEDUP, a_samples=base["runs"], b_samples=fast["runs"],
         also={"same verdict on every check": not data.get("verdict_mismatches")},
         note=f"fast path {fast['suite_seconds']:g} s for {checks} checks{extrapolated}")]
@@ -116,7 +116,7 @@ def _nspawn(data: dict[str, Any]) -> list[dict[str, Any]]:
             rows.append(comparison(
                 f"per-task cost, same 50 tasks ({label.split()[-1]} mode)",
                 "containers.podman.buildah", buildah["median_per_task_seconds"],
-                label, per_task[side]["median_per_task_seconds"], "reported side by side (issue 5)", None,
+                label, per_task[side]["median_per_task_seconds"], "reported side by side", None,
                 a_samples=buildah["per_task_seconds"], b_samples=per_task[side]["per_task_seconds"]))
     return rows
 
@@ -159,7 +159,7 @@ def _deploy(data: dict[str, Any]) -> list[dict[str, Any]]:
                    a_samples=samples.get("naive_write_all"), b_samples=samples.get("one_node_changed")),
         comparison(f"publish + switch of {mib:g} MiB", "cp",
                    publish["cp_seconds"], "bootlink publish (fsync, sha256 verified) + switch",
-                   publish["bootlink_publish_switch_seconds"], "reported: MB/s against cp (issue 7)", None,
+                   publish["bootlink_publish_switch_seconds"], "reported: MB/s against cp", None,
                    a_samples=publish.get("samples", {}).get("cp"), b_samples=publish.get("samples", {}).get("bootlink"),
                    note=f"{publish['bootlink_mib_per_s']:g} MiB/s vs cp {publish['cp_mib_per_s']:g} MiB/s"),
         comparison(f"publish + switch of {mib:g} MiB, cp made durable", "cp + sync -f",

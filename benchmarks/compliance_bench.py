@@ -10,7 +10,7 @@
             Molecule scenarios use, molecule/conftest.py): every command is ``chroot <root> sh -c``.
 
 Both sides run the same checks, in one invocation, against the same working container, and must
-reach the same verdict on every check (the benchmark fails otherwise). Goal (issue 4): the
+reach the same verdict on every check (the benchmark fails otherwise). Goal: the
 100-check suite in <= 30 s on the fast path.
 
     python benchmarks/compliance_bench.py [--image REF] [--fast-runs N] [--ansible-runs N]

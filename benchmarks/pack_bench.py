@@ -14,7 +14,7 @@ working container, page cache warmed first), each pair alternated run by run:
 preflight walk, the stream, the kernel copy, checksums, manifest and the atomic rename
 included. Peak memory is the largest single process of the command tree (``wait4`` rusage).
 
-Goals (issue 6): cpio.zst >= 8x faster than seed and no larger; cpio.gz >= 2x faster;
+Goals: cpio.zst >= 8x faster than seed and no larger; cpio.gz >= 2x faster;
 squashfs >= 10x faster than mksquashfs defaults; peak memory of pack < 200 MB.
 
     python benchmarks/pack_bench.py [--image REF | --tree DIR] [--runs N] [--output FILE]

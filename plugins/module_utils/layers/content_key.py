@@ -87,7 +87,7 @@ class RoleNotFoundError(RoleError):
 # --------------------------------------------------------------------------- YAML
 
 
-# libyaml's parser when PyYAML has it: planning reads every role's YAML files (issue 8 benchmark).
+# libyaml's parser when PyYAML has it: planning reads every role's YAML files (500 layers must plan in seconds).
 _SAFE_LOADER = (getattr(yaml, "CSafeLoader", None) or yaml.SafeLoader) if yaml else object
 
 
