@@ -26,20 +26,18 @@ from ansible_collections.hpc.stateless.plugins.module_utils.build.buildah import
     image_ref,
 )
 from ansible_collections.hpc.stateless.plugins.module_utils._git import GitError, GitRepository, GitRevisionReader
+from ansible_collections.hpc.stateless.plugins.module_utils.ci.gitlab import gitlab_pipeline, pipeline_yaml
 from ansible_collections.hpc.stateless.plugins.module_utils.layers.change_plan import (
     DEFAULT_BUILD_PLAYBOOKS,
     PLAYBOOK_CHANGE_MODES,
     VARIABLE_CHANGE_MODES,
-    gitlab_pipeline,
     layer_facts,
     normalise_changed_files,
-    pipeline_yaml,
     plan_changes,
-    render_dot,
-    render_table,
 )
 from ansible_collections.hpc.stateless.plugins.module_utils.layers.content_key import RoleIndex, compute_keys, layer_key
 from ansible_collections.hpc.stateless.plugins.module_utils.layers.graph import LayerGraph, LayerSpecError
+from ansible_collections.hpc.stateless.plugins.module_utils.layers.render import render_dot, render_table
 
 # ansible_collections/hpc/stateless/plugins/action/plan.py -> the dir holding ansible_collections
 _OWN_COLLECTIONS_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), *[os.pardir] * 5))

@@ -23,7 +23,9 @@ list of changed files, decide per layer whether it must be rebuilt and why:
 * a rebuilt layer rebuilds every layer below it.
 
 Pure Python: file contents come through a :class:`RevisionReader` (git in production,
-a dict in tests and benchmarks).
+a dict in tests and benchmarks). Inventory files are read by ``layers/scope.py``; the plan
+is shown by ``layers/render.py`` (table, DOT) and turned into a GitLab CI pipeline by
+``ci/gitlab.py``.
 """
 
 from __future__ import annotations
@@ -32,25 +34,25 @@ import dataclasses
 import json
 import os
 import posixpath
-import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
-try:
-    import yaml
-except ImportError:  # reported by the calling plugin
-    yaml = None
-
 from ansible_collections.hpc.stateless.plugins.module_utils.layers.content_key import (
     _excluded_from_digest,
-    _TolerantLoader,
     canonical_value,
 )
 from ansible_collections.hpc.stateless.plugins.module_utils.layers.graph import (
     IMAGES_VAR,
     LAYERS_VAR,
     LayerGraph,
-    LayerSpecError,
+)
+from ansible_collections.hpc.stateless.plugins.module_utils.layers.scope import (
+    ChangePlanError,
+    files_by_scope,
+    inventory_source_scopes,
+    is_yaml_inventory,
+    load_vars_file,
+    vars_file_scope,
 )
 
 REBUILD = "rebuild"
@@ -65,15 +67,8 @@ DEFAULT_BUILD_PLAYBOOKS = ("playbooks/build.yml", "playbooks/layer.yml", "playbo
 #: Group every layer build host is in (playbooks/build.yml adds it).
 LAYER_HOSTS_GROUP = "hpc_stateless_layers"
 
-_VARS_DIRS = ("group_vars", "host_vars")
-_VARS_SUFFIXES = ("", ".yml", ".yaml", ".json")
-_YAML_INVENTORY_SUFFIXES = (".yml", ".yaml", ".json")
 # Keys of a layer spec that never reach its content key.
 _UNKEYED_SPEC_KEYS = ("vars", "description")
-
-
-class ChangePlanError(LayerSpecError):
-    """Bad input to the change planner; ``path`` names the file or revision at fault."""
 
 
 # --------------------------------------------------------------------------- inputs
@@ -277,17 +272,7 @@ class ChangePlan:
         return json.dumps(self.as_dict(), indent=2, sort_keys=True) + "\n"
 
 
-# --------------------------------------------------------------------------- YAML
-
-
-def _parse_yaml(text: str, path: str, revision: str) -> Any:
-    try:
-        return yaml.load(text, Loader=_TolerantLoader)  # noqa: S506 - SafeLoader subclass, as the content keys read
-    except yaml.YAMLError as exc:
-        raise ChangePlanError(
-            f"{path} at {revision}", f"cannot parse YAML: {exc}; fix the file in that revision or "
-            "compare against another one"
-        ) from None
+# --------------------------------------------------------------------------- value comparison
 
 
 def _comparable(value: Any) -> Any:
@@ -303,88 +288,6 @@ def _comparable(value: Any) -> Any:
 
 def _same(first: Any, second: Any) -> bool:
     return canonical_value(_comparable(first)) == canonical_value(_comparable(second))
-
-
-# --------------------------------------------------------------------------- variable scopes
-
-
-def vars_file_scope(path: str) -> tuple[str, str, str] | None:
-    """``(vars dir, "group"|"host", name)`` for a file Ansible loads as group/host variables."""
-    parts = path.split("/")
-    for index, part in enumerate(parts[:-1]):
-        if part in _VARS_DIRS:
-            rest = parts[index + 1:]
-            if len(rest) == 1:
-                stem, suffix = posixpath.splitext(rest[0])
-                if suffix not in _VARS_SUFFIXES or rest[0].startswith("."):
-                    return None
-                name = stem
-            else:
-                name = rest[0]
-                if posixpath.splitext(rest[-1])[1] not in _VARS_SUFFIXES or rest[-1].startswith("."):
-                    return None
-            return "/".join(parts[:index + 1]), part[: -len("_vars")], name
-    return None
-
-
-def _files_by_scope(files: Iterable[str], vars_dir: str) -> dict[str, list[str]]:
-    """Files below ``vars_dir`` per group/host name, in Ansible's load order:
-    ``name.yml`` (and the other suffixes) first, then the files of ``name/``, sorted."""
-    direct: dict[str, list[str]] = {}
-    nested: dict[str, list[str]] = {}
-    cut = len(vars_dir) + 1
-    for path in files:
-        rest = path[cut:]
-        head, sep, tail = rest.partition("/")
-        if not sep:
-            stem, suffix = posixpath.splitext(rest)
-            if suffix in _VARS_SUFFIXES and not rest.startswith("."):
-                direct.setdefault(stem, []).append(path)
-        elif posixpath.splitext(tail)[1] in _VARS_SUFFIXES and not posixpath.basename(tail).startswith("."):
-            nested.setdefault(head, []).append(path)
-    order = {suffix: index for index, suffix in enumerate(_VARS_SUFFIXES)}
-    return {
-        name: sorted(direct.get(name, []), key=lambda p: order[posixpath.splitext(p)[1]])
-        + sorted(nested.get(name, []))
-        for name in set(direct) | set(nested)
-    }
-
-
-def _load_vars_file(text: str, path: str, revision: str) -> dict[str, Any]:
-    data = _parse_yaml(text, path, revision)
-    if data is None:
-        return {}
-    if not isinstance(data, Mapping):
-        raise ChangePlanError(
-            f"{path} at {revision}", "expected a mapping of variable names to values"
-        )
-    return dict(data)
-
-
-def _yaml_inventory_scopes(data: Any, path: str, revision: str) -> tuple[dict[tuple[str, str], dict], dict]:
-    """Variables per ``("group"|"host", name)`` and groups per host of a YAML inventory."""
-    scopes: dict[tuple[str, str], dict[str, Any]] = {}
-    members: dict[str, set[str]] = {}
-    if data is None:
-        return scopes, members
-    if not isinstance(data, Mapping):
-        raise ChangePlanError(f"{path} at {revision}", "expected a YAML inventory (a mapping of groups)")
-
-    def walk(group: str, body: Any, parents: tuple[str, ...]) -> None:
-        if body is None:
-            return
-        if not isinstance(body, Mapping):
-            raise ChangePlanError(f"{path} at {revision}", f"group {group!r} is not a mapping")
-        scopes.setdefault(("group", group), {}).update(body.get("vars") or {})
-        for host, host_vars in (body.get("hosts") or {}).items():
-            scopes.setdefault(("host", str(host)), {}).update(host_vars or {})
-            members.setdefault(str(host), set()).update({group, *parents})
-        for child, child_body in (body.get("children") or {}).items():
-            walk(str(child), child_body, (*parents, group))
-
-    for group, body in data.items():
-        walk(str(group), body, ())
-    return scopes, members
 
 
 # --------------------------------------------------------------------------- planner
@@ -499,19 +402,19 @@ class _Planner:
         """Variables of one group/host, its files merged in load order (later files win)."""
         if (which, vars_dir) not in self._listings:
             files = self.reader.base_files(vars_dir) if which == "base" else self.reader.head_files(vars_dir)
-            self._listings[(which, vars_dir)] = _files_by_scope(files, vars_dir)
+            self._listings[(which, vars_dir)] = files_by_scope(files, vars_dir)
         merged: dict[str, Any] = {}
         for path in self._listings[(which, vars_dir)].get(name, []):
             text = self._text(which, path)
             if text is not None:
-                merged.update(_load_vars_file(text, path, self._label(which)))
+                merged.update(load_vars_file(text, path, self._label(which)))
         return merged
 
     def _inventory_source_values(self, which: str, path: str) -> tuple[dict, dict]:
         text = self._text(which, path)
         if text is None:
             return {}, {}
-        return _yaml_inventory_scopes(_parse_yaml(text, path, self._label(which)), path, self._label(which))
+        return inventory_source_scopes(text, path, self._label(which))
 
     def _changed_names(self, base: Mapping[str, Any], head: Mapping[str, Any]) -> set[str]:
         if self.variable_changes == "files" or not self.has_base:
@@ -561,7 +464,7 @@ class _Planner:
                 by_path[other].detail = f"see {paths[0]}"
         for path in sorted(p for p in by_path if p in self.inventory_sources):
             change = by_path[path]
-            if posixpath.splitext(path)[1] not in _YAML_INVENTORY_SUFFIXES:
+            if not is_yaml_inventory(path):
                 for layer in self.order:
                     self._hit(layer, f"inventory source {path} changed (not YAML: cannot compare values)")
                 change.layers = list(self.order)
@@ -721,165 +624,3 @@ def plan_changes(
     planner = _Planner(graph, facts, reader, variable_changes, playbook_changes, build_playbooks,
                        inventory_sources)
     return planner.decide(sorted(set(changed_files)), image_types)
-
-
-# --------------------------------------------------------------------------- renderings
-
-
-def render_table(plan: ChangePlan) -> str:
-    """Human table: layer (indented below its parent), image types, rebuild/reuse, why."""
-    rows = [("LAYER", "IMAGE TYPES", "ACTION", "WHY")]
-    children: dict[str | None, list[str]] = {}
-    for name, decision in plan.layers.items():
-        children.setdefault(decision.parent, []).append(name)
-    tree: list[str] = []
-    pending = sorted(children.get(None, []), reverse=True)
-    while pending:  # depth first, so the indentation reads as the DAG
-        name = pending.pop()
-        tree.append(name)
-        pending.extend(sorted(children.get(name, []), reverse=True))
-    for name in tree:
-        decision = plan.layers[name]
-        rows.append(("  " * decision.depth + name, ",".join(decision.images) or "-", decision.action, decision.why))
-    widths = [max(len(r[i]) for r in rows) for i in range(3)]
-    lines = [f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]:<{widths[2]}}  {r[3]}".rstrip() for r in rows]
-    summary = (f"{len(plan.rebuild)} of {len(plan.layers)} layers rebuild"
-               + (f" (compared with {plan.base})" if plan.base else "")
-               + (": " + " -> ".join(plan.rebuild) if plan.rebuild else ""))
-    starts = [f"{i}: from {p['start']}" for i, p in plan.images.items() if p["start"] and p["selected"]]
-    if starts:
-        summary += "\nimage types affected: " + "; ".join(starts)
-    return "\n".join(lines) + "\n" + summary + "\n"
-
-
-def _dot_id(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
-
-
-def render_dot(plan: ChangePlan, title: str = "hpc.stateless layer plan") -> str:
-    """Graphviz DOT of the DAG: rebuilt layers are filled boxes, reused layers dotted ovals,
-    images are folders linked from the layer they are packed from (bold when affected)."""
-    lines = [
-        "digraph hpc_stateless_plan {",
-        f"  label={_dot_id(title + (' vs ' + plan.base if plan.base else ''))};",
-        "  labelloc=t; rankdir=TB; fontname=Helvetica;",
-        "  node [fontname=Helvetica]; edge [fontname=Helvetica];",
-    ]
-    for name, decision in plan.layers.items():
-        label = name + ("\nrebuild" if decision.action == REBUILD else "")
-        if decision.action == REBUILD:
-            style = 'shape=box, style="filled,bold", fillcolor="#f4a261"'
-        else:
-            style = 'shape=ellipse, style=dotted'
-        tooltip = _dot_id(decision.why)
-        lines.append(f"  {_dot_id('layer:' + name)} [label={_dot_id(label)}, {style}, tooltip={tooltip}];")
-    for name, decision in plan.layers.items():
-        if decision.parent is not None:
-            attrs = " [penwidth=2]" if decision.action == REBUILD else " [style=dotted]"
-            lines.append(f"  {_dot_id('layer:' + decision.parent)} -> {_dot_id('layer:' + name)}{attrs};")
-    for image, info in plan.images.items():
-        affected = bool(info["rebuild"]) and info["selected"]
-        style = 'shape=folder, style=bold, color="#e76f51"' if affected else "shape=folder, color=gray50"
-        lines.append(f"  {_dot_id('image:' + image)} [label={_dot_id('image ' + image)}, {style}];")
-        lines.append(f"  {_dot_id('layer:' + info['layer'])} -> {_dot_id('image:' + image)} [arrowhead=none, "
-                     f"style={'bold' if affected else 'dashed'}];")
-    lines.append("}")
-    return "\n".join(lines) + "\n"
-
-
-# --------------------------------------------------------------------------- GitLab CI
-
-_JOB_PREFIX = "layer:"
-_NOTHING_JOB = "hpc-stateless:nothing-to-build"
-_TEMPLATE = ".hpc_stateless_layer"
-
-
-def job_name(layer: str) -> str:
-    return f"{_JOB_PREFIX}{layer}"
-
-
-def _quote(value: str) -> str:
-    """Single-quote for POSIX sh."""
-    return "'" + value.replace("'", "'\"'\"'") + "'"
-
-
-def gitlab_pipeline(
-    plan: ChangePlan,
-    registry: str = "",
-    inventory: str = "inventory",
-    playbook: str = "hpc.stateless.layer",
-    image_prefix: str = "",
-    tags: Iterable[str] = (),
-    extra_args: Iterable[str] = (),
-    tls_verify: bool = True,
-) -> dict[str, Any]:
-    """GitLab CI child pipeline: one job per rebuilt layer, ``needs:`` following the DAG.
-
-    Each job runs the single-layer playbook for its layer: the parent image is pulled
-    from ``$HPC_STATELESS_REGISTRY``, the layer built, the result pushed back. A job
-    needs its parent's job only when the parent is rebuilt too; otherwise it starts at
-    once and pulls the parent an earlier pipeline pushed. With nothing to rebuild the
-    pipeline holds one job that says so (GitLab rejects a pipeline without jobs).
-    """
-    variables = {
-        "HPC_STATELESS_REGISTRY": registry,
-        "HPC_STATELESS_INVENTORY": inventory,
-        "HPC_STATELESS_PLAYBOOK": playbook,
-        "HPC_STATELESS_REGISTRY_TLS_VERIFY": "true" if tls_verify else "false",
-    }
-    if image_prefix:
-        variables["HPC_STATELESS_IMAGE_PREFIX"] = image_prefix
-    pipeline: dict[str, Any] = {"stages": ["build"], "variables": variables}
-    rebuild = plan.rebuild
-    if not rebuild:
-        pipeline[_NOTHING_JOB] = {
-            "stage": "build",
-            "script": [f"echo {_quote('No layer is affected by this change' + (' since ' + plan.base if plan.base else '') + ': nothing to build.')}"],
-        }
-        return pipeline
-    prefix_arg = ' -e "hpc_stateless_image_prefix=$HPC_STATELESS_IMAGE_PREFIX"' if image_prefix else ""
-    extra = "".join(" " + _quote(a) for a in extra_args)
-    template: dict[str, Any] = {
-        "stage": "build",
-        "before_script": [
-            'cd "${HPC_STATELESS_PROJECT_DIR:-$CI_PROJECT_DIR}"',
-            # A runner may keep each job's images apart (several jobs on one host).
-            'if [ -n "${HPC_STATELESS_STORAGE_ROOT:-}" ]; then '
-            'store="$HPC_STATELESS_STORAGE_ROOT/$HPC_STATELESS_LAYER"; mkdir -p "$store"; '
-            'printf \'[storage]\\ndriver = "overlay"\\ngraphroot = "%s/graph"\\nrunroot = "%s/run"\\n\' '
-            '"$store" "$store" > "$store/storage.conf"; export CONTAINERS_STORAGE_CONF="$store/storage.conf"; fi',
-        ],
-        "script": [
-            'ansible-playbook -i "$HPC_STATELESS_INVENTORY" "$HPC_STATELESS_PLAYBOOK"'
-            ' -e "hpc_stateless_build_layer=$HPC_STATELESS_LAYER"'
-            ' -e "hpc_stateless_registry=$HPC_STATELESS_REGISTRY"'
-            ' -e "hpc_stateless_registry_tls_verify=$HPC_STATELESS_REGISTRY_TLS_VERIFY"'
-            + prefix_arg + extra,
-        ],
-    }
-    tags = list(tags)
-    if tags:
-        template["tags"] = tags
-    pipeline[_TEMPLATE] = template
-    for name in rebuild:
-        decision = plan.layers[name]
-        parent = decision.parent
-        needs = [{"job": job_name(parent)}] if parent is not None and parent in rebuild else []
-        pipeline[job_name(name)] = {
-            "extends": _TEMPLATE,
-            "variables": {"HPC_STATELESS_LAYER": name,
-                          "HPC_STATELESS_IMAGE_TYPES": ",".join(decision.images)},
-            "needs": needs,
-        }
-    return pipeline
-
-
-def pipeline_yaml(pipeline: Mapping[str, Any], plan: ChangePlan) -> str:
-    """The pipeline as YAML text with a header saying what it builds and why."""
-    header = ["# GitLab CI child pipeline generated by hpc.stateless.plan: do not edit.",
-              f"# Compared with: {plan.base or 'no base revision'}; "
-              f"{len(plan.rebuild)} of {len(plan.layers)} layers rebuild."]
-    for name in plan.rebuild:
-        header.append(f"#   {name}: {plan.layers[name].why}")
-    body = yaml.safe_dump(dict(pipeline), sort_keys=False, default_flow_style=False, width=1000)
-    return "\n".join(re.sub(r"[\r\n]+", " ", h) for h in header) + "\n" + body

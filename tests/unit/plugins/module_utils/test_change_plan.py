@@ -26,22 +26,18 @@ from ansible_collections.hpc.stateless.plugins.module_utils._git import (
     GitRepository,
     GitRevisionReader,
 )
+from ansible_collections.hpc.stateless.plugins.module_utils.ci.gitlab import gitlab_pipeline, job_name, pipeline_yaml
 from ansible_collections.hpc.stateless.plugins.module_utils.layers.change_plan import (
-    ChangePlanError,
     DictReader,
     LayerFacts,
-    gitlab_pipeline,
-    job_name,
     layer_facts,
     normalise_changed_files,
-    pipeline_yaml,
     plan_changes,
-    render_dot,
-    render_table,
-    vars_file_scope,
 )
 from ansible_collections.hpc.stateless.plugins.module_utils.layers.content_key import RoleIndex, compute_keys
 from ansible_collections.hpc.stateless.plugins.module_utils.layers.graph import LayerGraph, LayerSpecError
+from ansible_collections.hpc.stateless.plugins.module_utils.layers.render import render_dot, render_table
+from ansible_collections.hpc.stateless.plugins.module_utils.layers.scope import ChangePlanError, vars_file_scope
 
 # --------------------------------------------------------------------------- a small site repository
 #
@@ -273,16 +269,21 @@ def test_without_a_base_revision_every_variable_of_the_file_counts(site):
 
 
 def test_group_variables_reach_only_layers_in_that_group(site):
+    before = Site(site)
     write(site, "inventory/group_vars/fabric.yml", "net_mtu: 4000\n")
     plan = plan_for(site)
     assert plan.rebuild == ["hsn", "compute", "slurm"]
-    # a value overridden by a group the layer is in does not rebuild it...
+    # a value overridden by a group the layer is in does not change its key...
     (site / "inventory/group_vars/all/site.yml").write_text(SITE_VARS.replace("net_mtu: 1500", "net_mtu: 1400"))
     git(site, "checkout", "--", "inventory/group_vars/fabric.yml")
     plan = plan_for(site)
     head = Site(site)
-    # ...but the planner rebuilds it (over-approximation allowed; the key says no change)
     assert head.keys["hsn"].variables["net_mtu"] == 9000
+    assert head.keys["hsn"].key == before.keys["hsn"].key
+    # ...but the planner rebuilds it (over-approximation allowed), and only the layers that read
+    # the variable: base and login do not.
+    assert plan.rebuild == ["hsn", "compute", "slurm"]
+    assert plan.layers["hsn"].reasons == ["variable net_mtu changed (inventory/group_vars/all/site.yml)"]
 
 
 def test_layer_vars_win_over_the_inventory(site):

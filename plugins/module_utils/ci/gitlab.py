@@ -1,0 +1,153 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026 hpc.stateless developers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The GitLab CI child pipeline of a change plan: one job per rebuilt layer.
+
+Each job runs the single-layer playbook for its layer: the parent image is pulled from
+``$HPC_STATELESS_REGISTRY``, the layer built, the result pushed back. A job needs its
+parent's job only when the parent is rebuilt too; otherwise it starts at once and pulls
+the parent an earlier pipeline pushed.
+
+The jobs' shell is written here once: the fixed part as sh text (:data:`STORAGE_SETUP`),
+the command line as argv words quoted by :func:`sh_line`.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Union
+
+try:
+    import yaml
+except ImportError:  # reported by the calling plugin
+    yaml = None
+
+from ansible_collections.hpc.stateless.plugins.module_utils.layers.change_plan import ChangePlan
+
+_JOB_PREFIX = "layer:"
+_NOTHING_JOB = "hpc-stateless:nothing-to-build"
+_TEMPLATE = ".hpc_stateless_layer"
+
+#: The job starts in the project checkout (a runner may point elsewhere).
+ENTER_PROJECT = 'cd "${HPC_STATELESS_PROJECT_DIR:-$CI_PROJECT_DIR}"'
+
+#: A runner may keep each job's images apart (several jobs on one host): with
+#: HPC_STATELESS_STORAGE_ROOT set, the job uses containers-storage of its own below it.
+STORAGE_SETUP = r"""if [ -n "${HPC_STATELESS_STORAGE_ROOT:-}" ]; then
+  store="$HPC_STATELESS_STORAGE_ROOT/$HPC_STATELESS_LAYER"
+  mkdir -p "$store"
+  printf '[storage]\ndriver = "overlay"\ngraphroot = "%s/graph"\nrunroot = "%s/run"\n' "$store" "$store" > "$store/storage.conf"
+  export CONTAINERS_STORAGE_CONF="$store/storage.conf"
+fi"""
+
+
+class Expand(str):
+    """An argv word that references job variables (``$NAME``): double-quoted, so sh expands them.
+
+    Only for words written here: the text must hold no ``"``, ``\\`` or backquote.
+    """
+
+
+Word = Union[str, Expand]
+
+
+def sh_line(words: Sequence[Word]) -> str:
+    """One sh command line of ``words``: :class:`Expand` words in double quotes, the others literal."""
+    return " ".join(f'"{w}"' if isinstance(w, Expand) else shlex.quote(w) for w in words)
+
+
+def playbook_argv(image_prefix: bool, extra_args: Iterable[str]) -> list[Word]:
+    """The single-layer playbook run of a job; the job variables say which layer and where it goes."""
+    argv: list[Word] = [
+        "ansible-playbook", "-i", Expand("$HPC_STATELESS_INVENTORY"), Expand("$HPC_STATELESS_PLAYBOOK"),
+        "-e", Expand("hpc_stateless_build_layer=$HPC_STATELESS_LAYER"),
+        "-e", Expand("hpc_stateless_registry=$HPC_STATELESS_REGISTRY"),
+        "-e", Expand("hpc_stateless_registry_tls_verify=$HPC_STATELESS_REGISTRY_TLS_VERIFY"),
+    ]
+    if image_prefix:
+        argv += ["-e", Expand("hpc_stateless_image_prefix=$HPC_STATELESS_IMAGE_PREFIX")]
+    return argv + list(extra_args)
+
+
+def job_name(layer: str) -> str:
+    return f"{_JOB_PREFIX}{layer}"
+
+
+def gitlab_pipeline(
+    plan: ChangePlan,
+    registry: str = "",
+    inventory: str = "inventory",
+    playbook: str = "hpc.stateless.layer",
+    image_prefix: str = "",
+    tags: Iterable[str] = (),
+    extra_args: Iterable[str] = (),
+    tls_verify: bool = True,
+) -> dict[str, Any]:
+    """GitLab CI child pipeline: one job per rebuilt layer, ``needs:`` following the DAG.
+
+    With nothing to rebuild the pipeline holds one job that says so (GitLab rejects a
+    pipeline without jobs).
+    """
+    variables = {
+        "HPC_STATELESS_REGISTRY": registry,
+        "HPC_STATELESS_INVENTORY": inventory,
+        "HPC_STATELESS_PLAYBOOK": playbook,
+        "HPC_STATELESS_REGISTRY_TLS_VERIFY": "true" if tls_verify else "false",
+    }
+    if image_prefix:
+        variables["HPC_STATELESS_IMAGE_PREFIX"] = image_prefix
+    pipeline: dict[str, Any] = {"stages": ["build"], "variables": variables}
+    rebuild = plan.rebuild
+    if not rebuild:
+        since = f" since {plan.base}" if plan.base else ""
+        message = f"No layer is affected by this change{since}: nothing to build."
+        pipeline[_NOTHING_JOB] = {"stage": "build", "script": [sh_line(["echo", message])]}
+        return pipeline
+    template: dict[str, Any] = {
+        "stage": "build",
+        "before_script": [ENTER_PROJECT, STORAGE_SETUP],
+        "script": [sh_line(playbook_argv(bool(image_prefix), extra_args))],
+    }
+    tags = list(tags)
+    if tags:
+        template["tags"] = tags
+    pipeline[_TEMPLATE] = template
+    for name in rebuild:
+        decision = plan.layers[name]
+        parent = decision.parent
+        needs = [{"job": job_name(parent)}] if parent is not None and parent in rebuild else []
+        pipeline[job_name(name)] = {
+            "extends": _TEMPLATE,
+            "variables": {"HPC_STATELESS_LAYER": name,
+                          "HPC_STATELESS_IMAGE_TYPES": ",".join(decision.images)},
+            "needs": needs,
+        }
+    return pipeline
+
+
+def _str_representer(dumper: Any, value: str) -> Any:
+    """Multi-line strings (the jobs' sh blocks) as YAML literal blocks, so they read as sh."""
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+if yaml is not None:
+    class _PipelineDumper(yaml.SafeDumper):  # pylint: disable=too-many-ancestors
+        """SafeDumper with sh blocks written literally."""
+
+    _PipelineDumper.add_representer(str, _str_representer)
+
+
+def pipeline_yaml(pipeline: Mapping[str, Any], plan: ChangePlan) -> str:
+    """The pipeline as YAML text with a header saying what it builds and why."""
+    header = ["# GitLab CI child pipeline generated by hpc.stateless.plan: do not edit.",
+              f"# Compared with: {plan.base or 'no base revision'}; "
+              f"{len(plan.rebuild)} of {len(plan.layers)} layers rebuild."]
+    for name in plan.rebuild:
+        header.append(f"#   {name}: {plan.layers[name].why}")
+    body = yaml.dump(dict(pipeline), Dumper=_PipelineDumper, sort_keys=False, default_flow_style=False,
+                     width=1000)
+    return "\n".join(re.sub(r"[\r\n]+", " ", h) for h in header) + "\n" + body
