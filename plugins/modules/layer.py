@@ -168,10 +168,12 @@ removed:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.hpc.stateless.plugins.module_utils.build.buildah import Buildah, BuildahError
+from ansible_collections.hpc.stateless.plugins.module_utils._process import ProcessError
+from ansible_collections.hpc.stateless.plugins.module_utils.build.buildah import Buildah
 from ansible_collections.hpc.stateless.plugins.module_utils.build.layer import (
     DEFAULT_PACKAGE_CACHES,
     LayerBuilder,
+    LayerError,
     layer_labels,
 )
 
@@ -199,8 +201,8 @@ def main() -> None:
         supports_check_mode=True,
     )
     params = module.params
-    buildah = Buildah(module, isolation=params["isolation"])
-    builder = LayerBuilder(module, buildah, params["name"], params["key"], params["image_prefix"])
+    builder = LayerBuilder(Buildah(isolation=params["isolation"]), params["name"], params["key"],
+                           params["image_prefix"])
     try:
         if params["state"] == "started":
             caches = params["package_caches"]
@@ -212,7 +214,9 @@ def main() -> None:
             result = builder.commit(labels, params["extra_tags"], module.check_mode)
         else:
             result = builder.absent(module.check_mode)
-    except BuildahError as exc:
+    except LayerError as exc:
+        module.fail_json(msg=str(exc))
+    except ProcessError as exc:
         module.fail_json(msg=f"layer {params['name']}: {exc}", cmd=exc.argv, rc=exc.rc, stderr=exc.stderr)
     module.exit_json(**result.as_dict())
 

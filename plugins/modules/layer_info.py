@@ -86,7 +86,8 @@ containers:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.hpc.stateless.plugins.module_utils.build.buildah import LABEL_PREFIX, Buildah, BuildahError
+from ansible_collections.hpc.stateless.plugins.module_utils._process import ProcessError
+from ansible_collections.hpc.stateless.plugins.module_utils.build.buildah import CONTAINER_PREFIX, LABEL_PREFIX, Buildah
 
 
 def main() -> None:
@@ -94,7 +95,7 @@ def main() -> None:
         argument_spec=dict(isolation=dict(type="str", choices=["chroot", "oci", "rootless"])),
         supports_check_mode=True,
     )
-    buildah = Buildah(module, isolation=module.params["isolation"])
+    buildah = Buildah(isolation=module.params["isolation"])
     try:
         images = []
         keys: dict[str, list[str]] = {}
@@ -105,9 +106,8 @@ def main() -> None:
                          parent=labels.get(f"{LABEL_PREFIX}parent", ""))
             images.append(entry)
             keys.setdefault(entry["layer"], []).append(entry["key"])
-        containers = sorted(c["containername"] for c in buildah.containers()
-                            if c.get("containername", "").startswith("hpc-stateless-"))
-    except BuildahError as exc:
+        containers = sorted(buildah.container_names(CONTAINER_PREFIX))
+    except ProcessError as exc:
         module.fail_json(msg=str(exc), cmd=exc.argv, rc=exc.rc)
     module.exit_json(changed=False, images=images, keys=keys, containers=containers)
 

@@ -109,7 +109,8 @@ present:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.hpc.stateless.plugins.module_utils.build.buildah import Buildah, BuildahError
+from ansible_collections.hpc.stateless.plugins.module_utils._process import ProcessError
+from ansible_collections.hpc.stateless.plugins.module_utils.build.buildah import Buildah
 from ansible_collections.hpc.stateless.plugins.module_utils.build.registry import LayerTransfer, TransferError
 
 
@@ -127,7 +128,7 @@ def main() -> None:
         supports_check_mode=True,
     )
     params = module.params
-    buildah = Buildah(module)
+    buildah = Buildah()
     try:
         transfer = LayerTransfer(buildah, params["name"], params["key"], params["image_prefix"],
                                  params["registry"], params["tls_verify"], params["authfile"])
@@ -137,7 +138,7 @@ def main() -> None:
             result = transfer.push(module.check_mode)
     except TransferError as exc:
         module.fail_json(msg=str(exc))
-    except BuildahError as exc:
+    except ProcessError as exc:
         module.fail_json(msg=f"layer {params['name']}: {exc}", cmd=exc.argv, rc=exc.rc, stderr=exc.stderr)
     module.exit_json(**result.as_dict())
 

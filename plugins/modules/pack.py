@@ -261,8 +261,10 @@ allowed_secrets:
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.formatters import human_to_bytes
 
+from ansible_collections.hpc.stateless.plugins.module_utils._process import ProcessError
+from ansible_collections.hpc.stateless.plugins.module_utils.artifact.names import FORMATS
 from ansible_collections.hpc.stateless.plugins.module_utils.build.buildah import Buildah
-from ansible_collections.hpc.stateless.plugins.module_utils.pack.run import FORMATS, Packer, PackError, PackRequest
+from ansible_collections.hpc.stateless.plugins.module_utils.pack.run import Packer, PackError, PackRequest
 
 
 def main() -> None:
@@ -322,11 +324,10 @@ def main() -> None:
         size_ceiling_action=p["size_ceiling_action"], reset_machine_id=p["reset_machine_id"],
         release_extra={str(k): str(v) for k, v in p["release_extra"].items()}, force=p["force"],
     )
-    buildah = Buildah(module) if p["source_image"] else None
-    packer = Packer(module, request, buildah)
+    packer = Packer(request, Buildah() if p["source_image"] else None)
     try:
         result = packer.run(module.check_mode)
-    except PackError as exc:
+    except (PackError, ProcessError) as exc:
         for warning in packer.warnings:
             module.warn(warning)
         module.fail_json(msg=f"pack {p['image']}: {exc}")

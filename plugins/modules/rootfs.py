@@ -200,6 +200,7 @@ import tempfile
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.hpc.stateless.plugins.module_utils import _process
 from ansible_collections.hpc.stateless.plugins.module_utils.build.bootstrap import (
     DISTRO_FAMILIES,
     RECORD_RELPATH,
@@ -344,11 +345,11 @@ class RootfsBootstrap:
         """Return absolute paths of the tools needed; fail naming the missing binary and its package."""
         binaries = {}
         for binary, package in required_binaries(self.spec).items():
-            found = self.module.get_bin_path(binary)
-            if not found:
+            try:
+                binaries[binary] = _process.which(binary)
+            except _process.ToolMissing:
                 self.fail(f"{binary} is not installed on the build host (needed for distro "
                           f"{self.spec.distro}); install the Debian package '{package}', e.g. apt-get install {package}.")
-            binaries[binary] = found
         return binaries
 
     def wipe(self) -> None:
@@ -366,7 +367,7 @@ class RootfsBootstrap:
 
     def run(self, argv: list[str], environ: dict[str, str]) -> tuple[str, str]:
         """Run one command; on failure keep the directory and tell the user how to retry."""
-        rc, out, err = self.module.run_command(argv, environ_update=environ)
+        rc, out, err = _process.run(argv, check=False, env=environ)
         if rc != 0:
             self.fail(f"bootstrap command failed (rc={rc}): {' '.join(argv)}. No record was written; "
                       f"{self.spec.path} is left as is for inspection. Fix the cause, then rerun with "
@@ -376,7 +377,7 @@ class RootfsBootstrap:
 
     def tool_version(self, binary: str, environ: dict[str, str]) -> str | None:
         """Return the tool's version for the record; None if it cannot tell."""
-        rc, out, err = self.module.run_command([binary, "--version"], environ_update=environ)
+        rc, out, err = _process.run([binary, "--version"], check=False, env=environ)
         return parse_tool_version(out or err) if rc == 0 else None
 
     def remove_cache_state(self) -> None:
@@ -400,14 +401,13 @@ class RootfsBootstrap:
 
     def owned_by_package(self, directory: str) -> bool:
         """Tell whether a package in the new root owns `directory`; True when rpm cannot tell (keep it)."""
-        rpm = self.module.get_bin_path("rpm")
-        if not rpm:
+        try:
+            rpm = _process.which("rpm")
+        except _process.ToolMissing:
             return True
         inside = "/" + os.path.relpath(directory, self.spec.path)
-        rc, _out, _err = self.module.run_command(
-            [rpm, f"--root={self.spec.path}", f"--dbpath={rpmdb_path(self.spec.distro)}", "-qf", inside],
-            environ_update=C_LOCALE)
-        return rc == 0
+        return _process.run([rpm, f"--root={self.spec.path}", f"--dbpath={rpmdb_path(self.spec.distro)}", "-qf",
+                             inside], check=False, env=C_LOCALE).ok
 
     def write_record(self, record: dict[str, Any]) -> None:
         """Write the record atomically (temp file in the same directory, then rename)."""

@@ -18,10 +18,10 @@ import shutil
 from dataclasses import dataclass, field
 from typing import Any
 
+from ansible_collections.hpc.stateless.plugins.module_utils import _process
 from ansible_collections.hpc.stateless.plugins.module_utils.build.buildah import (
     LABEL_PREFIX,
     Buildah,
-    BuildahError,
     container_name,
     container_stem,
     image_ref,
@@ -34,6 +34,10 @@ DEFAULT_PACKAGE_CACHES = [
     {"path": "/var/cache/dnf", "host_path": "/var/cache/hpc-stateless/dnf"},
     {"path": "/var/cache/zypp/packages", "host_path": "/var/cache/hpc-stateless/zypp"},
 ]
+
+
+class LayerError(Exception):
+    """The layer cannot be started or committed as asked; the message says why and what to do."""
 
 
 @dataclass
@@ -90,9 +94,7 @@ def mounts_under(root: str, mounts_file: str = "/proc/self/mounts") -> list[str]
 class LayerBuilder:
     """Drives one layer's working container through buildah."""
 
-    def __init__(self, module: Any, buildah: Buildah, name: str, key: str | None,
-                 image_prefix: str) -> None:
-        self.module = module
+    def __init__(self, buildah: Buildah, name: str, key: str | None, image_prefix: str) -> None:
         self.buildah = buildah
         self.name = name
         self.key = key or ""
@@ -103,16 +105,13 @@ class LayerBuilder:
     # helpers ------------------------------------------------------------------
     def _our_containers(self) -> list[str]:
         """Working containers of this layer and prefix (every key), e.g. leftovers of a killed run."""
-        return [c["containername"] for c in self.buildah.containers()
-                if c.get("containername", "").startswith(self.container_stem)]
+        return self.buildah.container_names(self.container_stem)
 
-    def _release_binds(self, mountpoint: str) -> None:
+    @staticmethod
+    def _release_binds(mountpoint: str) -> None:
         for target in mounts_under(mountpoint):
-            rc, _out, err = self.module.run_command(["umount", target])
-            if rc != 0:
-                rc, _out, err = self.module.run_command(["umount", "-l", target])
-                if rc != 0:
-                    raise BuildahError(["umount", target], rc, err)
+            if not _process.run(["umount", target], check=False).ok:
+                _process.run(["umount", "-l", target])
 
     def _bind_caches(self, mountpoint: str, caches: list[dict[str, str]]) -> list[str]:
         bound = []
@@ -122,20 +121,15 @@ class LayerBuilder:
             if not os.path.isdir(inside) or inside in already:
                 continue
             os.makedirs(cache["host_path"], mode=0o755, exist_ok=True)
-            rc, _out, err = self.module.run_command(["mount", "--bind", cache["host_path"], inside])
-            if rc != 0:
-                raise BuildahError(["mount", "--bind", cache["host_path"], inside], rc, err)
+            _process.run(["mount", "--bind", cache["host_path"], inside])
             bound.append(cache["path"])
         return bound
 
     def _remove(self, container: str) -> None:
-        rc, out, _err = self.buildah.run("mount", check=False)
-        for line in out.splitlines() if rc == 0 else []:
-            parts = line.split()
-            if len(parts) == 2 and parts[0] == container:
-                self._release_binds(parts[1])
-        self.buildah.umount(container)
-        self.buildah.rm(container)
+        mountpoint = self.buildah.mounts().get(container)
+        if mountpoint:
+            self._release_binds(mountpoint)
+        self.buildah.remove(container)
         shutil.rmtree(commit_tmpdir(container), ignore_errors=True)
 
     def _stale_commit_tmpdirs(self) -> list[str]:
@@ -160,19 +154,19 @@ class LayerBuilder:
             return result
         if not exists:
             if parent_image != "scratch" and not self.buildah.image_exists(parent_image):
-                self.module.fail_json(
-                    msg=f"layer {self.name}: parent image {parent_image} is not in local containers-storage; "
-                        "build the parent layer first (run site.yml) or pull it")
+                raise LayerError(
+                    f"layer {self.name}: parent image {parent_image} is not in local containers-storage; "
+                    "build the parent layer first (run site.yml) or pull it")
             try:
                 self.buildah.from_image(parent_image, self.container)
-            except BuildahError:
-                self.buildah.rm(self.container)
+            except _process.ProcessError:
+                self.buildah.remove(self.container)
                 raise
             result.changed = True
         try:
             result.mountpoint = self.buildah.mount(self.container)
             self._bind_caches(result.mountpoint, caches)
-        except (BuildahError, OSError):
+        except (_process.ProcessError, OSError):
             self._remove(self.container)
             raise
         return result
@@ -186,22 +180,21 @@ class LayerBuilder:
                 result.removed = [self.container]
             return result
         if not self.buildah.container_exists(self.container):
-            self.module.fail_json(
-                msg=f"layer {self.name}: no working container {self.container} to commit; "
-                    "run this module with state=started first")
+            raise LayerError(
+                f"layer {self.name}: no working container {self.container} to commit; "
+                "run this module with state=started first")
         result.changed = True
         if check_mode:
             return result
         tmpdir = commit_tmpdir(self.container)
         try:
-            _rc, mountpoint, _err = self.buildah.run("mount", self.container)
-            self._release_binds(mountpoint.strip())
+            self._release_binds(self.buildah.mount(self.container))
             self.buildah.config_labels(self.container, labels)
             os.makedirs(tmpdir, mode=0o700, exist_ok=True)
             result.image_id = self.buildah.commit(self.container, self.image, tmpdir=tmpdir)
             for tag in extra_tags:
                 self.buildah.tag(self.image, f"{self.image.rsplit(':', 1)[0]}:{tag}")
-        except BuildahError:
+        except _process.ProcessError:
             # Never leave a half-configured working container behind.
             self._remove(self.container)
             raise

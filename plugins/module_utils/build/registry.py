@@ -100,7 +100,7 @@ class LayerTransfer:
         labels = self.buildah.image_labels(image_id or self.remote)
         found = labels.get(f"{LABEL_PREFIX}key")
         if found != self.key or labels.get(f"{LABEL_PREFIX}layer") != self.layer:
-            self.buildah.run("rmi", self.remote, check=False)
+            self.buildah.rmi(self.remote)
             raise TransferError(
                 f"{self.remote} is not layer {self.layer} with key {self.key} (its labels say layer "
                 f"{labels.get(LABEL_PREFIX + 'layer')!r}, key {found!r}); it was removed again. "
@@ -108,7 +108,7 @@ class LayerTransfer:
             )
         self.buildah.tag(image_id or self.remote, self.local)
         # keep only the local name, as if the layer had been built here
-        self.buildah.run("rmi", self.remote, check=False)
+        self.buildah.rmi(self.remote)
         result.image_id = image_id or self.buildah.image_id(self.local)
         result.present = True
         return result

@@ -6,8 +6,9 @@
 
 The archive is produced while it is compressed: the compressor reads our newc stream on a
 pipe and writes the artifact file, so neither the archive nor the tree is ever held in
-memory. That needs a live pipe, which ``AnsibleModule.run_command`` cannot give, hence
-``subprocess.Popen`` with an argv list (never a shell) and ``LANG=C``.
+memory. That needs a live pipe, which the process runner's ``run`` cannot give, hence
+``subprocess.Popen`` with an argv list (never a shell) and the runner's environment
+(:func:`_process.command_env`: ``LANG=C``).
 
 Every command line is chosen for byte-identical output on repeat: no file name or time
 stamp in the gzip header (``-n``), fixed block sizes in the multi-threaded modes.
@@ -20,6 +21,8 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from typing import Callable
+
+from ansible_collections.hpc.stateless.plugins.module_utils._process import command_env
 
 # format -> (tool, default level, lowest, highest)
 COMPRESSORS: dict[str, tuple[str, int, int, int]] = {
@@ -88,7 +91,7 @@ class CompressorProcess:
         self._out = open(output_path, "wb")
         try:
             self._proc = subprocess.Popen(command.argv, stdin=subprocess.PIPE, stdout=self._out,
-                                          stderr=self._stderr, env={**os.environ, "LANG": "C", "LC_ALL": "C"},
+                                          stderr=self._stderr, env=command_env(),
                                           close_fds=True)
         except OSError as exc:
             self._out.close()

@@ -17,8 +17,8 @@ from __future__ import annotations
 import os
 import shlex
 import stat
-from typing import Any, Callable
 
+from ansible_collections.hpc.stateless.plugins.module_utils import _process
 from ansible_collections.hpc.stateless.plugins.module_utils.pack.tree import OverlayFile
 
 # compression -> (default level, lowest, highest, option name)
@@ -93,9 +93,9 @@ def mksquashfs_argv(binary: str, source: str, output: str, compression: str, lev
     return argv
 
 
-def run_mksquashfs(run_command: Callable[..., Any], argv: list[str], source_date_epoch: int) -> None:
-    """Run through ``module.run_command``; SquashfsError with stderr on failure."""
-    rc, out, err = run_command(argv, environ_update={"LANG": "C", "LC_ALL": "C",
-                                                     "SOURCE_DATE_EPOCH": str(source_date_epoch)})
-    if rc != 0:
-        raise SquashfsError(f"{' '.join(argv)} failed (rc={rc}): {(err or out).strip() or 'no message'}")
+def run_mksquashfs(argv: list[str], source_date_epoch: int) -> None:
+    """Run ``argv`` (from :func:`mksquashfs_argv`); SquashfsError with its stderr on failure."""
+    try:
+        _process.run(argv, env={"SOURCE_DATE_EPOCH": str(source_date_epoch)})
+    except _process.ProcessError as exc:
+        raise SquashfsError(str(exc)) from exc

@@ -1,171 +1,169 @@
-"""Command lines of the buildah client and the layer lifecycle, without running buildah.
+"""Command lines of the layer lifecycle, without running buildah.
 
-A fake ``run_command`` records argv and answers from a table: the command line is tested
-here, the real runs are in tests/integration.
+A fake executor (``_process.set_executor``) records argv and answers from a table: the
+command line is tested here, the real runs are in tests/integration.
 """
 
 from __future__ import annotations
 
 import json
-import re
 
 import pytest
 
+from ansible_collections.hpc.stateless.plugins.module_utils import _process
+from ansible_collections.hpc.stateless.plugins.module_utils.build import layer
 from ansible_collections.hpc.stateless.plugins.module_utils.build.buildah import (
     Buildah,
     BuildahError,
     container_name,
-    container_stem,
-    image_ref,
 )
 from ansible_collections.hpc.stateless.plugins.module_utils.build.layer import (
     LayerBuilder,
+    LayerError,
     commit_tmpdir,
     layer_labels,
     mounts_under,
 )
 
 KEY = "a" * 64
+BUILDAH = "/usr/bin/buildah"
 
 
-class FakeModule:
-    """Stands in for AnsibleModule: records commands, answers from ``replies``."""
+class FakeHost:
+    """Stands in for the executor: records commands and environments, answers from ``replies``."""
 
     def __init__(self, replies: dict[tuple[str, ...], tuple[int, str, str]] | None = None) -> None:
         self.replies = replies or {}
         self.calls: list[list[str]] = []
         self.environ: list[dict[str, str]] = []
 
-    def get_bin_path(self, name, required=False):
-        return f"/usr/bin/{name}"
-
-    def run_command(self, argv, environ_update=None):
+    def __call__(self, argv, *, env, timeout, input, cwd, text):  # pylint: disable=redefined-builtin,unused-argument
         self.calls.append(list(argv))
-        self.environ.append(environ_update or {})
-        for prefix, reply in self.replies.items():
+        self.environ.append(env)
+        for prefix, (rc, out, err) in self.replies.items():
             if tuple(argv[: len(prefix)]) == prefix:
-                return reply
-        return 0, "", ""
-
-    def fail_json(self, **kwargs):
-        raise RuntimeError(kwargs["msg"])
+                return _process.Result(argv, rc, out, err)
+        return _process.Result(argv, 0, "", "")
 
 
-def test_names_are_derived_from_prefix_layer_and_key():
-    name = container_name("localhost/p", "compute", KEY)
-    assert re.fullmatch(r"hpc-stateless-compute-[0-9a-f]{6}-aaaaaaaaaaaa", name)
-    assert container_name("localhost/p/", "compute", KEY) == name
-    assert container_name("localhost/q", "compute", KEY) != name
-    assert name.startswith(container_stem("localhost/p", "compute"))
-    assert image_ref("localhost/hpc-stateless/", "compute", KEY) == f"localhost/hpc-stateless/compute:{KEY}"
+@pytest.fixture
+def host(monkeypatch):
+    """Install a FakeHost (fill ``host.replies`` in the test); buildah resolves to /usr/bin/buildah."""
+    fake = FakeHost()
+    monkeypatch.setattr(_process, "which", lambda name, hint="": f"/usr/bin/{name}")
+    old = _process.set_executor(fake)
+    yield fake
+    _process.set_executor(old)
 
 
-def test_buildah_runs_with_chroot_isolation_by_default(monkeypatch):
-    monkeypatch.delenv("BUILDAH_ISOLATION", raising=False)
-    module = FakeModule()
-    Buildah(module).run("images")
-    assert module.environ[-1]["BUILDAH_ISOLATION"] == "chroot"
-    assert module.environ[-1]["LANG"] == "C"
+def builder(key: str | None = KEY) -> LayerBuilder:
+    return LayerBuilder(Buildah(), "compute", key, "localhost/p")
 
 
-def test_environment_isolation_wins_over_default(monkeypatch):
-    monkeypatch.setenv("BUILDAH_ISOLATION", "oci")
-    module = FakeModule()
-    Buildah(module).run("images")
-    assert module.environ[-1]["BUILDAH_ISOLATION"] == "oci"
-
-
-def test_layer_images_skips_an_image_removed_between_listing_and_inspect():
-    listing = json.dumps([{"id": "gone", "names": ["localhost/p/a:1"]}, {"id": "kept", "names": ["localhost/p/b:2"]}])
-    kept = json.dumps({"OCIv1": {"config": {"Labels": {"hpc.stateless.layer": "b"}}}})
-    module = FakeModule({
-        ("/usr/bin/buildah", "images"): (0, listing, ""),
-        ("/usr/bin/buildah", "inspect", "--type", "image", "gone"): (125, "", "Error: gone: image not known"),
-        ("/usr/bin/buildah", "inspect", "--type", "image", "kept"): (0, kept, ""),
-    })
-    assert Buildah(module).layer_images() == [
-        {"id": "kept", "names": ["localhost/p/b:2"], "labels": {"hpc.stateless.layer": "b"}}]
-
-
-def test_layer_images_raises_on_other_inspect_errors():
-    module = FakeModule({
-        ("/usr/bin/buildah", "images"): (0, json.dumps([{"id": "x", "names": []}]), ""),
-        ("/usr/bin/buildah", "inspect"): (125, "", "Error: storage is corrupt"),
-    })
-    with pytest.raises(BuildahError, match="storage is corrupt"):
-        Buildah(module).layer_images()
-
-
-def test_failed_command_raises_with_argv_and_stderr():
-    module = FakeModule({("/usr/bin/buildah", "from"): (125, "", "image not known")})
-    with pytest.raises(BuildahError) as info:
-        Buildah(module).from_image("localhost/x:1", "c")
-    assert "image not known" in str(info.value)
-    assert info.value.argv[:2] == ["/usr/bin/buildah", "from"]
-
-
-def test_cache_hit_creates_nothing():
-    module = FakeModule()  # inspect answers rc=0: the keyed image exists
-    result = LayerBuilder(module, Buildah(module), "compute", KEY, "localhost/p").start("scratch", [], False)
+def test_cache_hit_creates_nothing(host):
+    result = builder().start("scratch", [], False)  # inspect answers rc=0: the keyed image exists
     assert result.cached and not result.changed
-    assert [c[1] for c in module.calls] == ["inspect"]
+    assert [c[1] for c in host.calls] == ["inspect"]
 
 
-def test_start_from_parent_uses_pull_never_and_names_container():
-    module = FakeModule({
-        ("/usr/bin/buildah", "inspect", "--type", "image", "--format", "{{.FromImageID}}", f"localhost/p/compute:{KEY}"):
+def test_start_from_parent_uses_pull_never_and_names_container(host):
+    host.replies = {
+        (BUILDAH, "inspect", "--type", "image", "--format", "{{.FromImageID}}", f"localhost/p/compute:{KEY}"):
             (1, "", "no such image"),
-        ("/usr/bin/buildah", "containers"): (0, "[]", ""),
-        ("/usr/bin/buildah", "mount"): (0, "/var/lib/containers/storage/overlay/x/merged\n", ""),
-    })
-    result = LayerBuilder(module, Buildah(module), "compute", KEY, "localhost/p").start("localhost/p/base:b", [], False)
+        (BUILDAH, "containers"): (0, "[]", ""),
+        (BUILDAH, "mount"): (0, "/var/lib/containers/storage/overlay/x/merged\n", ""),
+    }
+    result = builder().start("localhost/p/base:b", [], False)
     assert result.changed and result.mountpoint.endswith("/merged")
-    assert ["/usr/bin/buildah", "from", "--pull=never", "--quiet", "--name", container_name("localhost/p", "compute", KEY),
-            "localhost/p/base:b"] in module.calls
+    assert [BUILDAH, "from", "--pull=never", "--quiet", "--name", container_name("localhost/p", "compute", KEY),
+            "localhost/p/base:b"] in host.calls
 
 
-def test_commit_failure_removes_the_working_container(tmp_path, monkeypatch):
+def test_a_missing_parent_is_refused_before_anything_is_created(host):
+    host.replies = {(BUILDAH, "inspect"): (1, "", "no such image"), (BUILDAH, "containers"): (0, "[]", "")}
+    with pytest.raises(LayerError, match="parent image localhost/p/base:b is not in local containers-storage"):
+        builder().start("localhost/p/base:b", [], False)
+    assert not [c for c in host.calls if c[1] == "from"]
+
+
+def test_a_failed_cache_bind_removes_the_working_container(host, tmp_path):
+    root = tmp_path / "merged"
+    (root / "var" / "cache" / "apt" / "archives").mkdir(parents=True)
+    name = container_name("localhost/p", "compute", KEY)
+    host.replies = {
+        (BUILDAH, "inspect"): (1, "", "no such image"),
+        (BUILDAH, "containers"): (0, "[]", ""),
+        (BUILDAH, "mount", name): (0, f"{root}\n", ""),
+        ("mount", "--bind"): (32, "", "mount: permission denied"),
+    }
+    caches = [{"path": "/var/cache/apt/archives", "host_path": str(tmp_path / "apt")}]
+    with pytest.raises(_process.ProcessError, match="permission denied"):
+        builder().start("scratch", caches, False)
+    assert ["mount", "--bind", str(tmp_path / "apt"), str(root / "var/cache/apt/archives")] in host.calls
+    assert [BUILDAH, "rm", name] in host.calls
+
+
+def test_commit_failure_removes_the_working_container(host, tmp_path, monkeypatch):
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     name = container_name("localhost/p", "compute", KEY)
-    module = FakeModule({
-        ("/usr/bin/buildah", "inspect"): (1, "", "no such image"),
-        ("/usr/bin/buildah", "containers"): (0, json.dumps([{"containername": name}]), ""),
-        ("/usr/bin/buildah", "commit"): (1, "", "no space left on device"),
-        ("/usr/bin/buildah", "mount"): (0, "/nonexistent/merged\n", ""),
-    })
-    builder = LayerBuilder(module, Buildah(module), "compute", KEY, "localhost/p")
+    host.replies = {
+        (BUILDAH, "inspect"): (1, "", "no such image"),
+        (BUILDAH, "containers"): (0, json.dumps([{"containername": name}]), ""),
+        (BUILDAH, "commit"): (1, "", "no space left on device"),
+        (BUILDAH, "mount"): (0, "/nonexistent/merged\n", ""),
+    }
     with pytest.raises(BuildahError, match="no space left"):
-        builder.commit(layer_labels("compute", KEY, "base", "b", "abc"), [], False)
-    assert ["/usr/bin/buildah", "rm", name] in module.calls
+        builder().commit(layer_labels("compute", KEY, "base", "b", "abc"), [], False)
+    assert [BUILDAH, "rm", name] in host.calls
 
 
-def test_absent_without_key_removes_the_layers_containers_of_this_prefix_only():
+def test_commit_without_a_working_container_says_to_start_first(host):
+    host.replies = {(BUILDAH, "inspect"): (1, "", "no such image"), (BUILDAH, "containers"): (0, "[]", "")}
+    with pytest.raises(LayerError, match="run this module with state=started first"):
+        builder().commit({}, [], False)
+
+
+def test_absent_without_key_removes_the_layers_containers_of_this_prefix_only(host):
     ours = [container_name("localhost/p", "compute", k * 64) for k in "12"]
     others = [container_name("localhost/p", "computer", "3" * 64), container_name("localhost/q", "compute", "4" * 64)]
-    module = FakeModule({("/usr/bin/buildah", "containers"): (0, json.dumps(
-        [{"containername": n} for n in ours + others]), "")})
-    result = LayerBuilder(module, Buildah(module), "compute", None, "localhost/p").absent(False)
+    host.replies = {(BUILDAH, "containers"): (0, json.dumps([{"containername": n} for n in ours + others]), "")}
+    result = builder(None).absent(False)
     assert result.removed == ours
-    assert ["/usr/bin/buildah", "rm", ours[0]] in module.calls
-    assert not any(call[-1] in others for call in module.calls)
+    assert [BUILDAH, "rm", ours[0]] in host.calls
+    assert not any(call[-1] in others for call in host.calls)
 
 
-def test_commit_runs_with_a_tmpdir_of_its_own_and_removes_it(tmp_path, monkeypatch):
+def test_absent_releases_the_cache_binds_of_a_mounted_container_first(host, tmp_path, monkeypatch):
+    name = container_name("localhost/p", "compute", KEY)
+    mounts = tmp_path / "mounts"
+    mounts.write_text("/dev/vda /m/merged/var/cache/apt/archives ext4 rw 0 0\n")
+    monkeypatch.setattr(layer, "mounts_under", lambda root: mounts_under(root, str(mounts)))
+    host.replies = {
+        (BUILDAH, "containers"): (0, json.dumps([{"containername": name}]), ""),
+        (BUILDAH, "mount"): (0, f"{name} /m/merged\nother /o/merged\n", ""),
+        ("umount", "/m/merged/var/cache/apt/archives"): (32, "", "target is busy"),
+    }
+    builder().absent(False)
+    commands = [c[:3] for c in host.calls if c[0] != BUILDAH or c[1] in ("umount", "rm")]
+    assert commands == [["umount", "/m/merged/var/cache/apt/archives"], ["umount", "-l", "/m/merged/var/cache/apt/archives"],
+                        [BUILDAH, "umount", name], [BUILDAH, "rm", name]]
+
+
+def test_commit_runs_with_a_tmpdir_of_its_own_and_removes_it(host, tmp_path, monkeypatch):
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     name = container_name("localhost/p", "compute", KEY)
-    module = FakeModule({
-        ("/usr/bin/buildah", "inspect"): (1, "", "no such image"),
-        ("/usr/bin/buildah", "containers"): (0, json.dumps([{"containername": name}]), ""),
-        ("/usr/bin/buildah", "mount"): (0, "/nonexistent/merged\n", ""),
-    })
-    LayerBuilder(module, Buildah(module), "compute", KEY, "localhost/p").commit(
-        layer_labels("compute", KEY, "base", "b", "abc"), [], False)
-    commit = next(i for i, call in enumerate(module.calls) if call[1] == "commit")
-    assert module.environ[commit]["TMPDIR"] == str(tmp_path / "hpc-stateless-commit" / name) == commit_tmpdir(name)
+    host.replies = {
+        (BUILDAH, "inspect"): (1, "", "no such image"),
+        (BUILDAH, "containers"): (0, json.dumps([{"containername": name}]), ""),
+        (BUILDAH, "mount"): (0, "/nonexistent/merged\n", ""),
+    }
+    builder().commit(layer_labels("compute", KEY, "base", "b", "abc"), [], False)
+    commit = next(i for i, call in enumerate(host.calls) if call[1] == "commit")
+    assert host.environ[commit]["TMPDIR"] == str(tmp_path / "hpc-stateless-commit" / name) == commit_tmpdir(name)
     assert not (tmp_path / "hpc-stateless-commit" / name).exists()
 
 
-def test_absent_removes_what_a_killed_commit_left_in_its_tmpdir(tmp_path, monkeypatch):
+def test_absent_removes_what_a_killed_commit_left_in_its_tmpdir(host, tmp_path, monkeypatch):
     """buildah's temp copies of the layer diff stay when a commit is killed; the next run's cleanup removes them."""
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     live = container_name("localhost/p", "compute", "1" * 64)
@@ -173,8 +171,8 @@ def test_absent_removes_what_a_killed_commit_left_in_its_tmpdir(tmp_path, monkey
     other = container_name("localhost/q", "compute", "1" * 64)
     for name in (live, gone, other):
         (tmp_path / "hpc-stateless-commit" / name / "buildah123").mkdir(parents=True)
-    module = FakeModule({("/usr/bin/buildah", "containers"): (0, json.dumps([{"containername": live}]), "")})
-    result = LayerBuilder(module, Buildah(module), "compute", None, "localhost/p").absent(False)
+    host.replies = {(BUILDAH, "containers"): (0, json.dumps([{"containername": live}]), "")}
+    result = builder(None).absent(False)
     assert result.removed == [live]
     assert sorted(p.name for p in (tmp_path / "hpc-stateless-commit").iterdir()) == [other]
 

@@ -21,7 +21,7 @@ def test_leftovers_of_a_killed_pack_are_removed_and_a_version_renamed_away_comes
         (image_dir / name).mkdir(parents=True)
         (image_dir / name / "manifest.json").write_text(name)
     request = PackRequest(image="img", output_dir=str(tmp_path / "out"), formats=["cpio.zst"], source_path=str(tmp_path))
-    Packer(None, request)._check_output_dir(str(image_dir), False)  # pylint: disable=protected-access
+    Packer(request)._check_output_dir(str(image_dir), False)  # pylint: disable=protected-access
     # v1 was renamed away by a pack killed before its new v1 was renamed into place: it is restored.
     # v2 was replaced completely before the kill: the old copy goes. A running pack's directory stays.
     assert sorted(p.name for p in image_dir.iterdir()) == [f".v3.partial-{live}", "v1", "v2"]

@@ -2,7 +2,7 @@
 
 Each test sets the module arguments the way Ansible passes them (``basic._ANSIBLE_ARGS``),
 calls ``main()``, catches the SystemExit and parses the JSON the module printed.
-``run_command`` is wrapped by a spy that records every command and then runs it for real,
+The process runner's executor is wrapped by a spy that records every command and then runs it for real,
 so "nothing ran" is asserted, not assumed. None of these tests needs a real bootstrap:
 they stop at a refusal, at an existing record or in check mode. The real dnf and zypper
 runs are in tests/integration/test_rootfs_rpm.py. The tools (debootstrap, dnf, zypper)
@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 from ansible.module_utils import basic
 
+from ansible_collections.hpc.stateless.plugins.module_utils import _process
 from ansible_collections.hpc.stateless.plugins.module_utils.build.bootstrap import (
     RECORD_RELPATH,
     BootstrapSpec,
@@ -39,17 +40,18 @@ def host_binary(name: str) -> str:
 
 
 @pytest.fixture
-def ran(monkeypatch):
+def ran():
     """Every command the module runs, in order (the commands still run for real)."""
     calls: list[list[str]] = []
-    real = basic.AnsibleModule.run_command
+    real = _process.set_executor(None)
 
-    def spy(self, args, *a, **kw):
-        calls.append(list(args))
-        return real(self, args, *a, **kw)
+    def spy(argv, **kwargs):
+        calls.append(list(argv))
+        return real(argv, **kwargs)
 
-    monkeypatch.setattr(basic.AnsibleModule, "run_command", spy)
-    return calls
+    _process.set_executor(spy)
+    yield calls
+    _process.set_executor(real)
 
 
 @pytest.fixture

@@ -1,0 +1,200 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026 hpc.stateless developers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The buildah client: the command line of every method, its environment, errors and names.
+
+Each row of ``CASES`` calls one method with canned output from a fake executor and states the
+argv buildah must get and what the method must return; the real runs are in tests/integration.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from ansible_collections.hpc.stateless.plugins.module_utils import _process
+from ansible_collections.hpc.stateless.plugins.module_utils.build.buildah import (
+    LABEL_PREFIX,
+    Buildah,
+    BuildahError,
+    container_name,
+    container_owner,
+    container_stem,
+    image_prefix_of,
+    image_ref,
+    owner_instance,
+)
+
+B = "/usr/bin/buildah"
+LABELS = {"hpc.stateless.layer": "base"}
+INSPECT = json.dumps({"FromImageID": "abc", "OCIv1": {"config": {"Labels": LABELS}}})
+
+
+class Executor:
+    """Answers each command with the next canned (rc, stdout, stderr); records argv and environment."""
+
+    def __init__(self, *replies: tuple[int, str, str]) -> None:
+        self.replies = list(replies)
+        self.calls: list[list[str]] = []
+        self.envs: list[dict[str, str]] = []
+
+    def __call__(self, argv, *, env, timeout, input, cwd, text):  # pylint: disable=redefined-builtin,unused-argument
+        self.calls.append(argv)
+        self.envs.append(env)
+        rc, out, err = self.replies.pop(0) if self.replies else (0, "", "")
+        return _process.Result(argv, rc, out, err)
+
+
+@pytest.fixture
+def executor(monkeypatch):
+    def install(*replies):
+        fake = Executor(*replies)
+        _process.set_executor(fake)
+        return fake
+
+    monkeypatch.setattr(_process, "which", lambda name, hint="": f"/usr/bin/{name}")
+    yield install
+    _process.set_executor(None)
+
+
+# method, arguments, canned replies, expected argv of each call, expected return value
+CASES = [
+    ("image_exists", ("localhost/p/base:k",), [(0, "abc\n", "")],
+     [[B, "inspect", "--type", "image", "--format", "{{.FromImageID}}", "localhost/p/base:k"]], True),
+    ("image_exists", ("localhost/p/base:k",), [(125, "", "image not known")],
+     [[B, "inspect", "--type", "image", "--format", "{{.FromImageID}}", "localhost/p/base:k"]], False),
+    ("image_id", ("r",), [(0, "sha\n", "")], [[B, "inspect", "--type", "image", "--format", "{{.FromImageID}}", "r"]],
+     "sha"),
+    ("image_labels", ("r",), [(0, INSPECT, "")], [[B, "inspect", "--type", "image", "r"]], LABELS),
+    ("inspect_image", ("r",), [(0, INSPECT, "")], [[B, "inspect", "--type", "image", "r"]], json.loads(INSPECT)),
+    ("tag", ("r", "n1", "n2"), [], [[B, "tag", "r", "n1", "n2"]], None),
+    ("rmi", ("r",), [(1, "", "image in use")], [[B, "rmi", "r"]], False),
+    ("containers", (), [(0, json.dumps([{"containername": "c"}]), "")], [[B, "containers", "--json"]],
+     [{"containername": "c"}]),
+    ("container_names", ("hpc-stateless-a-",),
+     [(0, json.dumps([{"containername": n} for n in ("hpc-stateless-a-1", "hpc-stateless-ab-2", "x")]), "")],
+     [[B, "containers", "--json"]], ["hpc-stateless-a-1"]),
+    ("container_exists", ("c1",), [(0, json.dumps([{"containername": "c10"}]), "")], [[B, "containers", "--json"]],
+     False),
+    ("from_image", ("localhost/p/base:k", "c"), [(0, "c\n", "")],
+     [[B, "from", "--pull=never", "--quiet", "--name", "c", "localhost/p/base:k"]], "c"),
+    ("mount", ("c",), [(0, "/var/lib/containers/storage/overlay/x/merged\n", "")], [[B, "mount", "c"]],
+     "/var/lib/containers/storage/overlay/x/merged"),
+    ("mounts", (), [(0, "c1 /m/1\nc2 /m/2\n", "")], [[B, "mount"]], {"c1": "/m/1", "c2": "/m/2"}),
+    ("mounts", (), [(125, "", "storage busy")], [[B, "mount"]], {}),
+    ("remove", ("c",), [(125, "", "not mounted"), (125, "", "container not known")], [[B, "umount", "c"], [B, "rm", "c"]],
+     None),
+    ("config_labels", ("c", {"b": "2", "a": "1"}), [], [[B, "config", "--label", "a=1", "--label", "b=2", "c"]], None),
+    ("config_labels", ("c", {}), [], [], None),
+    ("commit", ("c", "localhost/p/base:k"), [(0, "Getting image source\nsha256\n", "")],
+     [[B, "commit", "--quiet", "--rm", "c", "localhost/p/base:k"]], "sha256"),
+    ("pull", ("reg:5000/hpc/base:k", False, "/auth.json"), [(0, "id\n", "")],
+     [[B, "pull", "--quiet", "--tls-verify=false", "--authfile", "/auth.json", "docker://reg:5000/hpc/base:k"]], "id"),
+    ("push", ("localhost/p/base:k", "reg/hpc/base:k"), [],
+     [[B, "push", "--quiet", "--tls-verify=true", "localhost/p/base:k", "docker://reg/hpc/base:k"]], None),
+]
+
+
+@pytest.mark.parametrize("method, args, replies, argvs, expected", CASES,
+                         ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
+def test_argv_and_result(executor, method, args, replies, argvs, expected):
+    fake = executor(*replies)
+    assert getattr(Buildah(), method)(*args) == expected
+    assert fake.calls == argvs
+
+
+def test_run_in_passes_volumes_and_environment_before_the_container(executor):
+    fake = executor()
+    Buildah().run_in("c", ["dracut", "--kver", "6.1"], volumes={"/out": "/run/out"}, environment={"SOURCE_DATE_EPOCH": "1"})
+    assert fake.calls == [[B, "run", "--volume", "/out:/run/out", "--env", "SOURCE_DATE_EPOCH=1", "c", "--",
+                           "dracut", "--kver", "6.1"]]
+
+
+def test_storage_options_come_first(executor):
+    fake = executor()
+    Buildah(storage_root="/srv/storage", storage_runroot="/run/s").rm("c")
+    assert fake.calls == [[B, "--root", "/srv/storage", "--runroot", "/run/s", "rm", "c"]]
+
+
+def test_commit_gets_its_tmpdir_in_the_environment(executor):
+    fake = executor()
+    Buildah().commit("c", "r", tmpdir="/var/tmp/x")
+    assert fake.envs[0]["TMPDIR"] == "/var/tmp/x"
+
+
+@pytest.mark.parametrize("given, environment, expected", [
+    (None, None, "chroot"), (None, "oci", "oci"), ("rootless", "oci", "rootless")])
+def test_isolation_is_the_callers_then_the_environments_then_chroot(executor, monkeypatch, given, environment, expected):
+    if environment:
+        monkeypatch.setenv("BUILDAH_ISOLATION", environment)
+    else:
+        monkeypatch.delenv("BUILDAH_ISOLATION", raising=False)
+    fake = executor()
+    client = Buildah(isolation=given)
+    client.run("images")
+    assert fake.envs[0]["BUILDAH_ISOLATION"] == expected == client.env["BUILDAH_ISOLATION"]
+    assert fake.envs[0]["LANG"] == fake.envs[0]["LC_ALL"] == "C"
+
+
+def test_a_failure_is_a_process_error_with_argv_and_stderr(executor):
+    executor((125, "", "Error: image not known\n"))
+    with pytest.raises(BuildahError) as info:
+        Buildah().from_image("localhost/x:1", "c")
+    assert isinstance(info.value, _process.ProcessError)
+    assert info.value.argv[:2] == [B, "from"] and info.value.rc == 125 and info.value.gone
+    assert "image not known" in str(info.value)
+
+
+def test_run_without_check_returns_the_failure(executor):
+    executor((2, "", "bad"))
+    result = Buildah().run("rm", "c", check=False)
+    assert (result.rc, result.stderr) == (2, "bad")
+
+
+def test_missing_buildah_names_the_install_command(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    client = Buildah(executable=str(tmp_path / "buildah"))  # building the client never fails
+    with pytest.raises(_process.ToolMissing, match="apt-get install buildah"):
+        client.containers()
+
+
+def test_layer_images_skips_an_image_removed_between_listing_and_inspect(executor):
+    listing = json.dumps([{"id": "gone", "names": ["localhost/p/a:1"]}, {"id": "kept", "names": ["localhost/p/b:2"]}])
+    fake = executor((0, listing, ""), (125, "", "Error: gone: image not known"), (0, INSPECT, ""))
+    assert Buildah().layer_images() == [{"id": "kept", "names": ["localhost/p/b:2"], "labels": LABELS}]
+    assert fake.calls[0] == [B, "images", "--json", "--filter", f"label={LABEL_PREFIX}layer"]
+
+
+def test_layer_images_raises_on_other_inspect_errors(executor):
+    executor((0, json.dumps([{"id": "x", "names": []}]), ""), (125, "", "Error: storage is corrupt"))
+    with pytest.raises(BuildahError, match="storage is corrupt"):
+        Buildah().layer_images()
+
+
+KEY = "a" * 64
+
+
+def test_container_names_are_purpose_scope_tag_and_instance():
+    name = container_name("localhost/p", "compute", KEY)
+    assert re.fullmatch(r"hpc-stateless-compute-[0-9a-f]{6}-aaaaaaaaaaaa", name)
+    assert container_name("localhost/p/", "compute", KEY) == name
+    assert container_name("localhost/q", "compute", KEY) != name
+    assert name.startswith(container_stem("localhost/p", "compute"))
+
+
+def test_a_process_owned_container_names_its_pid_and_is_never_a_layers():
+    pack = container_name("localhost/p", "pack", owner_instance(4321))
+    assert re.fullmatch(r"hpc-stateless-pack-[0-9a-f]{6}-pid4321", pack)
+    assert container_owner(pack, "pack") == 4321
+    # a layer called "pack" whose key starts with digits only is not a pack run's container
+    assert container_owner(container_name("localhost/p", "pack", "1" * 64), "pack") is None
+    assert container_owner(container_name("localhost/p", "compute", owner_instance(1)), "pack") is None
+
+
+def test_image_reference_and_its_prefix():
+    assert image_ref("localhost/hpc-stateless/", "compute", KEY) == f"localhost/hpc-stateless/compute:{KEY}"
+    assert image_prefix_of("localhost/p/base:k") == "localhost/p"
+    assert image_prefix_of("base:k") == ""
