@@ -18,6 +18,9 @@ description:
     containers), C(buildah run) then fails; chroot isolation works everywhere a layer is built.
   - This callback sets C(BUILDAH_ISOLATION) in the controller's environment when the play starts,
     unless it is already set, so every later connection inherits it.
+  - The collection's own modules and its C(hpc.stateless.buildah) connection call buildah through the
+    collection's buildah client, which applies the same rule (the environment's value, else C(chroot))
+    without this callback; it matters for C(containers.podman.buildah) and other tools.
   - Enable it with C(callbacks_enabled = hpc.stateless.buildah_isolation) in C(ansible.cfg).
 options:
   isolation:

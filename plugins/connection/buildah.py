@@ -11,7 +11,9 @@ short_description: Run Ansible inside a buildah working container, with results 
 version_added: 0.1.0
 author: hpc.stateless developers (@hpc-stateless)
 description:
-  - The C(containers.podman.buildah) connection, with one change to how commands return their results.
+  - Runs tasks in a buildah working container like C(containers.podman.buildah), with one change to how
+    commands return their results. It calls buildah through the collection's buildah client, so it uses the
+    same executable and C(BUILDAH_ISOLATION) (the environment's, else C(chroot)) as the modules.
   - On a loaded build host, C(buildah run) with chroot isolation was seen to exit 0 with no output at all,
     so Ansible failed with "No start of json char found" or "failed to resolve remote temporary directory".
   - This connection makes each command write its standard output, standard error and exit status to files in
@@ -21,8 +23,8 @@ description:
   - Pipelining is on by default. A module's code travels to the container as a file next to the result files
     and the command reads it as standard input, so a task costs one C(buildah run) instead of one each to
     create a temporary directory, make the module executable, run it and remove it.
-  - Containers that cannot be mounted and users other than root fall back to the plain
-    C(containers.podman.buildah) behaviour.
+  - Containers that cannot be mounted and users other than root fall back to plain C(buildah run) (the
+    command's own streams, no retry), C(buildah copy) and C(buildah run cat) for files.
   - The build playbooks of this collection use it for every layer.
 options:
   pipelining:
@@ -52,40 +54,79 @@ options:
 
 import os
 import shlex
+import shutil
 import uuid
 
-from ansible.errors import AnsibleConnectionFailure
+from ansible.errors import AnsibleConnectionFailure, AnsibleError
 from ansible.module_utils.common.text.converters import to_bytes, to_text
-from ansible.plugins.connection import ensure_connect
+from ansible.plugins.connection import ConnectionBase, ensure_connect
 from ansible.utils.display import Display
 
-from ansible_collections.containers.podman.plugins.connection.buildah import Connection as PodmanBuildahConnection
+from ansible_collections.hpc.stateless.plugins.module_utils._process import ToolMissing
+from ansible_collections.hpc.stateless.plugins.module_utils.build.buildah import Buildah
 
 display = Display()
 
 ATTEMPTS = 3
 
 
-class Connection(PodmanBuildahConnection):
-    """containers.podman.buildah with results passed through files in the container."""
+class Connection(ConnectionBase):
+    """A buildah working container, reached through its mount point and ``buildah run``."""
 
     transport = "hpc.stateless.buildah"
     # Standard input travels through a file too (see exec_command), so pipelining is safe here.
     has_pipelining = True
 
+    def __init__(self, play_context, new_stdin, *args, **kwargs):
+        super().__init__(play_context, new_stdin, *args, **kwargs)
+        self._container_id = self._play_context.remote_addr
+        self._mount_point = None  # the container's root on the host while connected, None when it cannot be mounted
+        self.user = self._play_context.remote_user
+        self._client = Buildah()  # buildah's executable and isolation, as every other caller of buildah
+
+    def _buildah(self, verb, args=(), in_data=None):
+        """``buildah <verb> [--user|--chown] <container> <args>``; returns (rc, stdout bytes, stderr bytes)."""
+        options = []
+        if self.user and self.user != "root":
+            options = {"run": ["--user", self.user], "copy": ["--chown", self.user]}.get(verb, [])
+        argv = [verb, *options, self._container_id, *(to_text(a, errors="surrogate_or_strict") for a in args)]
+        try:
+            display.vvv(f"RUN {self._client.argv(*argv)}", host=self._container_id)
+            result = self._client.run(*argv, check=False, input=in_data, text=False)
+        except ToolMissing as exc:
+            raise AnsibleConnectionFailure(str(exc)) from None
+        display.vvvv(f"RC {result.rc} STDERR {to_text(result.stderr)!r}", host=self._container_id)
+        return result.rc, result.stdout, result.stderr
+
+    def _connect(self):
+        if not self._connected:
+            rc, out, err = self._buildah("mount")
+            if rc != 0:
+                display.v(f"Failed to mount container {self._container_id}: {to_text(err).strip()}")
+                self._mount_point = None
+            else:
+                self._mount_point = to_text(out, errors="surrogate_or_strict").strip()
+            self._connected = True
+        return self
+
+    def _on_host(self, path):
+        """Host path (bytes) of ``path`` in the mounted container; None when files must go through buildah."""
+        if not self._mount_point or (self.user and self.user != "root"):
+            return None
+        return to_bytes(self._mount_point, errors="surrogate_or_strict").rstrip(b"/") + to_bytes(path)
+
     @ensure_connect
     def exec_command(self, cmd, in_data=None, sudoable=False):
-        if not self._mount_point or (self.user and self.user != "root"):
-            return super().exec_command(cmd, in_data=in_data, sudoable=sudoable)
-        # Skip the parent's exec_command but keep the base class bookkeeping (display, become).
-        super(PodmanBuildahConnection, self).exec_command(cmd, in_data=in_data, sudoable=sudoable)
+        super().exec_command(cmd, in_data=in_data, sudoable=sudoable)
         stem = f"/tmp/.hpc-stateless-exec-{uuid.uuid4().hex}"
         paths = {part: f"{stem}.{part}" for part in ("in", "out", "err", "rc")}
+        host = {part: self._on_host(path) for part, path in paths.items()}
+        if host["rc"] is None:
+            # Not mounted, or another user: the command's own streams and status, no retry.
+            return self._buildah("run", shlex.split(to_text(cmd, errors="surrogate_or_strict")), in_data)
         stdin = paths["in"] if in_data is not None else "/dev/null"
         wrapped = (f"( {to_text(cmd, errors='surrogate_or_strict')} ) <{stdin} "
                    f">{paths['out']} 2>{paths['err']}; echo $? >{paths['rc']}")
-        host = {part: to_bytes(self._mount_point, errors="surrogate_or_strict").rstrip(b"/") + to_bytes(path)
-                for part, path in paths.items()}
         try:
             if in_data is not None:
                 # A pipelined module's code: readable by root only, removed with the results below.
@@ -117,3 +158,37 @@ class Connection(PodmanBuildahConnection):
             f"buildah run in container {self._container_id} exited without running the command "
             f"{ATTEMPTS} times (last: rc={rc}, {to_text(stderr).strip()!r}); is the container mounted and does "
             f"it have /bin/sh and /tmp?")
+
+    @ensure_connect
+    def put_file(self, in_path, out_path):
+        super().put_file(in_path, out_path)
+        display.vvv(f"PUT {in_path} TO {out_path}", host=self._container_id)
+        target = self._on_host(out_path)
+        if target is not None:
+            shutil.copyfile(to_bytes(in_path, errors="surrogate_or_strict"), target)
+            return
+        rc, _out, err = self._buildah("copy", [in_path, out_path])
+        if rc != 0:
+            raise AnsibleError(f"cannot copy {in_path} to {out_path} in container {self._container_id}: "
+                               f"{to_text(err).strip()}")
+
+    @ensure_connect
+    def fetch_file(self, in_path, out_path):
+        super().fetch_file(in_path, out_path)
+        display.vvv(f"FETCH {in_path} TO {out_path}", host=self._container_id)
+        source = self._on_host(in_path)
+        if source is not None:
+            shutil.copyfile(source, to_bytes(out_path, errors="surrogate_or_strict"))
+            return
+        rc, out, err = self._buildah("run", ["cat", in_path])
+        if rc != 0:
+            raise AnsibleError(f"cannot fetch {in_path} from container {self._container_id}: {to_text(err).strip()}")
+        with open(to_bytes(out_path, errors="surrogate_or_strict"), "wb") as handle:
+            handle.write(out)
+
+    def close(self):
+        super().close()
+        if self._connected:
+            self._buildah("umount")
+        self._mount_point = None
+        self._connected = False

@@ -15,6 +15,7 @@ from ansible.errors import AnsibleConnectionFailure
 from ansible.playbook.play_context import PlayContext
 
 from ansible_collections.hpc.stateless.plugins.connection import buildah as buildah_plugin
+from ansible_collections.hpc.stateless.plugins.module_utils import _process
 
 MEMFD_RACE = b"Close_Fd sealing memfd copy: Device or resource busy\nError: exit status 1\n"
 
@@ -25,7 +26,7 @@ class FakeBuildah:
     def __init__(self, root, script):
         self.root, self.script, self.calls = root, list(script), 0
 
-    def __call__(self, verb, args, in_data=None, outfile_stdout=None):  # pylint: disable=unused-argument
+    def __call__(self, verb, args=(), in_data=None):  # pylint: disable=unused-argument
         assert verb == "run" and args[:2] == ["/bin/sh", "-c"]
         self.calls += 1
         behaviour = self.script.pop(0)
@@ -86,3 +87,62 @@ def test_three_runs_that_never_started_fail_with_buildahs_error(connection, tmp_
     with pytest.raises(AnsibleConnectionFailure, match="3 times .*Close_Fd sealing memfd copy"):
         run(connection, tmp_path, ["not started"] * 3, "true")
     assert not list((tmp_path / "tmp").iterdir())
+
+
+class Executor:
+    """The process runner's executor: records argv and environment, answers rc 0 with ``stdout``."""
+
+    def __init__(self, stdout=b""):
+        self.stdout, self.calls, self.envs = stdout, [], []
+
+    def __call__(self, argv, *, env, timeout, input, cwd, text):  # pylint: disable=redefined-builtin,unused-argument
+        self.calls.append(argv)
+        self.envs.append(env)
+        return _process.Result(argv, 0, self.stdout, b"")
+
+
+@pytest.fixture
+def executor(monkeypatch):
+    monkeypatch.setattr(_process, "which", lambda name, hint="": f"/usr/bin/{name}")
+    fake = Executor(b"/var/lib/containers/storage/overlay/x/merged\n")
+    _process.set_executor(fake)
+    yield fake
+    _process.set_executor(None)
+
+
+def test_buildah_is_called_through_the_collections_client(executor, monkeypatch):
+    monkeypatch.delenv("BUILDAH_ISOLATION", raising=False)
+    context = PlayContext()
+    context.remote_addr = "hpc-stateless-base-abcdef-0123456789ab"
+    conn = buildah_plugin.Connection(context, None)
+    conn._connect()  # pylint: disable=protected-access
+    conn.close()
+    assert executor.calls == [["/usr/bin/buildah", "mount", context.remote_addr],
+                              ["/usr/bin/buildah", "umount", context.remote_addr]]
+    assert {env["BUILDAH_ISOLATION"] for env in executor.envs} == {"chroot"}
+    assert executor.envs[0]["LANG"] == "C"
+
+
+def test_another_user_runs_through_buildah_with_its_own_streams(executor):
+    context = PlayContext()
+    context.remote_addr, context.remote_user = "c", "slurm"
+    conn = buildah_plugin.Connection(context, None)
+    rc, out, _err = conn.exec_command("id -u", in_data=b"x")
+    assert (rc, out) == (0, b"/var/lib/containers/storage/overlay/x/merged\n")
+    assert executor.calls[-1] == ["/usr/bin/buildah", "run", "--user", "slurm", "c", "id", "-u"]
+    conn.put_file("/etc/hostname", "/tmp/h")
+    assert executor.calls[-1] == ["/usr/bin/buildah", "copy", "--chown", "slurm", "c", "/etc/hostname", "/tmp/h"]
+
+
+def test_a_missing_buildah_is_a_connection_failure(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    conn = buildah_plugin.Connection(PlayContext(), None)
+    with pytest.raises(AnsibleConnectionFailure, match="apt-get install buildah"):
+        conn._connect()  # pylint: disable=protected-access
+
+
+def test_the_connection_stands_on_ansible_core_alone():
+    """No other collection's private methods: every class it inherits from is ansible-core's or ours."""
+    assert all(cls.__module__.split(".")[0] in ("ansible", "builtins", "abc")
+               or cls.__module__.startswith("ansible_collections.hpc.stateless.")
+               for cls in buildah_plugin.Connection.__mro__)
