@@ -12,20 +12,26 @@ images exist runs on the build host (through hpc.stateless.layer_info).
 from __future__ import annotations
 
 import os
-import subprocess
 from typing import Any
 
 from ansible import constants as C
-from ansible.errors import AnsibleActionFail
+from ansible.errors import AnsibleError
+from ansible.inventory.manager import InventoryManager
 from ansible.plugins.action import ActionBase
 from ansible.vars.manager import VariableManager
+from jinja2 import Undefined
 
 from ansible_collections.hpc.stateless.plugins.module_utils.build.buildah import (
     DEFAULT_IMAGE_PREFIX,
     container_name,
     image_ref,
 )
-from ansible_collections.hpc.stateless.plugins.module_utils._git import GitError, GitRepository, GitRevisionReader
+from ansible_collections.hpc.stateless.plugins.module_utils._git import (
+    GitError,
+    GitRepository,
+    GitRevisionReader,
+    describe_work_tree,
+)
 from ansible_collections.hpc.stateless.plugins.module_utils.ci.gitlab import gitlab_pipeline, pipeline_yaml
 from ansible_collections.hpc.stateless.plugins.module_utils.layers.change_plan import (
     DEFAULT_BUILD_PLAYBOOKS,
@@ -49,7 +55,8 @@ _ARGUMENT_SPEC = dict(
     compute_keys=dict(type="bool", default=True),
     check_storage=dict(type="bool", default=True),
     role_paths=dict(type="list", elements="path", default=[]),
-    # change planning (issue 8): only when since or changed_files is given
+    inventory=dict(type="list", elements="path"),
+    # change planning: only when since or changed_files is given
     since=dict(type="str"),
     changed_files=dict(type="list", elements="str"),
     repo=dict(type="path"),
@@ -79,14 +86,95 @@ def _raw(value: Any) -> Any:
     return value
 
 
-def git_describe(path: str) -> str:
-    """``git describe --always --dirty`` of the configuration repository, or ''."""
-    try:
-        out = subprocess.run(["git", "-C", path, "describe", "--always", "--dirty", "--abbrev=12"],
-                             capture_output=True, text=True, check=False, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
-    return out.stdout.strip() if out.returncode == 0 else ""
+LAYERS_GROUP = "hpc_stateless_layers"
+
+
+def layer_host_groups(spec: dict[str, Any]) -> list[str]:
+    """Inventory groups of a layer's host: every layer host, then the groups its spec names.
+
+    The one statement of it: playbooks/tasks/plan_layers.yml adds the hosts with these groups,
+    and keys are computed with the group variables of exactly these groups.
+    """
+    return [LAYERS_GROUP, *[g for g in spec.get("groups", []) if g != LAYERS_GROUP]]
+
+
+class PlanError(Exception):
+    """Input the plan cannot use; ``str()`` names the key, file or host and what to do."""
+
+
+class LayerHosts:
+    """Raw (untemplated) variables of the planning host and of each layer's inventory host.
+
+    A layer host is read from the run's inventory when a play added it (playbooks/tasks/
+    plan_layers.yml does), through a fresh VariableManager: the run's own one also holds what
+    earlier plays left on the host (gathered facts, include_vars of a role's OS-family file,
+    registered results), so a build followed by pack or verify in the same run would see other
+    keys than the build. A layer host the run does not know is read from a private inventory of
+    the same sources with the host added to its groups, so a plan made by a bare task reaches the
+    keys of the build too. With ``sources`` (the plan's ``inventory`` option) every variable,
+    the planning host's included, comes from a private inventory of those sources.
+    """
+
+    def __init__(self, loader: Any, hostvars: Any, planning_host: str, sources: list[str] | None = None) -> None:
+        self._loader = loader
+        self._hostvars = hostvars
+        self._planning_host = planning_host
+        self._explicit = sources is not None
+        run_inventory = getattr(hostvars, "_inventory", None)
+        self._run_inventory = None if self._explicit else run_inventory
+        if sources is None:
+            sources = list(getattr(run_inventory, "_sources", None) or [])
+        self._sources = [s for s in sources if s]
+        self._private: InventoryManager | None = None
+        self._added: set[str] = set()
+
+    def planning_vars(self) -> dict[str, Any]:
+        """Every variable of the planning host (the DAG, the image prefix and the fallback values)."""
+        if self._explicit:
+            inventory = self._private_inventory()
+            return self._fresh_vars(inventory, inventory.get_host(self._planning_host))
+        if self._hostvars is None:
+            return {}
+        try:
+            found = self._hostvars.raw_get(self._planning_host)
+        except AnsibleError as exc:
+            raise PlanError(f"cannot read the variables of {self._planning_host}: {exc}") from exc
+        return {} if isinstance(found, Undefined) else dict(found)
+
+    def layer_vars(self, layer: str, groups: list[str]) -> dict[str, Any] | None:
+        """Variables of layer host ``layer`` (in ``groups``), or None without any inventory."""
+        if self._run_inventory is not None and self._run_inventory.get_host(layer) is not None:
+            return self._fresh_vars(self._run_inventory, self._run_inventory.get_host(layer))
+        if not self._sources:
+            return None
+        inventory = self._private_inventory()
+        if layer not in self._added:
+            # What add_host does in plan_layers.yml: the host joins its groups, 'all' above them.
+            for group in groups:
+                inventory.add_group(group)
+                inventory.add_host(layer, group=group)
+            inventory.reconcile_inventory()
+            self._added.add(layer)
+        return self._fresh_vars(inventory, inventory.get_host(layer))
+
+    def _private_inventory(self) -> InventoryManager:
+        if self._private is None:
+            missing = [s for s in self._sources if "," not in s and not os.path.exists(s)]
+            if missing:
+                raise PlanError(f"inventory: {', '.join(missing)} does not exist; name the inventory "
+                                "directory or file the layers are built with")
+            try:
+                self._private = InventoryManager(loader=self._loader, sources=self._sources)
+            except AnsibleError as exc:
+                raise PlanError(f"inventory {', '.join(self._sources)}: {exc}") from exc
+        return self._private
+
+    def _fresh_vars(self, inventory: Any, host: Any) -> dict[str, Any]:
+        try:
+            return dict(VariableManager(loader=self._loader, inventory=inventory)
+                        .get_vars(host=host, include_hostvars=False))
+        except AnsibleError as exc:
+            raise PlanError(f"cannot read the variables of {host.name}: {exc}") from exc
 
 
 class ActionModule(ActionBase):
@@ -97,49 +185,53 @@ class ActionModule(ActionBase):
         task_vars = task_vars or {}
         result = super().run(tmp, task_vars)
         _validation, args = self.validate_argument_spec(_ARGUMENT_SPEC)
+        try:
+            result.update(self._run(args, task_vars))
+        except (PlanError, LayerSpecError, GitError) as exc:
+            # A bad DAG or revision is an answer, not a crash: no traceback above the message.
+            return {**result, "failed": True, "changed": False, "msg": str(exc)}
+        return result
 
-        hostvars = task_vars.get("hostvars")
-        own_raw = self._raw_host_vars(hostvars, task_vars.get("inventory_hostname", "localhost"))
+    def _run(self, args: dict[str, Any], task_vars: dict[str, Any]) -> dict[str, Any]:
+        hosts = LayerHosts(self._loader, task_vars.get("hostvars"), task_vars.get("inventory_hostname", "localhost"),
+                           args["inventory"])
+        own_raw = hosts.planning_vars()
         layers = args["layers"] if args["layers"] is not None else own_raw.get("hpc_stateless_layers")
         images = args["images"] if args["images"] is not None else own_raw.get("hpc_stateless_images", {})
         prefix = args["image_prefix"] or own_raw.get("hpc_stateless_image_prefix") or DEFAULT_IMAGE_PREFIX
         if layers is None:
-            raise AnsibleActionFail("hpc_stateless_layers is not defined: define the layer DAG in the "
-                                    "inventory (see the collection README) or pass 'layers'")
+            raise PlanError("hpc_stateless_layers is not defined: define the layer DAG in the "
+                            "inventory (see the collection README) or pass 'layers'")
 
         playbook_dir = task_vars.get("playbook_dir") or os.getcwd()
         role_index = RoleIndex(
             search_paths=[*args["role_paths"], os.path.join(playbook_dir, "roles"), *C.DEFAULT_ROLES_PATH],
             collections_paths=[_OWN_COLLECTIONS_ROOT, *C.COLLECTIONS_PATHS],
         )
-        try:
-            graph = LayerGraph.from_spec(_raw(layers), _raw(images), role_exists=role_index.exists,
-                                         role_search_hint=", ".join(role_index.search_paths))
-            keys = {}
-            if args["compute_keys"]:
-                keys = compute_keys(graph, role_index,
-                                    lambda name: self._layer_vars(hostvars, name, own_raw, graph))
-        except LayerSpecError as exc:
-            raise AnsibleActionFail(str(exc)) from exc
+        graph = LayerGraph.from_spec(_raw(layers), _raw(images), role_exists=role_index.exists,
+                                     role_search_hint=", ".join(role_index.search_paths))
+        keys = {}
+        if args["compute_keys"]:
+            keys = compute_keys(graph, role_index, lambda name: self._layer_vars(hosts, name, own_raw, graph))
 
         existing: set[str] = set()
         if args["compute_keys"] and args["check_storage"]:
             info = self._execute_module(module_name="hpc.stateless.layer_info", module_args={},
                                         task_vars=task_vars)
             if info.get("failed"):
-                raise AnsibleActionFail(f"could not list layer images: {info.get('msg')}")
+                raise PlanError(f"could not list layer images: {info.get('msg')}")
             existing = {name for image in info.get("images", []) for name in image.get("names", [])}
 
-        result.update(self._plan(graph, keys, existing, prefix, args["check_storage"]))
+        planned = self._plan(graph, keys, existing, prefix, args["check_storage"])
         if args["since"] is not None or args["changed_files"] is not None:
             if not args["compute_keys"]:
-                raise AnsibleActionFail("since/changed_files need compute_keys=true: changes are mapped "
-                                        "through the variables each layer's key covers")
-            result["changes"] = self._changes(args, graph, keys, role_index, task_vars)
-        result["git_commit"] = git_describe(playbook_dir)
-        result["image_prefix"] = prefix
-        result["changed"] = False
-        return result
+                raise PlanError("since/changed_files need compute_keys=true: changes are mapped "
+                                "through the variables each layer's key covers")
+            planned["changes"] = self._changes(args, graph, keys, role_index, task_vars)
+        planned["git_commit"] = describe_work_tree(playbook_dir)
+        planned["image_prefix"] = prefix
+        planned["changed"] = False
+        return planned
 
     def _changes(self, args: dict[str, Any], graph: LayerGraph, keys: dict[str, Any],
                  role_index: RoleIndex, task_vars: dict[str, Any]) -> dict[str, Any]:
@@ -148,32 +240,29 @@ class ActionModule(ActionBase):
                    if isinstance(s, str) and os.path.exists(s)]
         start = args["repo"] or (os.path.dirname(sources[0]) if sources and os.path.isfile(sources[0])
                                  else sources[0] if sources else os.getcwd())
-        try:
-            repository = GitRepository(start)
-            reader = GitRevisionReader(repository, None, None)  # no base: every variable of a changed file counts
-            if args["since"] is not None:
-                base = repository.resolve(args["since"])
-                if args["merge_base"]:
-                    base = repository.merge_base(base, "HEAD")
-                reader = GitRevisionReader(repository, base, f"{args['since']} ({base[:12]})")
-            if args["changed_files"] is not None:
-                changed = normalise_changed_files(repository.root, args["changed_files"])
-            else:
-                changed = repository.changed_files(reader.base_commit or "HEAD")
-            inventory_sources = self._inventory_sources(repository.root, sources, changed)
-            groups = task_vars.get("groups") or {}
+        repository = GitRepository(start)
+        reader = GitRevisionReader(repository, None, None)  # no base: every variable of a changed file counts
+        if args["since"] is not None:
+            base = repository.resolve(args["since"])
+            if args["merge_base"]:
+                base = repository.merge_base(base, "HEAD")
+            reader = GitRevisionReader(repository, base, f"{args['since']} ({base[:12]})")
+        if args["changed_files"] is not None:
+            changed = normalise_changed_files(repository.root, args["changed_files"])
+        else:
+            changed = repository.changed_files(reader.base_commit or "HEAD")
+        inventory_sources = self._inventory_sources(repository.root, sources, changed)
+        groups = task_vars.get("groups") or {}
 
-            def groups_for(layer: str) -> list[str]:
-                found = [g for g, hosts in groups.items() if layer in (hosts or [])]
-                return found or ["hpc_stateless_layers", *graph.spec(layer)["groups"]]
+        def groups_for(layer: str) -> list[str]:
+            found = [g for g, hosts in groups.items() if layer in (hosts or [])]
+            return found or layer_host_groups(graph.spec(layer))
 
-            facts = layer_facts(graph, keys, role_index.path, repository.root, groups_for)
-            plan = plan_changes(graph, facts, changed, reader, variable_changes=args["variable_changes"],
-                                playbook_changes=args["playbook_changes"],
-                                build_playbooks=args["build_playbooks"], inventory_sources=inventory_sources,
-                                image_types=args["image_types"])
-        except (GitError, LayerSpecError) as exc:
-            raise AnsibleActionFail(str(exc)) from exc
+        facts = layer_facts(graph, keys, role_index.path, repository.root, groups_for)
+        plan = plan_changes(graph, facts, changed, reader, variable_changes=args["variable_changes"],
+                            playbook_changes=args["playbook_changes"],
+                            build_playbooks=args["build_playbooks"], inventory_sources=inventory_sources,
+                            image_types=args["image_types"])
         options = dict(args["pipeline"] or {})
         if not options.get("inventory"):
             inventory = [os.path.relpath(s, repository.root) for s in sources
@@ -203,35 +292,13 @@ class ActionModule(ActionBase):
         return found
 
     @staticmethod
-    def _raw_host_vars(hostvars: Any, host: str) -> dict[str, Any]:
-        """Every variable of ``host`` in this run, unrendered (the planning host's view)."""
-        if hostvars is None:
-            return {}
-        try:
-            return dict(hostvars.raw_get(host))
-        except Exception:  # noqa: BLE001 - a host unknown to the inventory has no vars
-            return {}
-
-    @staticmethod
-    def _inventory_host_vars(hostvars: Any, host: str) -> dict[str, Any]:
-        """Inventory, group and extra variables of layer host ``host``, unrendered.
-
-        Read through a fresh VariableManager: the run's own one also holds what earlier plays left
-        on the host (gathered facts, include_vars of a role's OS-family file, registered results),
-        so a build followed by pack or verify in the same run would see other keys than the build.
-        """
-        inventory = getattr(hostvars, "_inventory", None)
-        if inventory is None or inventory.get_host(host) is None:
-            return {}
-        fresh = VariableManager(loader=hostvars._loader, inventory=inventory)  # pylint: disable=protected-access
-        return dict(fresh.get_vars(host=inventory.get_host(host), include_hostvars=False))
-
-    def _layer_vars(self, hostvars: Any, layer: str, own_raw: dict[str, Any],
-                    graph: LayerGraph) -> dict[str, Any]:
+    def _layer_vars(hosts: LayerHosts, layer: str, own_raw: dict[str, Any], graph: LayerGraph) -> dict[str, Any]:
         """Raw variables the layer's inventory host will see while it is built."""
-        merged = self._inventory_host_vars(hostvars, layer) or dict(own_raw)
+        spec = graph.spec(layer)
+        found = hosts.layer_vars(layer, layer_host_groups(spec))
+        merged = dict(own_raw) if found is None else found
         # build_layer.yml applies the layer's vars as facts, above inventory variables.
-        merged.update(graph.spec(layer).get("vars", {}))
+        merged.update(spec.get("vars", {}))
         return merged
 
     @staticmethod
@@ -249,6 +316,7 @@ class ActionModule(ActionBase):
                     "depth": depth,
                     "roles": spec["roles"],
                     "groups": spec["groups"],
+                    "host_groups": layer_host_groups(spec),
                     "vars": spec["vars"],
                     "bootstrap": spec.get("bootstrap"),
                 }

@@ -2,20 +2,33 @@
 # Copyright (c) 2026 hpc.stateless developers
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The one place that knows how git is called by the change planner.
+"""The one place that knows how git is called by the plan action (labels, change planning).
 
-Runs on the controller (the plan action plugin): argv lists, ``LANG=C``, no shell.
+Runs on the controller (the plan action plugin) through the one process runner
+(:mod:`_process`): argv lists, ``LANG=C``, no shell, timeouts as answers.
 Every failure raises :class:`GitError` naming the repository and the revision or file.
 """
 
 from __future__ import annotations
 
 import os
-import subprocess
+
+from ansible_collections.hpc.stateless.plugins.module_utils import _process
+
+_INSTALL_HINT = "install it (apt-get install git)"
+_GIT_ENV = {"GIT_PAGER": "cat"}
 
 
 class GitError(Exception):
     """A git command failed or a revision/file is unknown; ``str()`` says which and what to do."""
+
+
+def describe_work_tree(path: str, executable: str = "git") -> str:
+    """``git describe --always --dirty`` of the work tree at ``path`` (a label for images), or ''
+    when ``path`` is not in a git work tree or git is missing: a build outside git still runs."""
+    result = _process.run([executable, "-C", path, "describe", "--always", "--dirty", "--abbrev=12"],
+                          check=False, env=_GIT_ENV, timeout=30)
+    return result.stdout.strip() if result.rc == 0 else ""
 
 
 class GitRepository:
@@ -27,27 +40,24 @@ class GitRepository:
         self._trees: dict[tuple[str, str], list[str]] = {}
 
     def _run(self, *args: str, cwd: str | None = None, what: str = "") -> bytes:
-        argv = [self.executable, "-C", cwd or self.root, *args]
         try:
-            proc = subprocess.run(argv, capture_output=True, check=False, timeout=120,
-                                  env={**os.environ, "LANG": "C", "LC_ALL": "C", "GIT_PAGER": "cat"})
-        except FileNotFoundError:
-            raise GitError("git is not installed on the controller; install it (apt-get install git)") from None
-        except subprocess.TimeoutExpired:
-            raise GitError(f"{' '.join(argv)} timed out") from None
-        if proc.returncode != 0:
-            detail = proc.stderr.decode("utf-8", "replace").strip()
+            executable = _process.which(self.executable, _INSTALL_HINT)
+        except _process.ToolMissing:
+            raise GitError(f"git is not installed on the controller; {_INSTALL_HINT}") from None
+        argv = [executable, "-C", cwd or self.root, *args]
+        result = _process.run(argv, check=False, env=_GIT_ENV, timeout=120, text=False)
+        if result.rc == _process.TIMEOUT_RC:
+            raise GitError(f"{' '.join(argv)} timed out")
+        if result.rc != 0:
+            detail = result.stderr.decode("utf-8", "replace").strip()
             raise GitError(f"{what or ' '.join(argv)}: {detail}")
-        return proc.stdout
+        return result.stdout
 
     def _toplevel(self, path: str) -> str:
         if not os.path.isdir(path):
             raise GitError(f"repository directory {path} does not exist")
-        try:
-            return self._run("rev-parse", "--show-toplevel", cwd=path,
-                             what=f"{path} is not inside a git work tree").decode().strip()
-        except GitError:
-            raise
+        return self._run("rev-parse", "--show-toplevel", cwd=path,
+                         what=f"{path} is not inside a git work tree").decode().strip()
 
     def resolve(self, revision: str) -> str:
         """Full commit id of ``revision``; :class:`GitError` names it when git does not know it."""

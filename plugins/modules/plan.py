@@ -19,8 +19,13 @@ description:
     the files of every role the layer applies (role dependencies and static C(include_role)/C(import_role)
     included; role READMEs, C(molecule/) and C(tests/) excluded) and the values of the variables those
     roles reference. Changing a variable no applied role references does not change any key.
-  - Variables are read raw (untemplated) from the layer's inventory host when it exists (so group
-    variables of the groups a layer names in its C(groups) count), else from the task's host merged with the layer's C(vars).
+  - Variables are read raw (untemplated) from the layer's inventory host, in the groups RV(layers.host_groups)
+    (C(hpc_stateless_layers) and the groups the layer names in its C(groups)), so its group and host variables
+    count; the layer's C(vars) rank above them. When the run has no such host yet, it is read from a private
+    copy of the run's inventory sources with the host added to those groups, so every stage reaches the
+    keys of the build. Playbooks plan with C(playbooks/tasks/plan_layers.yml), which adds the hosts first.
+  - Bad input (a bad DAG, an unknown revision, an unreadable inventory file) fails the task with a message
+    naming the key, file or revision.
   - Facts (C(ansible_*)) and magic variables never enter a key, because facts come from inside the layer.
   - With O(check_storage=true), asks M(hpc.stateless.layer_info) which layer images exist; a layer whose
     keyed image is missing is stale.
@@ -65,6 +70,13 @@ options:
     type: list
     elements: path
     default: []
+  inventory:
+    description:
+      - Inventory sources (directories or files, as C(ansible-playbook -i)) to read the DAG, the image prefix and
+        the layer hosts' variables from, instead of this run's inventory. For a run whose own inventory is
+        another one, such as Molecule's C(create) planning the DAG of the site inventory.
+    type: list
+    elements: path
   since:
     description:
       - Base revision of the configuration repository (for example C(origin/main)). When given, the files that
@@ -190,6 +202,12 @@ layers:
     parent:
       description: Parent layer, null for a root layer.
       type: str
+    host_groups:
+      description:
+        - Inventory groups of the layer's host, C(hpc_stateless_layers) first, then the layer's C(groups).
+          The keys are computed with the variables of these groups; add the host to them before planning.
+      type: list
+      elements: str
     key:
       description: Content key (sha256 hex).
       type: str

@@ -1,0 +1,218 @@
+"""The hpc.stateless.plan action on the controller, driven with a real inventory and variable manager.
+
+- Layer variables come from the layer's inventory host: group_vars of the groups it names and its
+  host_vars, whether a play added the host (playbooks/tasks/plan_layers.yml), the task did not
+  (a bare ``hpc.stateless.plan`` task) or the inventory is another one (Molecule's create).
+- Bad input is a failed result with the message alone (no traceback), and an unreadable inventory
+  file is named instead of being reported as a missing DAG.
+- The git label of the build comes through the one process runner.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from ansible.inventory.manager import InventoryManager
+from ansible.parsing.dataloader import DataLoader
+from ansible.playbook.play_context import PlayContext
+from ansible.playbook.task import Task
+from ansible.plugins.loader import init_plugin_loader
+from ansible.template import Templar
+from ansible.vars.hostvars import HostVars
+from ansible.vars.manager import VariableManager
+
+from ansible_collections.hpc.stateless.plugins.action import plan as plan_action
+from ansible_collections.hpc.stateless.plugins.module_utils import _git, _process
+
+# The action needs no connection (it plans on the controller); ActionBase only looks at its shell.
+NO_CONNECTION = SimpleNamespace(_shell=SimpleNamespace(tmpdir="unused"))
+HOSTS = "all:\n  hosts:\n    localhost:\n      ansible_connection: local\n"
+LAYERS = """hpc_stateless_layers:
+  root:
+    bootstrap: {distro: debian, release: bookworm}
+    roles: []
+  accel:
+    parent: root
+    groups: [gpu]
+    roles: [marker]
+hpc_stateless_images: {}
+marker_text: from group_vars/all
+"""
+
+
+def write(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root
+
+
+@pytest.fixture(scope="module", autouse=True)
+def plugins():
+    init_plugin_loader()
+
+
+@pytest.fixture()
+def site(tmp_path):
+    """A site: the marker role reads marker_text; gpu and the accel host set their own value."""
+    return write(tmp_path / "site", {
+        "roles/marker/tasks/main.yml": "- name: Mark\n  ansible.builtin.copy:\n"
+                                       "    content: \"{{ marker_text }}\"\n    dest: /etc/marker\n    mode: \"0644\"\n",
+        "inventory/hosts.yml": HOSTS,
+        "inventory/group_vars/all/layers.yml": LAYERS,
+        "inventory/group_vars/gpu/marker.yml": "marker_text: from group_vars/gpu\n",
+    })
+
+
+class Run:
+    """One ansible-playbook run's inventory and variables, as the action sees them in task_vars."""
+
+    def __init__(self, inventory_dir: Path, playbook_dir: Path) -> None:
+        self.loader = DataLoader()
+        self.loader.set_basedir(str(playbook_dir))
+        self.playbook_dir = playbook_dir
+        self.inventory = InventoryManager(loader=self.loader, sources=[str(inventory_dir)])
+        self.variables = VariableManager(loader=self.loader, inventory=self.inventory)
+
+    def add_layer_host(self, name: str, groups: list[str]) -> None:
+        """What ansible.builtin.add_host does for plan_layers.yml."""
+        for group in groups:
+            self.inventory.add_group(group)
+            self.inventory.add_host(name, group=group)
+        self.inventory.reconcile_inventory()
+
+    def plan(self, **args) -> dict:
+        task = Task()
+        task.action = "hpc.stateless.plan"
+        task.args = {"check_storage": False, **args}
+        action = plan_action.ActionModule(task, NO_CONNECTION, PlayContext(), self.loader, Templar(self.loader), None)
+        task_vars = {"hostvars": HostVars(self.inventory, self.variables, self.loader),
+                     "inventory_hostname": "localhost", "playbook_dir": str(self.playbook_dir),
+                     "ansible_inventory_sources": [str(s) for s in self.inventory._sources]}
+        return action.run(task_vars=task_vars)
+
+
+def accel_key(result: dict) -> str:
+    assert not result.get("failed"), result.get("msg")
+    return result["layers"]["accel"]["key"]
+
+
+def test_group_variables_of_a_layer_host_reach_its_key(site):
+    run = Run(site / "inventory", site)
+    validated = run.plan(compute_keys=False)
+    assert validated["layers"]["accel"]["host_groups"] == ["hpc_stateless_layers", "gpu"]
+    run.add_layer_host("accel", validated["layers"]["accel"]["host_groups"])
+    added = run.plan()
+    assert "marker_text" in added["layers"]["accel"]["variables"]
+
+    # A bare plan task (no add_host before it) and another run's inventory reach the same key.
+    assert accel_key(Run(site / "inventory", site).plan()) == accel_key(added)
+    elsewhere = write(site.parent / "molecule", {"inventory/hosts.yml": HOSTS})
+    assert accel_key(Run(elsewhere / "inventory", site).plan(inventory=[str(site / "inventory")])) == accel_key(added)
+
+    # ...and the group's value is in it: changing it (not the value of 'all') changes the key.
+    (site / "inventory/group_vars/gpu/marker.yml").write_text("marker_text: changed in group_vars/gpu\n")
+    assert accel_key(Run(site / "inventory", site).plan()) != accel_key(added)
+
+
+def test_host_variables_of_a_layer_host_reach_its_key(site, tmp_path):
+    # Another copy of the site: Ansible caches which vars files a directory holds for the process.
+    without = accel_key(Run(site / "inventory", site).plan())
+    scoped = tmp_path / "scoped"
+    subprocess.run(["cp", "-a", str(site), str(scoped)], check=True)
+    write(scoped, {"inventory/host_vars/accel/marker.yml": "marker_text: from host_vars/accel\n"})
+    run = Run(scoped / "inventory", scoped)
+    run.add_layer_host("accel", ["hpc_stateless_layers", "gpu"])
+    added = run.plan()
+    assert accel_key(added) != without
+    assert accel_key(Run(scoped / "inventory", scoped).plan()) == accel_key(added)
+    # The root layer's roles read nothing: its key does not move.
+    assert added["layers"]["root"]["key"] == Run(site / "inventory", site).plan()["layers"]["root"]["key"]
+
+
+def test_the_planning_hosts_view_is_used_only_without_an_inventory(site):
+    """Without any inventory (no hostvars) the layer sees the planning host's variables: here
+    none, so the key differs from the inventory's, where group gpu sets marker_text."""
+    run = Run(site / "inventory", site)
+    layers = run.plan(compute_keys=False)["layers"]
+    spec = {name: {k: layers[name][k] for k in ("roles", "groups", "vars")} for name in layers}
+    spec["root"]["bootstrap"], spec["accel"]["parent"] = layers["root"]["bootstrap"], "root"
+    task = Task()
+    task.args = {"layers": spec, "images": {}, "check_storage": False}
+    loader = DataLoader()
+    action = plan_action.ActionModule(task, NO_CONNECTION, PlayContext(), loader, Templar(loader), None)
+    bare = action.run(task_vars={"playbook_dir": str(site)})
+    assert accel_key(bare) != accel_key(run.plan())
+
+
+@pytest.mark.parametrize(("layers", "expected"), [
+    ({"a": {"parent": "missing", "roles": []}}, "unknown parent layer 'missing'"),
+    ({"a": {"parent": "b"}, "b": {"parent": "a"}}, "cycle"),
+])
+def test_a_bad_dag_is_a_failed_result_without_a_traceback(site, layers, expected):
+    result = Run(site / "inventory", site).plan(layers=layers, compute_keys=False)
+    assert result["failed"] is True
+    assert expected in result["msg"]
+    assert "exception" not in result
+
+
+def test_an_unknown_git_revision_is_a_failed_result_without_a_traceback(site):
+    subprocess.run(["git", "init", "-q", str(site)], check=True)
+    result = Run(site / "inventory", site).plan(changed_files=[], since="origin/nope")
+    assert result["failed"] is True
+    assert "unknown git revision 'origin/nope'" in result["msg"]
+    assert "exception" not in result
+
+
+def test_an_unreadable_inventory_file_is_named_not_reported_as_a_missing_dag(site):
+    write(site, {"inventory/group_vars/all/broken.yml": "marker_text: [unclosed\n"})
+    result = Run(site / "inventory", site).plan(compute_keys=False)
+    assert result["failed"] is True
+    assert "hpc_stateless_layers is not defined" not in result["msg"]
+    assert "broken.yml" in result["msg"]
+    assert "exception" not in result
+
+
+def test_a_missing_dag_says_so(tmp_path):
+    inventory = write(tmp_path, {"inventory/hosts.yml": HOSTS}) / "inventory"
+    result = Run(inventory, tmp_path).plan(compute_keys=False)
+    assert result["failed"] is True
+    assert result["msg"].startswith("hpc_stateless_layers is not defined")
+
+
+def test_a_missing_inventory_option_is_named(site, tmp_path):
+    result = Run(site / "inventory", site).plan(inventory=[str(tmp_path / "nowhere")], compute_keys=False)
+    assert result["failed"] is True
+    assert f"inventory: {tmp_path / 'nowhere'} does not exist" in result["msg"]
+
+
+def test_the_git_label_is_git_describe_of_the_playbook_directory(site):
+    subprocess.run(["git", "init", "-q", str(site)], check=True)
+    subprocess.run(["git", "-C", str(site), "-c", "user.name=t", "-c", "user.email=t@example.org",
+                    "commit", "-q", "--allow-empty", "-m", "first"], check=True)
+    described = subprocess.run(["git", "-C", str(site), "describe", "--always", "--dirty", "--abbrev=12"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+    result = Run(site / "inventory", site).plan(compute_keys=False)
+    assert result["git_commit"] == described and len(described) >= 12
+
+
+def test_the_git_label_runs_through_the_process_runner(tmp_path):
+    calls = []
+
+    def executor(argv, **kwargs):
+        calls.append((argv, kwargs["env"].get("LC_ALL"), kwargs["timeout"]))
+        return _process.Result(argv, 0, "v1.2-3-gabcdef012345-dirty\n", "")
+
+    old = _process.set_executor(executor)
+    try:
+        assert _git.describe_work_tree(str(tmp_path)) == "v1.2-3-gabcdef012345-dirty"
+    finally:
+        _process.set_executor(old)
+    assert calls == [(["git", "-C", str(tmp_path), "describe", "--always", "--dirty", "--abbrev=12"], "C", 30)]
+
+
+def test_outside_a_work_tree_the_git_label_is_empty(tmp_path):
+    assert _git.describe_work_tree(str(tmp_path)) == ""
