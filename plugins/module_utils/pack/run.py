@@ -26,12 +26,20 @@ import json
 import os
 import shutil
 import stat
-import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
 from ansible_collections.hpc.stateless.plugins.module_utils.artifact import manifest as pm
-from ansible_collections.hpc.stateless.plugins.module_utils.build.buildah import Buildah, BuildahError
+from ansible_collections.hpc.stateless.plugins.module_utils import _process
+from ansible_collections.hpc.stateless.plugins.module_utils.build.buildah import (
+    LABEL_PREFIX,
+    Buildah,
+    BuildahError,
+    container_name,
+    container_owner,
+    image_prefix_of,
+    owner_instance,
+)
 from ansible_collections.hpc.stateless.plugins.module_utils.pack.compress import (
     COMPRESSORS,
     CompressError,
@@ -71,13 +79,21 @@ from ansible_collections.hpc.stateless.plugins.module_utils.pack.tree import (
 )
 
 FORMATS = (*COMPRESSORS, "squashfs")
-CONTAINER_STEM = "hpc-stateless-pack-"
-LABEL = "hpc.stateless."
+# purpose part of the names of pack's throw-away working containers (see buildah.container_name)
+CONTAINER_PURPOSE = "pack"
 _DRACUT_OUT = "/run/hpc-stateless-pack-out"
 
 
 class PackError(Exception):
     """Packing failed or was refused; the message names the file, key or option at fault."""
+
+
+def find_binary(name: str) -> str | None:
+    """Absolute path of tool ``name`` on the build host, None when it is not installed."""
+    try:
+        return _process.which(name)
+    except _process.ToolMissing:
+        return None
 
 
 @dataclass
@@ -161,12 +177,6 @@ def _pid_alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
-def _pid_of(name: str, stem: str) -> int | None:
-    rest = name[len(stem):] if name.startswith(stem) else ""
-    head = rest.split("-", 1)[0]
-    return int(head) if head.isdigit() else None
-
-
 def _fsync_dir(path: str) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -176,10 +186,9 @@ def _fsync_dir(path: str) -> None:
 
 
 class Packer:
-    """Runs one :class:`PackRequest` for an AnsibleModule (run_command, get_bin_path, warn)."""
+    """Runs one :class:`PackRequest`; warnings are collected in :attr:`warnings` for the caller to show."""
 
-    def __init__(self, module: Any, request: PackRequest, buildah: Buildah | None = None) -> None:
-        self.module = module
+    def __init__(self, request: PackRequest, buildah: Buildah | None = None) -> None:
         self.req = request
         self.buildah = buildah
         self.warnings: list[str] = []
@@ -246,16 +255,16 @@ class Packer:
             raise PackError("source_image needs buildah on the build host")
         ref = self.req.source_image or ""
         self._remove_stale_containers()
-        rc, out, _err = self.buildah.run("inspect", "--type", "image", ref, check=False)
-        if rc != 0:
+        try:
+            data = self.buildah.inspect_image(ref)
+        except BuildahError as exc:
             raise PackError(f"source_image {ref} is not in local containers-storage: build it first "
-                            "(ansible-playbook site.yml) or check the name")
-        data = json.loads(out)
+                            "(ansible-playbook site.yml) or check the name") from exc
         created = data.get("OCIv1", {}).get("created") or data.get("Docker", {}).get("created")
         source = Source(root="", image_id=data.get("FromImageID") or "",
                         labels=data.get("OCIv1", {}).get("config", {}).get("Labels") or {},
                         created=pm.parse_iso_utc(created) if created else None)
-        name = f"{CONTAINER_STEM}{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        name = container_name(image_prefix_of(ref), CONTAINER_PURPOSE, owner_instance(os.getpid()))
         try:
             self.buildah.from_image(ref, name)
             source.container = name
@@ -267,38 +276,36 @@ class Packer:
 
     def _close_source(self, source: Source) -> None:
         if source.container and self.buildah is not None:
-            self.buildah.umount(source.container)
-            self.buildah.rm(source.container)
+            self.buildah.remove(source.container)
 
     def _remove_stale_containers(self) -> None:
         if self.buildah is None:
             return
-        for container in self.buildah.containers():
-            name = container.get("containername") or ""
-            pid = _pid_of(name, CONTAINER_STEM)
-            if pid is not None and pid != os.getpid() and not _pid_alive(pid):
-                self.buildah.umount(name)
-                self.buildah.rm(name)
+        for name in self.buildah.container_names():
+            pid = container_owner(name, CONTAINER_PURPOSE)
+            # Ours before we start one: left by a killed pack that had our pid.
+            if pid is not None and (pid == os.getpid() or not _pid_alive(pid)):
+                self.buildah.remove(name)
 
     def _layer_keys(self, source: Source) -> dict[str, str]:
         """``{layer: key}`` along the parent chain, from the image labels."""
         keys: dict[str, str] = {}
         labels = source.labels
         ref = self.req.source_image or ""
-        prefix = ref.rsplit("/", 1)[0] if "/" in ref else ""
+        prefix = image_prefix_of(ref)
         for _depth in range(64):
-            layer, key = labels.get(LABEL + "layer"), labels.get(LABEL + "key")
+            layer, key = labels.get(LABEL_PREFIX + "layer"), labels.get(LABEL_PREFIX + "key")
             if not layer or not key:
                 break
             keys[layer] = key
-            parent, parent_key = labels.get(LABEL + "parent"), labels.get(LABEL + "parent-key")
+            parent, parent_key = labels.get(LABEL_PREFIX + "parent"), labels.get(LABEL_PREFIX + "parent-key")
             if not parent or not parent_key or self.buildah is None or not prefix:
                 if parent and parent_key:
                     keys[parent] = parent_key
                 break
             try:
                 labels = self.buildah.image_labels(f"{prefix}/{parent}:{parent_key}")
-            except (BuildahError, ValueError):
+            except (_process.ProcessError, ValueError):
                 keys[parent] = parent_key
                 break
         return keys
@@ -307,10 +314,10 @@ class Packer:
     def _pack(self, source: Source, image_dir: str, check_mode: bool) -> dict[str, Any]:
         req = self.req
         root = source.root
-        layer = req.layer or source.labels.get(LABEL + "layer") or ""
+        layer = req.layer or source.labels.get(LABEL_PREFIX + "layer") or ""
         layer_keys = dict(req.layer_keys) if req.layer_keys else self._layer_keys(source)
-        layer_key = layer_keys.get(layer, source.labels.get(LABEL + "key", ""))
-        version = req.version or source.labels.get(LABEL + "git-commit") or (layer_key[:12] if layer_key else "")
+        layer_key = layer_keys.get(layer, source.labels.get(LABEL_PREFIX + "key", ""))
+        version = req.version or source.labels.get(LABEL_PREFIX + "git-commit") or (layer_key[:12] if layer_key else "")
         if not version:
             raise PackError("version is not set and the source carries no git commit or layer key: set version")
         try:
@@ -506,7 +513,7 @@ class Packer:
     def _write_cpio(self, fmt: str, root: str, rules: ExcludeRules, overlay: Overlay, scan: TreeScan,
                     sde: int, path: str) -> None:
         try:
-            command = compressor_argv(fmt, self.req.levels.get(fmt), self.req.threads, self.module.get_bin_path)
+            command = compressor_argv(fmt, self.req.levels.get(fmt), self.req.threads, find_binary)
         except CompressError as exc:
             raise PackError(str(exc)) from exc
         if command.tool == "gzip":
@@ -524,7 +531,7 @@ class Packer:
             raise PackError(f"{fmt}: {exc}; nothing was published") from exc
 
     def _write_squashfs(self, root: str, overlay: Overlay, scan: TreeScan, sde: int, path: str) -> None:
-        binary = self.module.get_bin_path("mksquashfs")
+        binary = find_binary("mksquashfs")
         if not binary:
             raise PackError("mksquashfs is not installed on the build host (Debian: apt-get install squashfs-tools)")
         work = os.path.join(self._partial, ".squashfs-work")
@@ -551,7 +558,7 @@ class Packer:
                 handle.write("".join(line + "\n" for line in lines))
             argv = mksquashfs_argv(binary, root, path, self.req.squashfs_compression, self.req.levels.get("squashfs"),
                                    self.req.threads, exclude_file, pseudo_file)
-            run_mksquashfs(self.module.run_command, argv, sde)
+            run_mksquashfs(argv, sde)
         except SquashfsError as exc:
             raise PackError(f"squashfs: {exc}; nothing was published") from exc
         finally:
@@ -598,13 +605,12 @@ class Packer:
             self._warn(f"the image lacks {', '.join(missing)}: its dracut initrd cannot fetch the squashfs over "
                        "HTTP (root=live:http://...), only find it on a block device (root=live:/dev/...); Debian: "
                        "add curl isc-dhcp-client iputils-arping procps to a layer")
-        argv = ["run", "--volume", f"{self._partial}:{_DRACUT_OUT}", "--env", f"SOURCE_DATE_EPOCH={sde}",
-                container, "--", "dracut", "--quiet", "--force", "--no-hostonly", "--no-hostonly-cmdline",
-                "--reproducible", "--add", " ".join(modules), "--kver", kernel_version,
-                f"{_DRACUT_OUT}/{pm.INITRD_NAME}"]
+        dracut = ["dracut", "--quiet", "--force", "--no-hostonly", "--no-hostonly-cmdline", "--reproducible",
+                  "--add", " ".join(modules), "--kver", kernel_version, f"{_DRACUT_OUT}/{pm.INITRD_NAME}"]
         try:
-            self.buildah.run(*argv)
-        except BuildahError as exc:
+            self.buildah.run_in(container, dracut, volumes={self._partial: _DRACUT_OUT},
+                                environment={"SOURCE_DATE_EPOCH": str(sde)})
+        except _process.ProcessError as exc:
             raise PackError(f"dracut could not build the squashfs initrd: {exc}") from exc
 
     def _packages(self, root: str) -> list[dict[str, Any]]:
@@ -613,13 +619,12 @@ class Packer:
             with open(status, encoding="utf-8", errors="replace") as handle:
                 return pm.parse_dpkg_status(handle.read())
         if any(os.path.isdir(os.path.join(root, p)) for p in ("var/lib/rpm", "usr/lib/sysimage/rpm")):
-            chroot = self.module.get_bin_path("chroot")
+            chroot = find_binary("chroot")
             if chroot and os.path.exists(os.path.join(root, "usr", "bin", "rpm")):
-                rc, out, err = self.module.run_command([chroot, root, "rpm", "-qa", "--qf", pm.RPM_QUERY_FORMAT],
-                                                       environ_update={"LANG": "C", "LC_ALL": "C"})
-                if rc == 0:
-                    return pm.parse_rpm_query(out)
-                self._warn(f"rpm -qa in the image failed: {err.strip()}; the manifest lists no packages")
+                query = _process.run([chroot, root, "rpm", "-qa", "--qf", pm.RPM_QUERY_FORMAT], check=False)
+                if query.ok:
+                    return pm.parse_rpm_query(query.stdout)
+                self._warn(f"rpm -qa in the image failed: {query.stderr.strip()}; the manifest lists no packages")
         return []
 
     def _write_small(self, name: str, data: bytes) -> None:
