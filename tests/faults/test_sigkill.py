@@ -14,7 +14,11 @@ import subprocess
 import uuid
 from pathlib import Path
 
-from ansible_collections.hpc.stateless.plugins.module_utils.build.buildah import container_stem
+from ansible_collections.hpc.stateless.plugins.module_utils.build.buildah import (
+    container_name,
+    container_stem,
+    owner_instance,
+)
 from ansible_collections.hpc.stateless.plugins.module_utils.build.layer import commit_tmpdir
 from faults_site import (
     FAULTS_IMAGE,
@@ -154,7 +158,8 @@ def test_sigkill_while_pack_writes_the_artifact(site, small_packs, tmp_path):
     assert sorted(p.name for p in images_dir.iterdir() if not p.name.startswith(".")) == ["v1"]
     assert sha256sum_check(v1)[0]
     pack_pid = partial.name.rsplit("-", 1)[-1]
-    pack_container = [name for name in mounts if name.startswith(f"hpc-stateless-pack-{pack_pid}-")]
+    pack_container = [name for name in mounts
+                      if name == container_name(site.prefix, "pack", owner_instance(int(pack_pid)))]
     assert len(pack_container) == 1, f"the killed pack's working container: {pack_container}"
     pack_mount = mounts[pack_container[0]]
 
