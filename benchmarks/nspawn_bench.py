@@ -39,7 +39,8 @@ import comparisons
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / ".collections"))
 
-from ansible_collections.hpc.stateless.plugins.module_utils.verify import nspawn as _nspawn  # noqa: E402
+from ansible_collections.hpc.stateless.plugins.module_utils.verify.session import Session, stop_sessions  # noqa: E402
+from ansible_collections.hpc.stateless.plugins.module_utils.verify.spec import SessionSpec  # noqa: E402
 
 BOOT_GOAL_SECONDS = 10.0
 TASKS = 50
@@ -71,8 +72,8 @@ def default_image() -> str:
 def boot_to_ready(image: str, runtime_dir: str, boots: int) -> dict:
     totals, nspawn_part, stops = [], [], []
     for index in range(boots):
-        spec = _nspawn.SessionSpec(host=f"bench-boot-{index}", image=image, boot=True, runtime_dir=runtime_dir)
-        session = _nspawn.Session(spec)
+        spec = SessionSpec(host=f"bench-boot-{index}", image=image, boot=True, runtime_dir=runtime_dir)
+        session = Session(spec)
         started = time.monotonic()
         state = session.ensure()
         totals.append(time.monotonic() - started)
@@ -152,8 +153,8 @@ def raw_commands(image: str, runtime_dir: str, count: int = TASKS) -> dict:
     """The argv each connection runs for one command, ``count`` times."""
     container = f"hpc-nspawn-bench-{uuid.uuid4().hex[:6]}"
     buildah("from", "--pull=never", "--quiet", "--name", container, image)
-    booted = _nspawn.Session(_nspawn.SessionSpec(host="bench-raw", image=image, boot=True, runtime_dir=runtime_dir))
-    directory = _nspawn.Session(_nspawn.SessionSpec(host="bench-raw", image=image, runtime_dir=runtime_dir))
+    booted = Session(SessionSpec(host="bench-raw", image=image, boot=True, runtime_dir=runtime_dir))
+    directory = Session(SessionSpec(host="bench-raw", image=image, runtime_dir=runtime_dir))
     try:
         booted_state, directory_state = booted.ensure(), directory.ensure()
         commands = {
@@ -221,7 +222,7 @@ def main() -> int:
             "load_average_at_end": os.getloadavg(),
         }
     finally:
-        _nspawn.stop_sessions(runtime_dir)
+        stop_sessions(runtime_dir)
         shutil.rmtree(runtime_dir, ignore_errors=True)
         shutil.rmtree(workdir, ignore_errors=True)
     result["comparisons"] = comparisons.derive("nspawn", result)

@@ -261,13 +261,10 @@ from ansible.module_utils.common.text.converters import to_bytes, to_native, to_
 from ansible.plugins.connection import BUFSIZE, ConnectionBase
 from ansible.utils.display import Display
 
-from ansible_collections.hpc.stateless.plugins.module_utils.verify.nspawn import (
-    NspawnError,
-    Session,
-    SessionSpec,
-    keep_running,
-    strip_noise,
-)
+from ansible_collections.hpc.stateless.plugins.module_utils.verify.commands import NspawnError, strip_noise
+from ansible_collections.hpc.stateless.plugins.module_utils.verify.process import keep_running
+from ansible_collections.hpc.stateless.plugins.module_utils.verify.session import Session
+from ansible_collections.hpc.stateless.plugins.module_utils.verify.spec import SessionSpec
 
 display = Display()
 

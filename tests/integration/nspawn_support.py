@@ -22,7 +22,8 @@ from ansible import constants as C
 from ansible.playbook.play_context import PlayContext
 
 from ansible_collections.hpc.stateless.plugins.connection import nspawn as nspawn_plugin
-from ansible_collections.hpc.stateless.plugins.module_utils.verify import nspawn as _nspawn
+from ansible_collections.hpc.stateless.plugins.module_utils.verify.container import container_stem
+from ansible_collections.hpc.stateless.plugins.module_utils.verify.session import stop_sessions
 from conftest import REPO, buildah, run_site
 
 TEST_PREFIX = "localhost/hpc-stateless-nspawn-test"
@@ -59,7 +60,7 @@ def leftovers(runtime_dir: str) -> dict[str, list[str]]:
         # supervisors name their session dir; booted containers bind their hostname file from it
         if runtime_dir in cmdline and int(pid) != os.getpid():
             found["processes"].append(f"{pid}: {cmdline.strip()}")
-    stem = _nspawn.container_stem(runtime_dir)
+    stem = container_stem(runtime_dir)
     found["containers"] = [line.split()[-1] for line in buildah("containers", "--noheading").splitlines()
                            if line.split() and line.split()[-1].startswith(stem)]
     return {kind: items for kind, items in found.items() if items}
@@ -79,7 +80,7 @@ def wait_clean(runtime_dir: str, timeout: float = 30.0) -> dict[str, list[str]]:
 def remove_runtime_dir(runtime_dir: str) -> None:
     """Stop whatever a failed test left, then remove the directory (never hides a leak: the tests
     assert on leftovers before this runs)."""
-    _nspawn.stop_sessions(runtime_dir)
+    stop_sessions(runtime_dir)
     for pid_line in leftovers(runtime_dir).get("processes", []):
         pid = int(pid_line.split(":", 1)[0])
         try:

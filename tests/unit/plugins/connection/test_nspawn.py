@@ -15,48 +15,87 @@ from ansible import constants as C
 from ansible.playbook.play_context import PlayContext
 
 from ansible_collections.hpc.stateless.plugins.connection import nspawn as nspawn_plugin
-from ansible_collections.hpc.stateless.plugins.module_utils.verify import nspawn as n
-from ansible_collections.hpc.stateless.plugins.module_utils.verify.nspawn import NspawnError, SessionSpec
+from ansible_collections.hpc.stateless.plugins.module_utils._process import Result, set_executor
+from ansible_collections.hpc.stateless.plugins.module_utils.verify.cgroups import cgroup_dirs, in_cgroups_argv
+from ansible_collections.hpc.stateless.plugins.module_utils.verify.commands import (
+    NspawnError,
+    console_tail,
+    machine_name,
+    network_args,
+    nsenter_argv,
+    nspawn_boot_argv,
+    nspawn_command_argv,
+    parse_job_list,
+    parse_notify,
+    parse_unit_list,
+    strip_noise,
+)
+from ansible_collections.hpc.stateless.plugins.module_utils.verify import overlay
+from ansible_collections.hpc.stateless.plugins.module_utils.verify.container import (
+    container_name,
+    container_stem,
+    mount_image,
+    remove_container,
+)
+from ansible_collections.hpc.stateless.plugins.module_utils.verify.overlay import (
+    mount_overlay,
+    overlay_options,
+    unmount_overlay,
+)
+from ansible_collections.hpc.stateless.plugins.module_utils.verify.process import (
+    owner_process,
+    process_alive,
+    process_start,
+)
+from ansible_collections.hpc.stateless.plugins.module_utils.verify.root import (
+    check_root,
+    find_systemd,
+    lookup_user,
+    resolve_in_root,
+)
+from ansible_collections.hpc.stateless.plugins.module_utils.verify.spec import SessionSpec
+from ansible_collections.hpc.stateless.plugins.module_utils.verify.state import DEFAULT_RUNTIME_DIR
+from ansible_collections.hpc.stateless.plugins.module_utils.verify.supervisor import COLLECTIONS_ROOT, launch_command
 
 # ---------------------------------------------------------------- command lines (table driven)
 COMMAND_LINES = [
     pytest.param(
-        lambda: n.nspawn_command_argv("/usr/bin/systemd-nspawn", "/r", "m-1", ["/bin/sh", "-c", "true"]),
+        lambda: nspawn_command_argv("/usr/bin/systemd-nspawn", "/r", "m-1", ["/bin/sh", "-c", "true"]),
         ["/usr/bin/systemd-nspawn", "--quiet", "--pipe", "--as-pid2", "--register=no", "--keep-unit",
          "--directory=/r", "--machine=m-1", "--", "/bin/sh", "-c", "true"],
         id="directory-mode-minimal"),
     pytest.param(
-        lambda: n.nspawn_command_argv("nspawn", "/r", "m", ["id"], hostname="c1", network="private",
-                                      extra_args=["--bind-ro=/a:/b"], user="tester"),
+        lambda: nspawn_command_argv("nspawn", "/r", "m", ["id"], hostname="c1", network="private",
+                                    extra_args=["--bind-ro=/a:/b"], user="tester"),
         ["nspawn", "--quiet", "--pipe", "--as-pid2", "--register=no", "--keep-unit", "--directory=/r",
          "--machine=m", "--hostname=c1", "--private-network", "--bind-ro=/a:/b", "--user=tester", "--", "id"],
         id="directory-mode-user-network-extra"),
     pytest.param(
-        lambda: n.nspawn_command_argv("nspawn", "/r", "m", ["id"], user="root"),
+        lambda: nspawn_command_argv("nspawn", "/r", "m", ["id"], user="root"),
         ["nspawn", "--quiet", "--pipe", "--as-pid2", "--register=no", "--keep-unit", "--directory=/r",
          "--machine=m", "--", "id"],
         id="directory-mode-root-needs-no-user-flag"),
     pytest.param(
-        lambda: n.nspawn_boot_argv("nspawn", "/r", "m", hostname="ctl", network="/run/netns/x",
-                                   extra_args=["--load-credential=munge.key:/k"],
-                                   binds_ro=[("/s/hostname", "/etc/hostname")]),
+        lambda: nspawn_boot_argv("nspawn", "/r", "m", hostname="ctl", network="/run/netns/x",
+                                 extra_args=["--load-credential=munge.key:/k"],
+                                 binds_ro=[("/s/hostname", "/etc/hostname")]),
         ["nspawn", "--quiet", "--boot", "--register=no", "--keep-unit", "--notify-ready=yes",
          "--console=read-only", "--directory=/r", "--machine=m", "--hostname=ctl",
          "--bind-ro=/s/hostname:/etc/hostname", "--network-namespace-path=/run/netns/x",
          "--load-credential=munge.key:/k"],
         id="booted-mode"),
     pytest.param(
-        lambda: n.nspawn_boot_argv("nspawn", "/r", "m"),
+        lambda: nspawn_boot_argv("nspawn", "/r", "m"),
         ["nspawn", "--quiet", "--boot", "--register=no", "--keep-unit", "--notify-ready=yes",
          "--console=read-only", "--directory=/r", "--machine=m", "--private-network"],
         id="booted-mode-private-network-by-default"),
     pytest.param(
-        lambda: n.nsenter_argv("/usr/bin/nsenter", 4242, ["/bin/sh", "-c", "id"]),
+        lambda: nsenter_argv("/usr/bin/nsenter", 4242, ["/bin/sh", "-c", "id"]),
         ["/usr/bin/nsenter", "--target=4242", "--mount", "--uts", "--ipc", "--net", "--pid", "--cgroup",
          "--root", "--wd", "--", "/bin/sh", "-c", "id"],
         id="nsenter-root"),
     pytest.param(
-        lambda: n.nsenter_argv("nsenter", 7, ["id"], uid=1000, gid=100),
+        lambda: nsenter_argv("nsenter", 7, ["id"], uid=1000, gid=100),
         ["nsenter", "--target=7", "--mount", "--uts", "--ipc", "--net", "--pid", "--cgroup", "--root", "--wd",
          "--setuid=1000", "--setgid=100", "--", "id"],
         id="nsenter-user"),
@@ -74,16 +113,16 @@ def test_command_lines(build, expected):
     ("/run/netns/hpc-slurm", ["--network-namespace-path=/run/netns/hpc-slurm"]),
 ])
 def test_network_args(network, expected):
-    assert n.network_args(network) == expected
+    assert network_args(network) == expected
 
 
 def test_network_rejects_other_values():
     with pytest.raises(NspawnError, match="network must be 'host', 'private' or the path"):
-        n.network_args("bridge")
+        network_args("bridge")
 
 
 def test_overlay_options_escape_separators():
-    assert n.overlay_options("/a,b:c", "/u", "/w\\x") == "lowerdir=/a\\,b\\:c,upperdir=/u,workdir=/w\\\\x"
+    assert overlay_options("/a,b:c", "/u", "/w\\x") == "lowerdir=/a\\,b\\:c,upperdir=/u,workdir=/w\\\\x"
 
 
 # ---------------------------------------------------------------- names and identity
@@ -94,18 +133,19 @@ def test_overlay_options_escape_separators():
     ("c1", "0123456789abcdef", "c1-01234567"),
 ])
 def test_machine_name(host, salt, expected):
-    assert n.machine_name(host, salt) == expected
+    assert machine_name(host, salt) == expected
 
 
 def test_container_names_depend_on_the_runtime_dir():
-    stem = n.container_stem("/var/tmp/hpc-nspawn")
-    assert stem.startswith("hpc-nspawn-") and stem.endswith("-") and len(stem) == len("hpc-nspawn-") + 7
-    assert n.container_stem("/var/tmp/hpc-nspawn/") == stem
-    assert n.container_stem("/var/tmp/other") != stem
+    stem = container_stem("/var/tmp/hpc-nspawn")
+    assert stem.startswith("hpc-stateless-nspawn-") and stem.endswith("-")
+    assert len(stem) == len("hpc-stateless-nspawn-") + 7
+    assert container_stem("/var/tmp/hpc-nspawn/") == stem
+    assert container_stem("/var/tmp/other") != stem
 
 
 def test_machine_name_is_at_most_64_characters():
-    name = n.machine_name("x" * 100, "f" * 16)
+    name = machine_name("x" * 100, "f" * 16)
     assert len(name) == 64
     assert name.endswith("-ffffffff")
 
@@ -114,6 +154,61 @@ def spec(**kwargs) -> SessionSpec:
     defaults = dict(host="c1", image="localhost/p/slurm:latest", owner_pid=1234, owner_start="99")
     defaults.update(kwargs)
     return SessionSpec(**defaults)
+
+
+def test_an_image_session_s_container_is_named_by_runtime_dir_and_session():
+    session = spec(runtime_dir="/var/tmp/hpc-nspawn")
+    name = container_name(session)
+    assert name.startswith(container_stem("/var/tmp/hpc-nspawn")) and name.endswith(session.id[:12])
+    assert container_name(spec(runtime_dir="/var/tmp/hpc-nspawn", host="c2")) != name
+
+
+@pytest.fixture()
+def buildah_calls(monkeypatch):
+    """A stand-in buildah (/bin/true, never run): records argv; ``answers`` says what each call returns."""
+    calls = []
+    answers = []
+
+    def fake(argv, *, env, timeout, input, cwd, text):  # noqa: A002 - the executor's signature
+        calls.append(argv[1:])
+        rc, out, err = answers.pop(0) if answers else (0, "", "")
+        return Result(argv, rc, out, err)
+
+    old = set_executor(fake)
+    monkeypatch.setattr("time.sleep", lambda _seconds: None)
+    yield calls, answers
+    set_executor(old)
+
+
+def test_an_image_session_mounts_a_fresh_working_container(buildah_calls):
+    calls, answers = buildah_calls
+    answers.extend([(125, "", "no container with name or ID x found"), (0, "w\n", ""), (0, "/mnt/w\n", "")])
+    assert mount_image(spec(buildah="/bin/true"), "w") == "/mnt/w"
+    assert calls == [["rm", "w"], ["from", "--pull=never", "--quiet", "--name", "w", "localhost/p/slurm:latest"],
+                     ["mount", "w"]]
+
+
+def test_a_missing_image_says_build_it_first(buildah_calls):
+    _calls, answers = buildah_calls
+    answers.extend([(0, "", ""), (125, "", "localhost/p/slurm:latest: image not known")])
+    with pytest.raises(NspawnError, match=r"image localhost/p/slurm:latest is not in local containers-storage: build"):
+        mount_image(spec(buildah="/bin/true"), "w")
+    with pytest.raises(NspawnError, match=r"^/nonexistent/buildah is not installed on this host; install it"):
+        mount_image(spec(buildah="/nonexistent/buildah"), "w")
+
+
+def test_removing_a_working_container(buildah_calls):
+    calls, answers = buildah_calls
+    session = spec(buildah="/bin/true")
+    answers.append((125, "", "container not known"))
+    assert remove_container(session, "w") is None  # gone already
+    answers.extend([(1, "", "busy")] * 2)
+    assert remove_container(session, "w") is None  # removed on the third attempt
+    answers.extend([(1, "", "device or resource busy")] * 5)
+    assert remove_container(session, "w") == "buildah working container w could not be removed: device or resource busy"
+    assert calls == [["rm", "w"]] * 9
+    assert remove_container(spec(buildah="/nonexistent/buildah"), "w").startswith(
+        "buildah working container w: /nonexistent/buildah is not installed")
 
 
 def test_session_id_is_stable_and_depends_on_identity():
@@ -160,35 +255,35 @@ def test_spec_needs_exactly_one_of_root_and_image(kwargs):
 
 # ---------------------------------------------------------------- parsing tool output
 def test_parse_notify():
-    fields = n.parse_notify(b"STATUS=Container running.\nX_NSPAWN_LEADER_PID=29061")
+    fields = parse_notify(b"STATUS=Container running.\nX_NSPAWN_LEADER_PID=29061")
     assert fields == {"STATUS": "Container running.", "X_NSPAWN_LEADER_PID": "29061"}
-    assert n.parse_notify(b"READY=1\n") == {"READY": "1"}
-    assert n.parse_notify(b"garbage\n") == {}
+    assert parse_notify(b"READY=1\n") == {"READY": "1"}
+    assert parse_notify(b"garbage\n") == {}
 
 
 def test_parse_unit_list_with_and_without_markers():
     text = ("broken.service loaded failed failed Always fails\n"
             "● munge.service loaded failed failed MUNGE authentication service\n"
             "\n")
-    assert n.parse_unit_list(text) == ["broken.service", "munge.service"]
+    assert parse_unit_list(text) == ["broken.service", "munge.service"]
 
 
 def test_parse_job_list():
     text = ("131 systemd-update-utmp-runlevel.service start waiting\n"
             "118 hang.service                         start running\n")
-    assert n.parse_job_list(text) == ["systemd-update-utmp-runlevel.service (start, waiting)",
-                                      "hang.service (start, running)"]
+    assert parse_job_list(text) == ["systemd-update-utmp-runlevel.service (start, waiting)",
+                                    "hang.service (start, running)"]
 
 
 def test_strip_noise_removes_only_the_propagation_warning():
     err = (b'real error\nAttempted to remove disk file system under "/run/systemd/nspawn/propagate/c1-ab", '
            b"and we can't allow that.\nlast line\n")
-    assert n.strip_noise(err) == b"real error\nlast line\n"
+    assert strip_noise(err) == b"real error\nlast line\n"
 
 
 def test_console_tail_drops_colours_and_keeps_the_end():
     text = "".join(f"\x1b[0;32m  OK  \x1b[0m] line {i}\r\n" for i in range(30))
-    tail = n.console_tail(text, lines=3)
+    tail = console_tail(text, lines=3)
     assert tail == "  OK  ] line 27\n  OK  ] line 28\n  OK  ] line 29"
 
 
@@ -202,7 +297,7 @@ PASSWD = "root:x:0:0:root:/root:/bin/bash\nnobody:x:65534:65534:nobody:/nonexist
     ("absent", None),
 ])
 def test_lookup_user(user, expected):
-    assert n.lookup_user(PASSWD, user) == expected
+    assert lookup_user(PASSWD, user) == expected
 
 
 # ---------------------------------------------------------------- root checks on small trees
@@ -223,22 +318,22 @@ def test_resolve_in_root_keeps_absolute_links_inside(tmp_path):
     root = make_tree(tmp_path / "r", files=["/usr/bin/dash", "/usr/lib/systemd/systemd"],
                      links=[("/bin", "usr/bin"), ("/usr/bin/sh", "/bin/dash"), ("/sbin/init", "/lib/systemd/systemd"),
                             ("/lib", "usr/lib"), ("/etc/escape", "/../../../../etc/passwd")])
-    assert n.resolve_in_root(str(root), "/bin/sh") == str(root / "usr/bin/dash")
-    assert n.resolve_in_root(str(root), "/sbin/init") == str(root / "usr/lib/systemd/systemd")
+    assert resolve_in_root(str(root), "/bin/sh") == str(root / "usr/bin/dash")
+    assert resolve_in_root(str(root), "/sbin/init") == str(root / "usr/lib/systemd/systemd")
     # '..' stops at the container's root, so a link cannot reach the host's /etc/passwd
-    assert n.resolve_in_root(str(root), "/etc/escape") is None
-    assert n.resolve_in_root(str(root), "/missing/file") is None
+    assert resolve_in_root(str(root), "/etc/escape") is None
+    assert resolve_in_root(str(root), "/missing/file") is None
 
 
 def test_resolve_in_root_gives_up_on_link_loops(tmp_path):
     root = make_tree(tmp_path / "r", links=[("/a", "/b"), ("/b", "/a")])
-    assert n.resolve_in_root(str(root), "/a") is None
+    assert resolve_in_root(str(root), "/a") is None
 
 
 def test_check_root_accepts_a_bootable_tree(tmp_path):
     root = make_tree(tmp_path / "r", files=["/bin/sh", "/lib/systemd/systemd"])
-    n.check_root(str(root), boot=True)
-    assert n.find_systemd(str(root)) == "/lib/systemd/systemd"
+    check_root(str(root), boot=True)
+    assert find_systemd(str(root)) == "/lib/systemd/systemd"
 
 
 @pytest.mark.parametrize(("files", "links", "boot", "message"), [
@@ -255,37 +350,102 @@ def test_check_root_errors(tmp_path, files, links, boot, message):
         root.mkdir()
         make_tree(root, files=files, links=links)
     if message is None:
-        n.check_root(str(root), boot=boot)
+        check_root(str(root), boot=boot)
         return
     with pytest.raises(NspawnError, match=message):
-        n.check_root(str(root), boot=boot)
+        check_root(str(root), boot=boot)
 
 
 def test_check_root_rejects_a_file(tmp_path):
     (tmp_path / "f").write_text("")
     with pytest.raises(NspawnError, match="is not a directory"):
-        n.check_root(str(tmp_path / "f"), boot=False, label="image x (mounted at /m)")
+        check_root(str(tmp_path / "f"), boot=False, label="image x (mounted at /m)")
 
 
 # ---------------------------------------------------------------- processes
 def test_process_alive_checks_the_start_time():
-    start = n.process_start(os.getpid())
+    start = process_start(os.getpid())
     assert start is not None
-    assert n.process_alive(os.getpid(), start)
-    assert not n.process_alive(os.getpid(), "1")  # a recycled pid has another start time
-    assert not n.process_alive(None)
+    assert process_alive(os.getpid(), start)
+    assert not process_alive(os.getpid(), "1")  # a recycled pid has another start time
+    assert not process_alive(None)
 
 
 def test_a_zombie_is_not_alive():
     child = subprocess.Popen([sys.executable, "-c", "pass"])
-    while n.process_start(child.pid) is not None:  # exits, stays a zombie until waited for
-        os.sched_yield()
-    assert not n.process_alive(child.pid)
-    child.wait()
+    # Wait for the exit without reaping it: the child stays a zombie until child.wait().
+    os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)
+    with open(f"/proc/{child.pid}/stat", encoding="utf-8") as handle:
+        assert handle.read().rsplit(")", 1)[1].split()[0] == "Z"
+    try:
+        assert not process_alive(child.pid)
+        assert process_start(child.pid) is None
+    finally:
+        child.wait()
 
 
 def test_owner_process_is_the_caller_outside_a_worker():
-    assert n.owner_process() == os.getpid()
+    assert owner_process() == os.getpid()
+
+
+# ---------------------------------------------------------------- the supervisor and the overlay
+def test_the_supervisor_starts_by_module_name_from_the_collections_root(monkeypatch):
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    argv, env = launch_command("/run/session")
+    assert argv[1:] == ["-m", "ansible_collections.hpc.stateless.plugins.module_utils.verify.supervisor",
+                        "supervise", "/run/session"]
+    assert env["PYTHONPATH"] == COLLECTIONS_ROOT and env["LANG"] == "C.UTF-8"
+    # Importable by that name from that root alone (not from the current directory): without
+    # arguments the module prints its usage instead of supervising.
+    proc = subprocess.run(argv[:3], env=env, cwd="/", capture_output=True, text=True, check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr == f"usage: python -m {argv[2]} supervise SESSION_DIR\n"
+
+
+@pytest.fixture()
+def mount_calls(monkeypatch):
+    """Records mount/umount argv and environments; ``answers`` says what each call returns."""
+    calls = []
+    answers = []
+
+    def fake(argv, *, env, timeout, input, cwd, text):  # noqa: A002 - the executor's signature
+        calls.append((argv, env, timeout))
+        rc, err = answers.pop(0) if answers else (0, "")
+        return Result(argv, rc, "", err)
+
+    old = set_executor(fake)
+    monkeypatch.setattr("time.sleep", lambda _seconds: None)
+    yield calls, answers
+    set_executor(old)
+
+
+def test_mount_overlay_runs_mount_with_escaped_options_and_the_host_env(mount_calls):
+    calls, answers = mount_calls
+    answers.append((32, "mount: wrong fs type"))
+    rc, _out, err = mount_overlay("/images/a,b", "/s/upper", "/s/work", "/s/root")
+    assert (rc, err) == (32, "mount: wrong fs type")
+    argv, env, timeout = calls[0]
+    assert argv == ["mount", "-t", "overlay", "overlay", "-o",
+                    "lowerdir=/images/a\\,b,upperdir=/s/upper,workdir=/s/work", "/s/root"]
+    assert set(env) == {"PATH", "LANG", "LC_ALL"} and env["LC_ALL"] == "C.UTF-8"
+    assert timeout == 30.0
+
+
+def test_a_busy_overlay_is_retried_then_detached_lazily(mount_calls, monkeypatch):
+    calls, answers = mount_calls
+    monkeypatch.setattr(overlay, "is_mounted", lambda _path: True)
+    answers.extend([(32, "umount: /s/root: target is busy.")] * 20)
+    problem = unmount_overlay("/s/root")
+    assert [c[0] for c in calls] == [["umount", "/s/root"]] * 20 + [["umount", "--lazy", "/s/root"]]
+    assert problem == "overlay /s/root was busy and was detached lazily: umount: /s/root: target is busy."
+
+
+def test_an_overlay_unmounted_on_a_later_attempt_is_no_problem(mount_calls, monkeypatch):
+    calls, answers = mount_calls
+    monkeypatch.setattr(overlay, "is_mounted", lambda _path: True)
+    answers.extend([(32, "busy"), (0, "")])
+    assert unmount_overlay("/s/root") is None
+    assert len(calls) == 2
 
 
 # ---------------------------------------------------------------- the plugin's options
@@ -327,7 +487,7 @@ def test_plugin_defaults():
     assert conn.get_option("boot") is False
     assert conn.get_option("ephemeral") is True
     assert conn.get_option("stop_on_close") is False
-    assert conn.get_option("runtime_dir") == n.DEFAULT_RUNTIME_DIR
+    assert conn.get_option("runtime_dir") == DEFAULT_RUNTIME_DIR
     assert conn.get_option("executable") == "/bin/sh"
     assert conn.transport == "hpc.stateless.nspawn"
 
@@ -363,32 +523,32 @@ MOUNTINFO_HYBRID = """\
 
 
 def test_cgroup_dirs_on_a_hybrid_host_without_systemd():
-    assert n.cgroup_dirs(PROC_CGROUP_HYBRID, MOUNTINFO_HYBRID, "hpc-nspawn-abc") == [
+    assert cgroup_dirs(PROC_CGROUP_HYBRID, MOUNTINFO_HYBRID, "hpc-nspawn-abc") == [
         "/sys/fs/cgroup/systemd/hpc-nspawn-abc", "/sys/fs/cgroup/unified/hpc-nspawn-abc"]
 
 
 def test_cgroup_dirs_on_a_unified_host_below_the_callers_unit():
     mountinfo = "35 24 0:30 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n"
     own = "0::/system.slice/ci-runner.service\n"
-    assert n.cgroup_dirs(own, mountinfo, "hpc-nspawn-abc") == [
+    assert cgroup_dirs(own, mountinfo, "hpc-nspawn-abc") == [
         "/sys/fs/cgroup/system.slice/ci-runner.service/hpc-nspawn-abc"]
 
 
 def test_cgroup_dirs_inside_a_cgroup_namespace_mounted_from_a_subtree():
     mountinfo = "35 24 0:30 /machine/c1 /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n"
-    assert n.cgroup_dirs("0::/machine/c1/payload\n", mountinfo, "x") == ["/sys/fs/cgroup/payload/x"]
+    assert cgroup_dirs("0::/machine/c1/payload\n", mountinfo, "x") == ["/sys/fs/cgroup/payload/x"]
 
 
 def test_in_cgroups_argv_moves_a_shell_then_execs():
-    argv = n.in_cgroups_argv(["/cg/a", "/cg/b c"], ["nspawn", "--quiet"])
+    argv = in_cgroups_argv(["/cg/a", "/cg/b c"], ["nspawn", "--quiet"])
     assert argv[:2] == ["/bin/sh", "-c"]
     assert argv[3:] == ["hpc-nspawn-cgroup", "/cg/a", "/cg/b c", "--", "nspawn", "--quiet"]
-    assert n.in_cgroups_argv([], ["nspawn"]) == ["nspawn"]
+    assert in_cgroups_argv([], ["nspawn"]) == ["nspawn"]
 
 
 def test_in_cgroups_argv_runs_for_real_without_cgroups(tmp_path):
     """The shell part, with plain files standing in for cgroup.procs (no cgroup is touched)."""
     (tmp_path / "a").mkdir()
-    argv = n.in_cgroups_argv([str(tmp_path / "a")], ["sh", "-c", "echo $$"])
+    argv = in_cgroups_argv([str(tmp_path / "a")], ["sh", "-c", "echo $$"])
     out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
     assert (tmp_path / "a/cgroup.procs").read_text() == out  # the same process, after exec

@@ -1,0 +1,49 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026 hpc.stateless developers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Session state on disk: the runtime directory, ``spec.json``/``state.json`` written atomically,
+and the lock that serialises starting, stopping and garbage collection of sessions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+from typing import Any, Dict, Iterator, Optional
+
+DEFAULT_RUNTIME_DIR = "/var/tmp/hpc-nspawn"
+STATUS_STARTING = "starting"
+STATUS_READY = "ready"
+STATUS_FAILED = "failed"
+STATUS_STOPPED = "stopped"
+
+
+def write_json(path: str, data: Dict[str, Any]) -> None:
+    """Replace ``path`` with ``data`` at once: a reader sees the old file or the new one."""
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as handle:
+        json.dump(data, handle, indent=1, sort_keys=True)
+    os.replace(tmp, path)
+
+
+def read_json(path: str) -> Optional[Dict[str, Any]]:
+    """The data of ``path``, or None when it is missing or unreadable."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return json.load(handle)
+    except (OSError, ValueError):
+        return None
+
+
+@contextlib.contextmanager
+def locked(path: str) -> Iterator[None]:
+    """Hold an exclusive lock on the directory ``path`` (sessions of one runtime directory)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
