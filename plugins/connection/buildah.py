@@ -159,32 +159,35 @@ class Connection(ConnectionBase):
             f"{ATTEMPTS} times (last: rc={rc}, {to_text(stderr).strip()!r}); is the container mounted and does "
             f"it have /bin/sh and /tmp?")
 
+    def _or_fail(self, what, verb, args):
+        """stdout of ``buildah <verb>``; AnsibleError saying what could not be done otherwise."""
+        rc, out, err = self._buildah(verb, args)
+        if rc != 0:
+            raise AnsibleError(f"cannot {what} container {self._container_id}: {to_text(err).strip()}")
+        return out
+
     @ensure_connect
     def put_file(self, in_path, out_path):
         super().put_file(in_path, out_path)
         display.vvv(f"PUT {in_path} TO {out_path}", host=self._container_id)
         target = self._on_host(out_path)
-        if target is not None:
+        if target is None:
+            self._or_fail(f"copy {in_path} to {out_path} in", "copy", [in_path, out_path])
+        else:
             shutil.copyfile(to_bytes(in_path, errors="surrogate_or_strict"), target)
-            return
-        rc, _out, err = self._buildah("copy", [in_path, out_path])
-        if rc != 0:
-            raise AnsibleError(f"cannot copy {in_path} to {out_path} in container {self._container_id}: "
-                               f"{to_text(err).strip()}")
 
     @ensure_connect
     def fetch_file(self, in_path, out_path):
         super().fetch_file(in_path, out_path)
         display.vvv(f"FETCH {in_path} TO {out_path}", host=self._container_id)
         source = self._on_host(in_path)
-        if source is not None:
-            shutil.copyfile(source, to_bytes(out_path, errors="surrogate_or_strict"))
-            return
-        rc, out, err = self._buildah("run", ["cat", in_path])
-        if rc != 0:
-            raise AnsibleError(f"cannot fetch {in_path} from container {self._container_id}: {to_text(err).strip()}")
-        with open(to_bytes(out_path, errors="surrogate_or_strict"), "wb") as handle:
-            handle.write(out)
+        local = to_bytes(out_path, errors="surrogate_or_strict")
+        if source is None:
+            data = self._or_fail(f"fetch {in_path} from", "run", ["cat", in_path])
+            with open(local, "wb") as handle:
+                handle.write(data)
+        else:
+            shutil.copyfile(source, local)
 
     def close(self):
         super().close()

@@ -123,7 +123,7 @@ def test_buildah_is_called_through_the_collections_client(executor, monkeypatch)
     assert executor.envs[0]["LANG"] == "C"
 
 
-def test_another_user_runs_through_buildah_with_its_own_streams(executor):
+def test_another_user_runs_through_buildah_with_its_own_streams(executor, tmp_path):
     context = PlayContext()
     context.remote_addr, context.remote_user = "c", "slurm"
     conn = buildah_plugin.Connection(context, None)
@@ -132,6 +132,9 @@ def test_another_user_runs_through_buildah_with_its_own_streams(executor):
     assert executor.calls[-1] == ["/usr/bin/buildah", "run", "--user", "slurm", "c", "id", "-u"]
     conn.put_file("/etc/hostname", "/tmp/h")
     assert executor.calls[-1] == ["/usr/bin/buildah", "copy", "--chown", "slurm", "c", "/etc/hostname", "/tmp/h"]
+    conn.fetch_file("/etc/slurm/slurm.conf", str(tmp_path / "slurm.conf"))
+    assert executor.calls[-1] == ["/usr/bin/buildah", "run", "--user", "slurm", "c", "cat", "/etc/slurm/slurm.conf"]
+    assert (tmp_path / "slurm.conf").read_bytes() == executor.stdout
 
 
 def test_a_missing_buildah_is_a_connection_failure(monkeypatch, tmp_path):
