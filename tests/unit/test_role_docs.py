@@ -124,6 +124,53 @@ def test_readme_variable_table_is_current(role):
         f"roles/{role}/README.md: the variable table is out of date; run python tests/unit/test_role_docs.py --write")
 
 
+def _task_tags(tasks: Any) -> set[str]:
+    """Tags of a task list, blocks included."""
+    found: set[str] = set()
+    for task in tasks or []:
+        tags = task.get("tags", [])
+        found |= {tags} if isinstance(tags, str) else set(tags)
+        for key in ("block", "rescue", "always"):
+            found |= _task_tags(task.get(key))
+    return found
+
+
+def role_tags(role: str) -> set[str]:
+    """Every tag set in the role's task files."""
+    found: set[str] = set()
+    for path in sorted((ROLES_DIR / role / "tasks").rglob("*.yml")):
+        found |= _task_tags(_load(path))
+    return found
+
+
+def documented_tags(role: str) -> set[str]:
+    """The tags of the README's concern table (``| Concern | Tag | Result |``)."""
+    lines = (ROLES_DIR / role / "README.md").read_text(encoding="utf-8").splitlines()
+    start = next((i for i, line in enumerate(lines) if re.match(r"\|\s*Concern\s*\|\s*Tag\s*\|", line)), None)
+    assert start is not None, f"roles/{role}/README.md has no '| Concern | Tag | Result |' table"
+    tags: set[str] = set()
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        tags |= set(re.findall(r"`([^`]+)`", line.split("|")[2]))
+    return tags
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_every_documented_tag_exists(role):
+    """``--tags <documented tag>`` must select the concern, not silently skip it."""
+    documented = documented_tags(role)
+    assert documented, f"roles/{role}/README.md documents no tag"
+    missing = documented - role_tags(role)
+    assert not missing, f"roles/{role}: README documents tags no task carries: {sorted(missing)}"
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_tags_carry_the_role_prefix(role):
+    wrong = sorted(t for t in role_tags(role) if t != "always" and not t.startswith(f"{role}_"))
+    assert not wrong, f"roles/{role}: tags without the {role}_ prefix: {wrong}"
+
+
 def test_table_renders_types_defaults_and_choices():
     table = variable_table("base")
     assert "| `base_journald_storage` | str (`volatile`, `persistent`, `auto`, `none`) | `volatile` |" in table
