@@ -38,6 +38,14 @@ import comparisons
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / ".collections"))
 
+from ansible_collections.hpc.stateless.plugins.module_utils.artifact import manifest as pm  # noqa: E402
+from ansible_collections.hpc.stateless.plugins.module_utils.artifact.names import (  # noqa: E402
+    KERNEL_FILE,
+    MANIFEST_FILE,
+    SUMS_FILE,
+    artifact_file,
+)
+from ansible_collections.hpc.stateless.plugins.module_utils.artifact.sums import sums_text  # noqa: E402
 from ansible_collections.hpc.stateless.plugins.module_utils.deploy.bootconfig import (  # noqa: E402
     BootOptions,
     image_boot,
@@ -81,13 +89,14 @@ def make_version(out: Path, image: str, version: str, sizes: dict[str, int], unc
                 digest.update(chunk)
                 left -= len(chunk)
         sums[name] = digest.hexdigest()
-    artifact = next(name for name in sizes if name != "vmlinuz")
-    (directory / "SHA256SUMS").write_text("".join(f"{sums[n]}  {n}\n" for n in sorted(sums)))
-    (directory / "manifest.json").write_text(json.dumps({
-        "image": image, "version": version, "created": "2026-01-01T00:00:00Z", "layer": image,
-        "layer_keys": {}, "kernel": {"file": "vmlinuz", "version": "bench"},
-        "artifacts": [{"file": artifact, "format": "cpio.zst", "size": sizes[artifact], "sha256": sums[artifact]}],
-        "uncompressed_size": uncompressed, "packages": []}))
+    artifact = next(name for name in sizes if name != KERNEL_FILE)
+    (directory / SUMS_FILE).write_text(sums_text(sums))
+    manifest = pm.build_manifest(
+        image=image, version=version, created=pm.parse_iso_utc("2026-01-01T00:00:00Z"), layer=image, layer_keys={},
+        kernel={"file": KERNEL_FILE, "version": "bench"},
+        artifacts=[{"file": artifact, "format": "cpio.zst", "size": sizes[artifact], "sha256": sums[artifact]}],
+        uncompressed_size=uncompressed, packages=[])
+    (directory / MANIFEST_FILE).write_bytes(pm.manifest_bytes(manifest))
     return directory
 
 
@@ -101,7 +110,7 @@ def bench_render(nodes: int, runs: int) -> dict:
     out = WORK / "render" / "out"
     shutil.rmtree(WORK / "render", ignore_errors=True)
     images = {"compute": {"formats": ["cpio.zst"], "kernel_args": "quiet"}}
-    small = {"vmlinuz": 4096, "compute.cpio.zst": 8192}
+    small = {KERNEL_FILE: 4096, artifact_file("compute", "cpio.zst"): 8192}
     for version, size in (("v1", 900 * 2**20), ("v2", 910 * 2**20)):
         src = make_version(out, "compute", version, small, size)
         apply_state({"boot_root": str(root), "image": "compute", "state": "present", "src": str(src)})
@@ -163,7 +172,7 @@ def bench_render(nodes: int, runs: int) -> dict:
 
 
 def newest_pack() -> Path | None:
-    manifests = sorted((REPO / "build" / "images").glob("*/*/manifest.json"), key=lambda p: p.stat().st_mtime)
+    manifests = sorted((REPO / "build" / "images").glob(f"*/*/{MANIFEST_FILE}"), key=lambda p: p.stat().st_mtime)
     return manifests[-1].parent if manifests else None
 
 
@@ -172,13 +181,13 @@ def bench_publish(src: Path | None, size_mib: int, runs: int) -> dict:
     shutil.rmtree(area, ignore_errors=True)
     area.mkdir(parents=True)
     if src is None:
-        src = make_version(area / "out", "bench", "b1", {"vmlinuz": 8 * 2**20, "bench.cpio.zst": (size_mib - 8) * 2**20},
+        src = make_version(area / "out", "bench", "b1",
+                           {KERNEL_FILE: 8 * 2**20, artifact_file("bench", "cpio.zst"): (size_mib - 8) * 2**20},
                            2 * size_mib * 2**20)
         origin = f"generated ({size_mib} MiB)"
     else:
         origin = str(src)
-    manifest = json.loads((src / "manifest.json").read_text())
-    image = manifest["image"]
+    image = pm.read_manifest(str(src / MANIFEST_FILE))["image"]
     names = [name for name in os.listdir(src) if (src / name).is_file()]
     published_bytes = None
     ours, cp_only, cp_sync = [], [], []

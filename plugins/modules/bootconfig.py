@@ -194,6 +194,7 @@ images:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.hpc.stateless.plugins.module_utils.artifact.names import ArtifactError
 from ansible_collections.hpc.stateless.plugins.module_utils.deploy.bootconfig import render
 from ansible_collections.hpc.stateless.plugins.module_utils.deploy.bootlink import BootlinkError
 
@@ -231,7 +232,7 @@ def main() -> None:
         params["diff_limit"] = 0
     try:
         result = render(params, check_mode=module.check_mode)
-    except BootlinkError as exc:
+    except (ArtifactError, BootlinkError) as exc:
         module.fail_json(msg=str(exc), boot_root=module.params["boot_root"])
     diffs = result.pop("diff")
     if module._diff:

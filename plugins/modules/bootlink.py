@@ -167,12 +167,8 @@ versions:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.hpc.stateless.plugins.module_utils.deploy.bootlink import (
-    FORMATS,
-    STATES,
-    BootlinkError,
-    apply_state,
-)
+from ansible_collections.hpc.stateless.plugins.module_utils.artifact.names import FORMATS, ArtifactError
+from ansible_collections.hpc.stateless.plugins.module_utils.deploy.bootlink import STATES, BootlinkError, apply_state
 
 
 def main() -> None:
@@ -193,7 +189,7 @@ def main() -> None:
     )
     try:
         result = apply_state(module.params, check_mode=module.check_mode)
-    except BootlinkError as exc:
+    except (ArtifactError, BootlinkError) as exc:
         module.fail_json(msg=str(exc), image=module.params["image"], boot_root=module.params["boot_root"])
     if not module._diff:
         result.pop("diff")

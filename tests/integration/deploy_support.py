@@ -4,14 +4,12 @@ The test image is a real kernel (the host's /boot/vmlinuz-*, else the vmlinuz of
 linux-image package from the apt cache, else one downloaded with ``apt-get download``) and a
 tiny cpio initramfs of busybox-static whose /init prints a marker, /etc/image-release and
 /proc/cmdline to the serial console and powers off. It is written in the pack output format
-(manifest.json, SHA256SUMS) so bootlink treats it exactly like a packed image.
+through the artifact contract (manifest.json, SHA256SUMS), so bootlink treats it exactly like a packed image.
 """
 
 from __future__ import annotations
 
 import glob
-import hashlib
-import json
 import os
 import re
 import shutil
@@ -19,6 +17,15 @@ import stat
 import subprocess
 import time
 from pathlib import Path
+
+from ansible_collections.hpc.stateless.plugins.module_utils.artifact import manifest as pm
+from ansible_collections.hpc.stateless.plugins.module_utils.artifact.names import (
+    KERNEL_FILE,
+    MANIFEST_FILE,
+    SUMS_FILE,
+    artifact_file,
+)
+from ansible_collections.hpc.stateless.plugins.module_utils.artifact.sums import sha256_file, sums_text
 
 REPO = Path(__file__).resolve().parents[2]
 CACHE = REPO / "build" / "test-cache" / "deploy"
@@ -95,36 +102,27 @@ def marker_initramfs(dest: Path, release: str) -> int:
     return size
 
 
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def write_pack(output_dir: Path, image: str, version: str, kernel: Path, created: str = "2026-01-01T00:00:00Z",
                uncompressed_size: int | None = None) -> Path:
-    """A version directory in the pack output format holding the marker image; returns it."""
+    """A version directory in the pack output format holding the marker image, written through the
+    artifact contract as pack writes it; returns it."""
     directory = output_dir / image / version
     directory.mkdir(parents=True)
     release = (f"IMAGE={image}\nVERSION={version}\nLAYER=test\nLAYER_KEY={'0' * 64}\n"
                f"BUILD_TIME={created}\n")
-    artifact = directory / f"{image}.cpio.zst"
+    artifact = directory / artifact_file(image, "cpio.zst")
     tree = marker_initramfs(artifact, release)
-    shutil.copyfile(kernel, directory / "vmlinuz")
-    files = ["vmlinuz", artifact.name]
-    (directory / "SHA256SUMS").write_text("".join(f"{sha256(directory / n)}  {n}\n" for n in files))
-    manifest = {
-        "image": image, "version": version, "created": created, "layer": "test",
-        "layer_keys": {"test": "0" * 64},
-        "kernel": {"file": "vmlinuz", "version": kernel.name.removeprefix("vmlinuz-")},
-        "artifacts": [{"file": artifact.name, "format": "cpio.zst", "size": artifact.stat().st_size,
-                       "sha256": sha256(artifact)}],
-        "uncompressed_size": uncompressed_size if uncompressed_size is not None else tree,
-        "packages": [{"name": "busybox-static", "version": "test"}],
-    }
-    (directory / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    shutil.copyfile(kernel, directory / KERNEL_FILE)
+    files = {name: sha256_file(str(directory / name)) for name in (KERNEL_FILE, artifact.name)}
+    (directory / SUMS_FILE).write_text(sums_text(files))
+    manifest = pm.build_manifest(
+        image=image, version=version, created=pm.parse_iso_utc(created), layer="test", layer_keys={"test": "0" * 64},
+        kernel={"file": KERNEL_FILE, "version": kernel.name.removeprefix("vmlinuz-")},
+        artifacts=[{"file": artifact.name, "format": "cpio.zst", "size": artifact.stat().st_size,
+                    "sha256": files[artifact.name]}],
+        uncompressed_size=uncompressed_size if uncompressed_size is not None else tree,
+        packages=[{"name": "busybox-static", "version": "test"}])
+    (directory / MANIFEST_FILE).write_bytes(pm.manifest_bytes(manifest))
     return directory
 
 

@@ -59,7 +59,8 @@ class PackTarget:
 
 
 # Pinned: the default (git describe of this checkout) moves whenever someone commits mid-session.
-TEST_VERSION = "pack-test-1"
+# Debian-style, so every pack test also carries '~' and '+' through the version directory and the release file.
+TEST_VERSION = "1.0~pack+test1"
 
 
 def run_pack_playbook(inventory: Path, output: Path, *extra: str) -> subprocess.CompletedProcess:
@@ -99,12 +100,17 @@ def pack_target() -> PackTarget:
 
 def pack_module(check_mode: bool = False, **params) -> tuple[int, dict]:
     """The real module through ``ansible localhost -m hpc.stateless.pack``; returns (rc, result)."""
+    return run_module("hpc.stateless.pack", check_mode, **params)
+
+
+def run_module(module: str, check_mode: bool = False, **params) -> tuple[int, dict]:
+    """A module of the collection through ``ansible localhost -m <module>``; returns (rc, result)."""
     env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
            "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1", "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.json",
            "PYTHONPATH": str(REPO / ".collections"),
            "BUILDAH_ISOLATION": os.environ.get("BUILDAH_ISOLATION", "chroot")}
     argv = [str(REPO / ".venv" / "bin" / "ansible"), "localhost", "-i", str(REPO / "inventory"),
-            "-m", "hpc.stateless.pack", "-a", json.dumps(params)]
+            "-m", module, "-a", json.dumps(params)]
     if check_mode:
         argv.append("--check")
     proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, check=False)

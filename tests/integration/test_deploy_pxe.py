@@ -5,6 +5,8 @@ root: the NIC's iPXE ROM PXE-boots pxelinux.0 (Debian pxelinux + syslinux-common
 deploy.yml) -> pxelinux.cfg/01-<mac> or default (rendered by bootconfig) -> <image>/vmlinuz and
 <image>/initrd (bootlink's symlink) -> a real kernel and a busybox initramfs that prints its
 /etc/image-release and /proc/cmdline on the serial console. The iPXE path boots ipxe/boot.ipxe.
+The versions are Debian-style (``~`` and ``+``): the TFTP server follows <image> into
+images/<image>/<version>/, so every boot reads its files through such a directory name.
 Measured boot times are printed (pytest -s) and written to build/test-logs/pxe-boot-times.json.
 """
 
@@ -20,6 +22,8 @@ from conftest import REPO, run_site
 from deploy_support import find_kernel, pxe_boot, release_of, write_inventory, write_pack
 
 IMAGE = "pxetest"
+V1 = "1.0~rc1+site1"
+V2 = "2026.11.23+deb12u1"
 NODE_MAC = "52:54:00:12:34:56"
 OTHER_MAC = "52:54:00:65:43:21"  # no own entry: boots pxelinux.cfg/default
 TIMES: dict[str, float] = {}
@@ -63,16 +67,16 @@ def boot(site, name: str, mac: str, bootfile: str = "pxelinux.0") -> dict[str, s
 
 
 def test_deploy_then_pxelinux_boots_the_node_entry(site):
-    write_pack(site["out"], IMAGE, "v1", site["kernel"], created="2026-01-01T00:00:00Z")
+    write_pack(site["out"], IMAGE, V1, site["kernel"], created="2026-01-01T00:00:00Z")
     proc = deploy(site)
-    assert f"{IMAGE} none -> v1" in proc.stdout
+    assert f"{IMAGE} none -> {V1}" in proc.stdout
     root = site["root"]
-    assert os.readlink(root / IMAGE) == f"images/{IMAGE}/v1"
+    assert os.readlink(root / IMAGE) == f"images/{IMAGE}/{V1}"
     assert (root / "pxelinux.0").is_file() and (root / "ldlinux.c32").is_file()
     assert (root / "pxelinux.cfg" / f"01-{NODE_MAC.replace(':', '-')}").is_file()
 
     release = boot(site, "pxelinux-node-entry-v1", NODE_MAC)
-    assert release["IMAGE"] == IMAGE and release["VERSION"] == "v1"
+    assert release["IMAGE"] == IMAGE and release["VERSION"] == V1
     cmdline = release["CMDLINE"].split()
     assert f"initrd={IMAGE}/initrd" in cmdline and "rdinit=/sbin/init" in cmdline and "ip=dhcp" in cmdline
     assert "console=ttyS0,115200n8" in cmdline and "hpc_node=n1" in cmdline
@@ -85,24 +89,24 @@ def test_deploy_then_pxelinux_boots_the_node_entry(site):
 def test_second_deploy_without_news_changes_nothing(site):
     proc = deploy(site)
     assert "changed=0" in proc.stdout.split("PLAY RECAP", 1)[1]
-    assert f"{IMAGE} v1 -> v1 (unchanged)" in proc.stdout
+    assert f"{IMAGE} {V1} -> {V1} (unchanged)" in proc.stdout
 
 
 def test_check_diff_shows_the_switch_and_changes_nothing(site):
-    write_pack(site["out"], IMAGE, "v2", site["kernel"], created="2026-02-01T00:00:00Z")
+    write_pack(site["out"], IMAGE, V2, site["kernel"], created="2026-02-01T00:00:00Z")
     before = sorted(str(p) for p in site["root"].rglob("*"))
     proc = run_site("--check", "--diff", inventory=site["inventory"], playbook="playbooks/deploy.yml")
     assert proc.returncode == 0, proc.stdout[-5000:]
-    assert f"-{site['root']}/{IMAGE} -> images/{IMAGE}/v1" in proc.stdout
-    assert f"+{site['root']}/{IMAGE} -> images/{IMAGE}/v2" in proc.stdout
+    assert f"-{site['root']}/{IMAGE} -> images/{IMAGE}/{V1}" in proc.stdout
+    assert f"+{site['root']}/{IMAGE} -> images/{IMAGE}/{V2}" in proc.stdout
     assert sorted(str(p) for p in site["root"].rglob("*")) == before
 
 
 def test_switch_then_ipxe_boots_the_new_version(site):
     proc = deploy(site)
-    assert f"{IMAGE} v1 -> v2" in proc.stdout
+    assert f"{IMAGE} {V1} -> {V2}" in proc.stdout
     release = boot(site, "ipxe-node-script-v2", NODE_MAC, bootfile="ipxe/boot.ipxe")
-    assert release["VERSION"] == "v2"
+    assert release["VERSION"] == V2
     assert "hpc_node=n1" in release["CMDLINE"].split() and "initrd=initrd" in release["CMDLINE"].split()
 
 
@@ -113,7 +117,7 @@ def test_rollback_then_default_entry_boots_the_previous_version(site):
                             f"boot_root={site['root']} image={IMAGE} state=rollback"],
                            cwd=REPO, env=env, capture_output=True, text=True, check=False)
     assert adhoc.returncode == 0, adhoc.stdout + adhoc.stderr
-    assert os.readlink(site["root"] / IMAGE) == f"images/{IMAGE}/v1"
+    assert os.readlink(site["root"] / IMAGE) == f"images/{IMAGE}/{V1}"
     release = boot(site, "pxelinux-default-entry-after-rollback", OTHER_MAC)
-    assert release["VERSION"] == "v1"
+    assert release["VERSION"] == V1
     assert "hpc_node=n1" not in release["CMDLINE"].split()  # the default entry, not n1's

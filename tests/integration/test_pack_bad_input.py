@@ -22,8 +22,8 @@ PRIVATE_KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n--
 
 
 def nothing_published(output: Path, image: str) -> bool:
-    image_dir = output / image
-    return not image_dir.exists() or not list(image_dir.iterdir())
+    """Not even an empty ``<output>/<image>/`` is left by a refused pack into a fresh output directory."""
+    return not (output / image).exists()
 
 
 def pack_dir(root: Path, output: Path, **params):
@@ -61,6 +61,16 @@ def test_missing_kernel_in_an_image_leaves_no_container(tmp_path):
     assert ref in result["msg"] and "no kernel in the image" in result["msg"]
     assert not [c for c in our_containers() if c.startswith("hpc-stateless-pack-")]
     assert nothing_published(tmp_path / "out", "nokernel")
+
+
+def test_missing_version_of_a_directory_leaves_no_image_directory(tmp_path):
+    rc, result = pack_module(image="bad", source_path=str(small_root(tmp_path)), output_dir=str(tmp_path / "out"))
+    assert rc != 0 and "version is not set" in result["msg"]
+    assert nothing_published(tmp_path / "out", "bad")
+    rc, result = pack_module(image="bad", source_path=str(small_root(tmp_path)), output_dir=str(tmp_path / "out"),
+                             version="1.0 rc1")
+    assert rc != 0 and "version '1.0 rc1' is not a valid name" in result["msg"]
+    assert nothing_published(tmp_path / "out", "bad")
 
 
 def test_unknown_format_is_refused_before_anything(tmp_path):
@@ -114,7 +124,7 @@ def test_disk_full_during_pack_leaves_no_artifact(tmp_path, tiny_fs, fmt):
     assert "nothing was published" in result["msg"]
     assert "No space left on device" in result["msg"] or "disk full" in result["msg"], result["msg"]
     leftovers = [str(p.relative_to(tiny_fs)) for p in tiny_fs.rglob("*") if p.name != "lost+found"]
-    assert leftovers in ([], ["bad"]), leftovers
+    assert leftovers == [], leftovers
 
 
 @pytest.mark.fault

@@ -2,11 +2,12 @@
 # Copyright (c) 2026 hpc.stateless developers
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""What pack writes next to the artifacts, and into the packed copy: pure functions.
+"""The manifest of a version directory, and what pack writes into the packed copy: pure functions.
 
+* ``manifest.json`` - the contract with deploy: :func:`build_manifest` writes it (pack),
+  :func:`read_manifest` checks and reads it (deploy); the schema is :func:`check_manifest`
+  (see docs/pack.md). Names and file names: artifact/names.py; SHA256SUMS: artifact/sums.py;
 * ``/etc/image-release`` (KEY=value lines: IMAGE, VERSION, LAYER, LAYER_KEY, BUILD_TIME);
-* ``manifest.json`` - the contract with deploy (see docs/pack.md);
-* ``SHA256SUMS`` in ``sha256sum`` format with names relative to the version directory;
 * the installed package list (dpkg status parsed here; rpm output parsed here) and the size report.
 
 Every value is derived from the image and SOURCE_DATE_EPOCH, never from the clock, so a
@@ -16,20 +17,17 @@ second pack of the same image writes the same bytes.
 from __future__ import annotations
 
 import datetime
-import hashlib
 import heapq
 import json
 import re
 from typing import Any, Iterable
 
-MANIFEST_NAME = "manifest.json"
-SUMS_NAME = "SHA256SUMS"
-KERNEL_NAME = "vmlinuz"
-INITRD_NAME = "initrd.img"
-RELEASE_PATH = "etc/image-release"
-
-# Names end up in directory names and in KEY=value lines: keep them tame.
-SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+~-]*$")
+from ansible_collections.hpc.stateless.plugins.module_utils.artifact.names import (
+    KERNEL_FILE,
+    ArtifactError,
+    check_file_name,
+    check_name,
+)
 
 
 def iso_utc(epoch: int) -> str:
@@ -45,14 +43,6 @@ def parse_iso_utc(text: str) -> int:
     zone = "+00:00" if zone == "Z" else (zone if ":" in zone else zone[:3] + ":" + zone[3:])
     stamp = datetime.datetime.fromisoformat(f"{match.group(1)}T{match.group(2)}{zone}")
     return int(stamp.timestamp())
-
-
-def check_name(what: str, value: str) -> str:
-    """``value`` unchanged, or ValueError naming ``what`` when it is unfit for a path or a release line."""
-    if not value or not SAFE_NAME.match(value) or value in (".", ".."):
-        raise ValueError(f"{what} {value!r} is not usable as a directory name: use letters, digits and . _ + ~ - "
-                         "(no / or spaces), starting with a letter or digit")
-    return value
 
 
 def image_release(image: str, version: str, layer: str, layer_key: str, build_time: int,
@@ -161,38 +151,14 @@ def format_size_report(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-# -- manifest and sums ----------------------------------------------------------------------
-def sha256_file(path: str, chunk: int = 1 << 20) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while True:
-            block = handle.read(chunk)
-            if not block:
-                break
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def sha256sums(files: dict[str, str]) -> str:
-    """``SHA256SUMS`` content for ``{relative name: hex digest}`` (sorted by name)."""
-    return "".join(f"{files[name]}  {name}\n" for name in sorted(files))
-
-
-def parse_sha256sums(text: str) -> dict[str, str]:
-    sums = {}
-    for line in text.splitlines():
-        match = re.match(r"^([0-9a-f]{64}) [ *](.+)$", line.strip())
-        if match:
-            sums[match.group(2)] = match.group(1)
-    return sums
-
-
-def manifest(*, image: str, version: str, created: int, layer: str, layer_keys: dict[str, str],
+# -- manifest ----------------------------------------------------------------------------------
+def build_manifest(*, image: str, version: str, created: int, layer: str, layer_keys: dict[str, str],
              kernel: dict[str, Any], artifacts: list[dict[str, Any]], uncompressed_size: int,
              packages: list[dict[str, Any]], kernel_args: str = "", initrd: dict[str, Any] | None = None,
              source: dict[str, Any] | None = None, options: dict[str, Any] | None = None,
              report: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The manifest deploy reads; keys beyond the shared contract are additions, never renames."""
+    """The manifest deploy reads (checked by :func:`check_manifest`); keys beyond the shared contract are
+    additions, never renames."""
     data: dict[str, Any] = {
         "image": image,
         "version": version,
@@ -212,8 +178,58 @@ def manifest(*, image: str, version: str, created: int, layer: str, layer_keys: 
         data["options"] = options
     if report is not None:
         data["size_report"] = report
-    return data
+    return check_manifest(data, "the manifest pack writes")
 
 
 def manifest_bytes(data: dict[str, Any]) -> bytes:
     return (json.dumps(data, indent=2, sort_keys=False) + "\n").encode("utf-8")
+
+
+def check_manifest(data: object, where: str) -> dict[str, Any]:
+    """``data`` when it holds what deploy reads; ArtifactError naming ``where`` and the key otherwise.
+
+    Required: ``image`` and ``version`` (valid names), ``artifacts`` (a list of objects with a plain
+    ``file`` name). Checked when present: ``kernel.file``, ``initrd.file``, ``uncompressed_size``.
+    """
+    if not isinstance(data, dict):
+        raise ArtifactError(f"{where}: manifest is not a JSON object; re-run the pack step")
+    for key, kind in (("image", str), ("version", str), ("artifacts", list)):
+        if not isinstance(data.get(key), kind):
+            raise ArtifactError(f"{where}: key {key!r} is missing or not a {kind.__name__}; re-run the pack step")
+    try:
+        check_name("image", data["image"])
+        check_name("version", data["version"])
+    except ArtifactError as exc:
+        raise ArtifactError(f"{where}: {exc}") from None
+    for index, artifact in enumerate(data["artifacts"]):
+        if not isinstance(artifact, dict) or not isinstance(artifact.get("file"), str):
+            raise ArtifactError(f"{where}: artifacts[{index}] has no 'file'; re-run the pack step")
+        check_file_name(f"{where}: artifacts[{index}].file", artifact["file"])
+    for key in ("kernel", "initrd"):
+        entry = data.get(key)
+        if entry is not None and not isinstance(entry, dict):
+            raise ArtifactError(f"{where}: key {key!r} is not an object; re-run the pack step")
+        if entry and "file" in entry:
+            check_file_name(f"{where}: {key}.file", entry["file"])
+    size = data.get("uncompressed_size")
+    if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size < 0):
+        raise ArtifactError(f"{where}: 'uncompressed_size' must be a byte count, got {size!r}")
+    return data
+
+
+def kernel_file(data: dict[str, Any]) -> str:
+    """The kernel's file name in a checked manifest."""
+    return (data.get("kernel") or {}).get("file", KERNEL_FILE)
+
+
+def read_manifest(path: str) -> dict[str, Any]:
+    """Load ``manifest.json`` at ``path`` and :func:`check_manifest` it; ArtifactError naming the file."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except FileNotFoundError:
+        raise ArtifactError(f"{path}: no manifest.json; is this a version directory written by "
+                            "hpc.stateless.pack?") from None
+    except (OSError, ValueError) as exc:
+        raise ArtifactError(f"{path}: unreadable manifest ({exc}); re-run the pack step") from None
+    return check_manifest(data, path)

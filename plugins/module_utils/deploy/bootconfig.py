@@ -36,26 +36,32 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ansible_collections.hpc.stateless.plugins.module_utils.deploy.bootlink import (
+from ansible_collections.hpc.stateless.plugins.module_utils.artifact.manifest import read_manifest
+from ansible_collections.hpc.stateless.plugins.module_utils.artifact.names import (
     CPIO_FORMATS,
+    DEFAULT_FORMATS,
     IMAGES_DIR,
-    INITRD_LINK,
+    IPXE_DIR,
     KERNEL_FILE,
     MANIFEST_FILE,
+    NAME_REGEX,
     PREVIOUS_LINK,
+    PXE_DIR,
+    SQUASHFS_FORMAT,
+    check_name,
+    url_quote,
+)
+from ansible_collections.hpc.stateless.plugins.module_utils.deploy.bootlink import (
+    INITRD_LINK,
     SQUASHFS_LINK,
     BootlinkError,
-    check_name,
     check_writable,
     deploy_lock,
-    read_manifest,
 )
 
 MARKER = "hpc.stateless.bootconfig"
-PXE_DIR = "pxelinux.cfg"
-IPXE_DIR = "ipxe"
-IPXE_NODES = "ipxe/nodes"
-IPXE_IMAGES = "ipxe/images"
+IPXE_NODES = f"{IPXE_DIR}/nodes"
+IPXE_IMAGES = f"{IPXE_DIR}/images"
 REPORT_LIMIT = 200  # file names listed in the result; the counts are always complete
 
 _MAC_SEPARATED = re.compile(r"^[0-9a-f]{2}([:-])[0-9a-f]{2}(\1[0-9a-f]{2}){4}$")
@@ -260,20 +266,20 @@ def image_boot(name: str, spec: Mapping[str, Any], manifests: list[dict[str, Any
     ``manifests``: every published or pending version; the last one is the version being served
     (its initrd's arguments are used for squashfs).
     """
-    formats = spec.get("formats") or ["cpio.zst"]
+    formats = spec.get("formats") or list(DEFAULT_FORMATS)
     if isinstance(formats, str):
         formats = [formats]
     fmt = formats[0]
     if fmt in CPIO_FORMATS:
         format_args = f"rdinit={options.rdinit}"
-    elif fmt == "squashfs":
+    elif fmt == SQUASHFS_FORMAT:
         if not options.boot_url:
             raise BootConfigError(f"hpc_stateless_images.{name}.formats: {fmt} fetches its root at boot; set boot_url "
                                   "(hpc_stateless_boot_url) to the URL of the boot root, e.g. http://10.0.0.1/tftpboot")
         initrd = (manifests[-1].get("initrd") if manifests else None) or {}
         template = (initrd.get("kernel_args") if isinstance(initrd, dict) else "") or DEFAULT_SQUASHFS_ARGS
         format_args = template.replace(SQUASHFS_URL_PLACEHOLDER,
-                                       f"{options.boot_url.rstrip('/')}/{name}/{SQUASHFS_LINK}")
+                                       f"{options.boot_url.rstrip('/')}/{url_quote(name)}/{SQUASHFS_LINK}")
     else:
         raise BootConfigError(f"hpc_stateless_images.{name}.formats[0]: unknown format {fmt!r}")
     sizes = [int(manifest.get("uncompressed_size") or 0) for manifest in manifests]
@@ -316,8 +322,10 @@ def _ipxe_base(options: BootOptions) -> str:
 
 def _ipxe_body(boot: ImageBoot, options: BootOptions, extra: str = "") -> str:
     base = _ipxe_base(options)
-    return (f"kernel {base}/{boot.name}/{KERNEL_FILE} {boot.ipxe_args(extra)}\n"
-            f"initrd --name {INITRD_LINK} {base}/{boot.name}/{INITRD_LINK}\n"
+    # Over HTTP the image name is a URL path segment; over TFTP (no boot_url) a plain path.
+    name = url_quote(boot.name) if base else boot.name
+    return (f"kernel {base}/{name}/{KERNEL_FILE} {boot.ipxe_args(extra)}\n"
+            f"initrd --name {INITRD_LINK} {base}/{name}/{INITRD_LINK}\n"
             "boot\n")
 
 
@@ -424,7 +432,7 @@ def _stale(root: str, directory: str, wanted: set[str], pattern: re.Pattern[str]
 
 _STALE_PATTERNS = ((PXE_DIR, re.compile(r"^01-[0-9a-f]{2}(-[0-9a-f]{2}){5}$")),
                    (IPXE_NODES, re.compile(r"^[0-9a-f]{2}(-[0-9a-f]{2}){5}\.ipxe$")),
-                   (IPXE_IMAGES, re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*\.ipxe$")))
+                   (IPXE_IMAGES, re.compile(rf"^{NAME_REGEX}\.ipxe$")))
 
 
 STATE_FILE = ".hpc-stateless-bootconfig.state"
@@ -567,9 +575,9 @@ def render(params: Mapping[str, Any], check_mode: bool = False) -> dict[str, Any
     for name in sorted(images):
         spec = images[name] if isinstance(images[name], Mapping) else {}
         _args_text(spec.get("kernel_args"), f"hpc_stateless_images.{name}.kernel_args")
-        formats = spec.get("formats") or ["cpio.zst"]
+        formats = spec.get("formats") or list(DEFAULT_FORMATS)
         first = formats if isinstance(formats, str) else formats[0]
-        if first == "squashfs" and not options.boot_url:
+        if first == SQUASHFS_FORMAT and not options.boot_url:
             raise BootConfigError(f"hpc_stateless_images.{name}.formats: squashfs fetches its root at boot; set boot_url "
                                   "(hpc_stateless_boot_url) to the URL of the boot root, e.g. http://10.0.0.1/tftpboot")
     if params.get("validate_only"):

@@ -28,10 +28,8 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import hashlib
 import json
 import os
-import re
 import shutil
 import stat
 import time
@@ -40,24 +38,29 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from ansible_collections.hpc.stateless.plugins.module_utils.artifact.manifest import kernel_file, read_manifest
+from ansible_collections.hpc.stateless.plugins.module_utils.artifact.names import (
+    FORMATS,
+    IMAGES_DIR,
+    INITRD_FILE,
+    KERNEL_FILE,
+    MANIFEST_FILE,
+    PREVIOUS_LINK,
+    SQUASHFS_FORMAT,
+    SUMS_FILE,
+    ArtifactError,
+    check_file_name,
+    check_name,
+    format_of,
+)
+from ansible_collections.hpc.stateless.plugins.module_utils.artifact.sums import read_sums, sha256_file, sums_text
+
 LOCK_NAME = ".hpc-stateless.lock"
-IMAGES_DIR = "images"
-PREVIOUS_LINK = "previous"
 INITRD_LINK = "initrd"
 SQUASHFS_LINK = "rootfs.squashfs"
-KERNEL_FILE = "vmlinuz"
-SUMS_FILE = "SHA256SUMS"
-MANIFEST_FILE = "manifest.json"
 PUBLISH_PREFIX = ".publish-"
 REMOVE_PREFIX = ".remove-"
 
-CPIO_FORMATS = ("cpio.zst", "cpio.gz", "cpio.xz")
-FORMATS = CPIO_FORMATS + ("squashfs",)
-
-# Image and version names become path components and boot-menu labels.
-NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,127}$")
-RESERVED_NAMES = frozenset({PREVIOUS_LINK, IMAGES_DIR, "pxelinux.cfg", "ipxe"})
-_SUMS_LINE = re.compile(r"^([0-9a-fA-F]{64}) [ *](.+)$")
 _CHUNK = 1024 * 1024
 
 
@@ -69,87 +72,9 @@ class LockBusyError(BootlinkError):
     """Another deploy holds the boot root's lock."""
 
 
-# --------------------------------------------------------------------------- names
-
-
-def check_name(kind: str, value: str) -> str:
-    if not isinstance(value, str) or not NAME_PATTERN.match(value) or value in RESERVED_NAMES:
-        raise BootlinkError(
-            f"{kind} {value!r} is not a valid name: use letters, digits and '._+-' "
-            f"(not starting with '.' or '-', at most 128 characters, not one of {sorted(RESERVED_NAMES)})"
-        )
-    return value
-
-
 # --------------------------------------------------------------------------- pack output
-
-
-def read_manifest(path: str) -> dict[str, Any]:
-    """Load and check a pack ``manifest.json``; raise BootlinkError naming the file and key."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
-    except FileNotFoundError:
-        raise BootlinkError(f"{path}: no manifest.json; is this a version directory written by hpc.stateless.pack?") from None
-    except (OSError, ValueError) as exc:
-        raise BootlinkError(f"{path}: unreadable manifest ({exc}); re-run the pack step") from None
-    if not isinstance(data, dict):
-        raise BootlinkError(f"{path}: manifest is not a JSON object; re-run the pack step")
-    for key, kind in (("image", str), ("version", str), ("artifacts", list)):
-        if not isinstance(data.get(key), kind):
-            raise BootlinkError(f"{path}: key {key!r} is missing or not a {kind.__name__}; re-run the pack step")
-    for index, artifact in enumerate(data["artifacts"]):
-        if not isinstance(artifact, dict) or not isinstance(artifact.get("file"), str):
-            raise BootlinkError(f"{path}: artifacts[{index}] has no 'file'; re-run the pack step")
-        _check_relative(f"{path}: artifacts[{index}].file", artifact["file"])
-    kernel = data.get("kernel") or {}
-    if not isinstance(kernel, dict):
-        raise BootlinkError(f"{path}: key 'kernel' is not an object; re-run the pack step")
-    _check_relative(f"{path}: kernel.file", kernel.get("file", KERNEL_FILE))
-    size = data.get("uncompressed_size")
-    if size is not None and (not isinstance(size, int) or size < 0):
-        raise BootlinkError(f"{path}: 'uncompressed_size' must be a byte count, got {size!r}")
-    return data
-
-
-def _check_relative(where: str, name: object) -> None:
-    if (not isinstance(name, str) or not name or name.startswith("/") or "/" in name
-            or name in (".", "..") or name.startswith(".")):
-        raise BootlinkError(f"{where}: {name!r} must be a plain file name inside the version directory")
-
-
-def read_sums(path: str) -> dict[str, str]:
-    """``{file name: sha256 hex}`` from a sha256sum-format file (relative names only)."""
-    sums: dict[str, str] = {}
-    try:
-        with open(path, encoding="utf-8") as handle:
-            lines = handle.read().splitlines()
-    except FileNotFoundError:
-        raise BootlinkError(f"{path}: missing; the pack step writes SHA256SUMS next to the artifacts") from None
-    except OSError as exc:
-        raise BootlinkError(f"{path}: unreadable ({exc.strerror})") from None
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        match = _SUMS_LINE.match(line)
-        if not match:
-            raise BootlinkError(f"{path}:{number}: not a sha256sum line: {line[:80]!r}")
-        name = match.group(2)
-        _check_relative(f"{path}:{number}", name)
-        sums[name] = match.group(1).lower()
-    if not sums:
-        raise BootlinkError(f"{path}: lists no files")
-    return sums
-
-
-def sha256_file(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while True:
-            block = handle.read(_CHUNK)
-            if not block:
-                return digest.hexdigest()
-            digest.update(block)
+# Names, manifest.json and SHA256SUMS are read through the artifact contract (module_utils/artifact/),
+# the same modules pack writes them with; their errors are ArtifactError.
 
 
 @dataclass
@@ -180,7 +105,7 @@ class PackedVersion:
 
     def sums_text(self) -> str:
         """SHA256SUMS restricted to the published files, so ``sha256sum -c`` passes in the boot tree."""
-        return "".join(f"{self.sums[name]}  {name}\n" for name in self.files if name in self.sums)
+        return sums_text({name: self.sums[name] for name in self.files if name in self.sums})
 
     def payload_bytes(self) -> int:
         return sum(os.stat(os.path.join(self.path, name)).st_size for name in self.files)
@@ -201,23 +126,20 @@ def _pick_artifacts(where: str, manifest: dict[str, Any], fmt: str | None) -> tu
             f"{where}: format {fmt!r} was not packed for image {manifest['image']!r} "
             f"(packed: {', '.join(sorted(by_format)) or 'nothing'}); add it to the image's formats and pack again"
         )
-    if fmt == "squashfs":
+    if fmt == SQUASHFS_FORMAT:
         entry = manifest.get("initrd") if isinstance(manifest.get("initrd"), dict) else {}
         initrd = entry.get("file") or by_format.get("initrd")
         if not initrd:
             raise BootlinkError(f"{where}: the squashfs has no initrd.img to mount it (manifest key 'initrd' is empty); "
                                 "add dracut with its live modules or live-boot to a layer, or pack with initrd=, "
                                 "or deploy a cpio format")
-        _check_relative(f"{where}: initrd.file", initrd)
+        check_file_name(f"{where}: initrd.file", initrd)
         return fmt, initrd, by_format[fmt]
     return fmt, by_format[fmt], None
 
 
 def _format_of(name: str) -> str:
-    for fmt in FORMATS:
-        if name.endswith("." + fmt):
-            return fmt
-    return "initrd" if name == "initrd.img" else ""
+    return format_of(name) or ("initrd" if name == INITRD_FILE else "")
 
 
 def load_packed(path: str, fmt: str | None = None) -> PackedVersion:
@@ -226,10 +148,8 @@ def load_packed(path: str, fmt: str | None = None) -> PackedVersion:
         raise BootlinkError(f"src {path}: not a directory; point src at <pack output>/<image>/<version>")
     manifest = read_manifest(os.path.join(path, MANIFEST_FILE))
     sums = read_sums(os.path.join(path, SUMS_FILE))
-    check_name("image", manifest["image"])
-    check_name("version", manifest["version"])
     fmt, initrd, squashfs = _pick_artifacts(path, manifest, fmt)
-    kernel = (manifest.get("kernel") or {}).get("file", KERNEL_FILE)
+    kernel = kernel_file(manifest)
     packed = PackedVersion(path, manifest, sums, fmt, kernel, initrd, squashfs)
     for name in packed.files[:-2]:
         if name not in sums:
@@ -405,7 +325,7 @@ class BootTree:
             if entry.name.startswith(".") or entry.name == PREVIOUS_LINK or not entry.is_dir(follow_symlinks=False):
                 continue
             info = VersionInfo(entry.name, entry.path, entry.stat(follow_symlinks=False).st_mtime)
-            with contextlib.suppress(BootlinkError):
+            with contextlib.suppress(ArtifactError):
                 info.manifest = read_manifest(os.path.join(entry.path, MANIFEST_FILE))
             if entry.name == current:
                 info.links.append(self.served_link(image))
@@ -493,7 +413,7 @@ def same_content(tree: BootTree, packed: PackedVersion) -> bool:
     path = tree.version_dir(packed.image, packed.version)
     try:
         published = read_sums(os.path.join(path, SUMS_FILE))
-    except BootlinkError:
+    except ArtifactError:
         return False
     wanted = {name: packed.sums[name] for name in packed.files if name in packed.sums}
     return published == wanted and all(os.path.isfile(os.path.join(path, name)) for name in packed.files)

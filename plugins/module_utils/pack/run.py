@@ -21,7 +21,6 @@ whose files match SHA256SUMS, is up to date: nothing is written (``changed=false
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -30,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ansible_collections.hpc.stateless.plugins.module_utils.artifact import manifest as pm
+from ansible_collections.hpc.stateless.plugins.module_utils.artifact import names, sums
 from ansible_collections.hpc.stateless.plugins.module_utils import _process
 from ansible_collections.hpc.stateless.plugins.module_utils.build.buildah import (
     LABEL_PREFIX,
@@ -41,7 +41,6 @@ from ansible_collections.hpc.stateless.plugins.module_utils.build.buildah import
     owner_instance,
 )
 from ansible_collections.hpc.stateless.plugins.module_utils.pack.compress import (
-    COMPRESSORS,
     CompressError,
     CompressorProcess,
     compressor_argv,
@@ -78,7 +77,6 @@ from ansible_collections.hpc.stateless.plugins.module_utils.pack.tree import (
     write_cpio,
 )
 
-FORMATS = (*COMPRESSORS, "squashfs")
 # purpose part of the names of pack's throw-away working containers (see buildah.container_name)
 CONTAINER_PURPOSE = "pack"
 _DRACUT_OUT = "/run/hpc-stateless-pack-out"
@@ -129,22 +127,22 @@ class PackRequest:
 
     def validate(self) -> None:
         try:
-            pm.check_name("image", self.image)
+            names.check_name("image", self.image)
             if self.version is not None:
-                pm.check_name("version", self.version)
+                names.check_name("version", self.version)
         except ValueError as exc:
             raise PackError(str(exc)) from exc
         if bool(self.source_image) == bool(self.source_path):
             raise PackError("give exactly one of source_image (a layer image) and source_path (a directory)")
         if not self.formats:
-            raise PackError("formats is empty: name at least one of " + ", ".join(FORMATS))
+            raise PackError("formats is empty: name at least one of " + ", ".join(names.FORMATS))
         self.formats = list(dict.fromkeys(self.formats))
         for fmt in self.formats:
-            if fmt not in FORMATS:
-                raise PackError(f"unknown format {fmt!r} (supported: {', '.join(FORMATS)})")
+            if fmt not in names.FORMATS:
+                raise PackError(f"unknown format {fmt!r} (supported: {', '.join(names.FORMATS)})")
         for fmt in self.levels:
-            if fmt not in FORMATS:
-                raise PackError(f"levels: unknown format {fmt!r} (supported: {', '.join(FORMATS)})")
+            if fmt not in names.FORMATS:
+                raise PackError(f"levels: unknown format {fmt!r} (supported: {', '.join(names.FORMATS)})")
         if self.squashfs_compression not in SQUASHFS_COMPRESSION:
             raise PackError(f"squashfs_compression {self.squashfs_compression!r} is not one of "
                             f"{', '.join(SQUASHFS_COMPRESSION)}")
@@ -193,19 +191,34 @@ class Packer:
         self.buildah = buildah
         self.warnings: list[str] = []
         self._partial: str | None = None
+        self._made_dirs: list[str] = []  # created by this run for its output, deepest first
 
     # -- public ------------------------------------------------------------------------
     def run(self, check_mode: bool) -> dict[str, Any]:
         self.req.validate()
         image_dir = os.path.join(os.path.abspath(self.req.output_dir), self.req.image)
-        self._check_output_dir(image_dir, check_mode)
-        source = self._open_source()
         try:
-            return self._pack(source, image_dir, check_mode)
-        finally:
-            self._close_source(source)
-            if self._partial and os.path.exists(self._partial):
-                shutil.rmtree(self._partial, ignore_errors=True)
+            self._check_output_dir(image_dir, check_mode)
+            source = self._open_source()
+            try:
+                return self._pack(source, image_dir, check_mode)
+            finally:
+                self._close_source(source)
+                if self._partial and os.path.exists(self._partial):
+                    shutil.rmtree(self._partial, ignore_errors=True)
+        except BaseException:
+            self._remove_made_dirs()
+            raise
+
+    def _remove_made_dirs(self) -> None:
+        """A refused or failed pack leaves no empty ``<output_dir>/<image>/`` (or parent) it created."""
+        for path in self._made_dirs:
+            try:
+                os.rmdir(path)
+            except FileNotFoundError:
+                continue
+            except OSError:
+                break  # not empty (another pack writes there): keep it and its parents
 
     # -- output directory --------------------------------------------------------------
     def _check_output_dir(self, image_dir: str, check_mode: bool) -> None:
@@ -223,6 +236,11 @@ class Packer:
                 raise PackError(f"output directory {image_dir} is not writable ({probe}); "
                                 "choose a writable output_dir or fix its permissions")
             return
+        self._made_dirs = []
+        missing = image_dir
+        while missing != probe and os.path.dirname(missing) != missing:
+            self._made_dirs.append(missing)
+            missing = os.path.dirname(missing)
         try:
             os.makedirs(image_dir, exist_ok=True)
             test = os.path.join(image_dir, f".write-test-{os.getpid()}")
@@ -321,7 +339,7 @@ class Packer:
         if not version:
             raise PackError("version is not set and the source carries no git commit or layer key: set version")
         try:
-            pm.check_name("version", version)
+            names.check_name("version", version)
         except ValueError as exc:
             raise PackError(str(exc)) from exc
         try:
@@ -340,7 +358,7 @@ class Packer:
         sde = self._source_date_epoch(source)
         if sde is not None and not req.force and self._up_to_date(final, source_info,
                                                                   self._options_fingerprint(kernel, sde)):
-            with open(os.path.join(final, pm.MANIFEST_NAME), "rb") as handle:
+            with open(os.path.join(final, names.MANIFEST_FILE), "rb") as handle:
                 current = json.load(handle)
             return self._result(False, final, current, None, current.get("uncompressed_size", 0), up_to_date=True)
 
@@ -354,8 +372,8 @@ class Packer:
         self._preflight(scan, uncompressed)
         if check_mode:
             would = {"image": req.image, "version": version, "layer": layer, "layer_keys": layer_keys,
-                     "artifacts": [{"file": f"{req.image}.{fmt}", "format": fmt} for fmt in req.formats],
-                     "kernel": {"file": pm.KERNEL_NAME, "version": kernel.version}}
+                     "artifacts": [{"file": names.artifact_file(req.image, fmt), "format": fmt} for fmt in req.formats],
+                     "kernel": {"file": names.KERNEL_FILE, "version": kernel.version}}
             return self._result(True, final, would, scan, uncompressed)
 
         self._partial = os.path.join(image_dir, f".{version}.partial-{os.getpid()}")
@@ -365,22 +383,22 @@ class Packer:
             artifacts = self._write_artifacts(root, rules, overlay, scan, sde)
             files = {a["file"]: a["sha256"] for a in artifacts}
             kernel_entry = self._copy_kernel(kernel)
-            files[pm.KERNEL_NAME] = kernel_entry["sha256"]
+            files[names.KERNEL_FILE] = kernel_entry["sha256"]
             initrd_entry = None
             if "squashfs" in req.formats:
                 initrd_entry = self._initrd(source, kernel, sde)
                 if initrd_entry:
-                    files[pm.INITRD_NAME] = initrd_entry["sha256"]
+                    files[names.INITRD_FILE] = initrd_entry["sha256"]
             packages = self._packages(root)
             report = pm.size_report(uncompressed, scan.files, packages, scan.largest_directories(),
                                     scan.largest_files)
-            data = pm.manifest(image=req.image, version=version, created=sde, layer=layer, layer_keys=layer_keys,
+            data = pm.build_manifest(image=req.image, version=version, created=sde, layer=layer, layer_keys=layer_keys,
                                kernel=kernel_entry, artifacts=artifacts, uncompressed_size=uncompressed,
                                packages=packages, kernel_args=req.kernel_args, initrd=initrd_entry,
                                source=source_info, options=options, report=report)
-            self._write_small(pm.MANIFEST_NAME, pm.manifest_bytes(data))
-            files[pm.MANIFEST_NAME] = hashlib.sha256(pm.manifest_bytes(data)).hexdigest()
-            self._write_small(pm.SUMS_NAME, pm.sha256sums(files).encode())
+            self._write_small(names.MANIFEST_FILE, pm.manifest_bytes(data))
+            files[names.MANIFEST_FILE] = sums.sha256_bytes(pm.manifest_bytes(data))
+            self._write_small(names.SUMS_FILE, sums.sums_text(files).encode())
             _fsync_dir(self._partial)
             self._publish(final)
         except OSError as exc:
@@ -403,7 +421,7 @@ class Packer:
             release = pm.image_release(image, version, layer, layer_key, sde, self.req.release_extra)
         except ValueError as exc:
             raise PackError(str(exc)) from exc
-        files = [OverlayFile(pm.RELEASE_PATH, stat.S_IFREG | 0o644, release)]
+        files = [OverlayFile(names.RELEASE_PATH, stat.S_IFREG | 0o644, release)]
         if self.req.reset_machine_id:
             # Every node must make its own machine-id at first boot (systemd does when the file is empty).
             files.append(OverlayFile("etc/machine-id", stat.S_IFREG | 0o444, b""))
@@ -473,20 +491,19 @@ class Packer:
         if "image_id" not in source_info or not source_info.get("image_id"):
             return False  # a directory may have changed in place: always pack it
         try:
-            with open(os.path.join(final, pm.MANIFEST_NAME), "rb") as handle:
+            with open(os.path.join(final, names.MANIFEST_FILE), "rb") as handle:
                 current = json.load(handle)
-            with open(os.path.join(final, pm.SUMS_NAME), encoding="utf-8") as handle:
-                sums = pm.parse_sha256sums(handle.read())
-        except (OSError, ValueError):
+            listed = sums.read_sums(os.path.join(final, names.SUMS_FILE))
+        except (OSError, ValueError):  # ArtifactError is a ValueError: an unreadable pack is packed again
             return False
         if current.get("source") != source_info or current.get("options") != options:
             return False
-        expected = {a["file"] for a in current.get("artifacts", [])} | {pm.KERNEL_NAME, pm.MANIFEST_NAME}
-        if not expected <= set(sums):
+        expected = {a["file"] for a in current.get("artifacts", [])} | {names.KERNEL_FILE, names.MANIFEST_FILE}
+        if not expected <= set(listed):
             return False
-        for name, digest in sums.items():
+        for name, digest in listed.items():
             path = os.path.join(final, name)
-            if not os.path.isfile(path) or pm.sha256_file(path) != digest:
+            if not os.path.isfile(path) or sums.sha256_file(path) != digest:
                 return False
         return True
 
@@ -494,7 +511,7 @@ class Packer:
                          sde: int) -> list[dict[str, Any]]:
         artifacts = []
         for fmt in self.req.formats:
-            name = f"{self.req.image}.{fmt}"
+            name = names.artifact_file(self.req.image, fmt)
             path = os.path.join(self._partial, name)
             if fmt == "squashfs":
                 self._write_squashfs(root, overlay.for_format(cpio=False), scan, sde, path)
@@ -507,7 +524,7 @@ class Packer:
                 if self.req.size_ceiling_action == "fail":
                     raise PackError(message + "; nothing was published")
                 self._warn(message)
-            artifacts.append({"file": name, "format": fmt, "size": size, "sha256": pm.sha256_file(path)})
+            artifacts.append({"file": name, "format": fmt, "size": size, "sha256": sums.sha256_file(path)})
         return artifacts
 
     def _write_cpio(self, fmt: str, root: str, rules: ExcludeRules, overlay: Overlay, scan: TreeScan,
@@ -565,15 +582,15 @@ class Packer:
             shutil.rmtree(work, ignore_errors=True)
 
     def _copy_kernel(self, kernel: Kernel) -> dict[str, Any]:
-        dest = os.path.join(self._partial, pm.KERNEL_NAME)
+        dest = os.path.join(self._partial, names.KERNEL_FILE)
         shutil.copyfile(kernel.path, dest)
         os.chmod(dest, 0o644)
-        return {"file": pm.KERNEL_NAME, "version": kernel.version, "origin": kernel.origin,
-                "size": os.path.getsize(dest), "sha256": pm.sha256_file(dest)}
+        return {"file": names.KERNEL_FILE, "version": kernel.version, "origin": kernel.origin,
+                "size": os.path.getsize(dest), "sha256": sums.sha256_file(dest)}
 
     def _initrd(self, source: Source, kernel: Kernel, sde: int) -> dict[str, Any] | None:
         """An initrd that mounts the squashfs root, or None (with a warning saying why)."""
-        dest = os.path.join(self._partial, pm.INITRD_NAME)
+        dest = os.path.join(self._partial, names.INITRD_FILE)
         if self.req.initrd:
             if not os.path.isfile(self.req.initrd):
                 raise PackError(f"initrd {self.req.initrd} does not exist on the build host (option initrd)")
@@ -593,8 +610,8 @@ class Packer:
                            "layer, or pass initrd=<path on the build host>. See docs/pack.md")
                 return None
         os.chmod(dest, 0o644)
-        return {"file": pm.INITRD_NAME, "generator": generator, "kernel_args": args,
-                "size": os.path.getsize(dest), "sha256": pm.sha256_file(dest)}
+        return {"file": names.INITRD_FILE, "generator": generator, "kernel_args": args,
+                "size": os.path.getsize(dest), "sha256": sums.sha256_file(dest)}
 
     def _run_dracut(self, container: str, root: str, kernel_version: str, sde: int) -> None:
         """dracut inside the throw-away working container; the initrd lands in the partial directory."""
@@ -606,7 +623,7 @@ class Packer:
                        "HTTP (root=live:http://...), only find it on a block device (root=live:/dev/...); Debian: "
                        "add curl isc-dhcp-client iputils-arping procps to a layer")
         dracut = ["dracut", "--quiet", "--force", "--no-hostonly", "--no-hostonly-cmdline", "--reproducible",
-                  "--add", " ".join(modules), "--kver", kernel_version, f"{_DRACUT_OUT}/{pm.INITRD_NAME}"]
+                  "--add", " ".join(modules), "--kver", kernel_version, f"{_DRACUT_OUT}/{names.INITRD_FILE}"]
         try:
             self.buildah.run_in(container, dracut, volumes={self._partial: _DRACUT_OUT},
                                 environment={"SOURCE_DATE_EPOCH": str(sde)})
@@ -662,7 +679,7 @@ class Packer:
             "version": data.get("version"),
             "manifest": data,
             "artifacts": [os.path.join(final, a["file"]) for a in data.get("artifacts", [])],
-            "kernel": os.path.join(final, pm.KERNEL_NAME),
+            "kernel": os.path.join(final, names.KERNEL_FILE),
             "uncompressed_size": uncompressed,
             "size_report": report,
             "size_report_text": pm.format_size_report(report),

@@ -3,42 +3,48 @@
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
+
+from ansible_collections.hpc.stateless.plugins.module_utils.artifact import manifest as pm
+from ansible_collections.hpc.stateless.plugins.module_utils.artifact.names import (
+    INITRD_FILE,
+    KERNEL_FILE,
+    MANIFEST_FILE,
+    SUMS_FILE,
+    artifact_file,
+)
+from ansible_collections.hpc.stateless.plugins.module_utils.artifact.sums import sha256_bytes, sums_text
 
 
 def make_pack(output: Path, image: str = "compute", version: str = "v1", *, payload: bytes = b"",
               created: str = "2026-01-01T00:00:00Z", uncompressed_size: int = 300 * 2**20,
               squashfs: bool = False, extra_files: dict[str, bytes] | None = None) -> Path:
-    """``<output>/<image>/<version>/`` with vmlinuz, the artifact(s), SHA256SUMS and manifest.json."""
+    """``<output>/<image>/<version>/`` with vmlinuz, the artifact(s), SHA256SUMS and manifest.json,
+    written through the artifact contract as pack writes them."""
     directory = output / image / version
     directory.mkdir(parents=True)
-    files = {"vmlinuz": b"KERNEL " + version.encode() + payload,
-             f"{image}.cpio.zst": b"CPIO " + version.encode() + payload * 3}
+    cpio, squash = artifact_file(image, "cpio.zst"), artifact_file(image, "squashfs")
+    files = {KERNEL_FILE: b"KERNEL " + version.encode() + payload, cpio: b"CPIO " + version.encode() + payload * 3}
     if squashfs:
-        files[f"{image}.squashfs"] = b"SQUASHFS " + version.encode() + payload
-        files["initrd.img"] = b"LIVE INITRD " + version.encode()
+        files[squash] = b"SQUASHFS " + version.encode() + payload
+        files[INITRD_FILE] = b"LIVE INITRD " + version.encode()
     files.update(extra_files or {})
     for name, content in files.items():
         (directory / name).write_bytes(content)
-    (directory / "SHA256SUMS").write_text(
-        "".join(f"{hashlib.sha256(content).hexdigest()}  {name}\n" for name, content in sorted(files.items())))
-    artifacts = [{"file": f"{image}.cpio.zst", "format": "cpio.zst", "size": len(files[f"{image}.cpio.zst"]),
-                  "sha256": hashlib.sha256(files[f"{image}.cpio.zst"]).hexdigest()}]
-    manifest = {"image": image, "version": version, "created": created, "layer": "slurm",
-                "layer_keys": {"slurm": "a" * 64},
-                "kernel": {"file": "vmlinuz", "version": "6.1.0-test"},
-                "artifacts": artifacts, "uncompressed_size": uncompressed_size,
-                "packages": [{"name": "bash", "version": "5.2"}], "kernel_args": "", "initrd": None}
+    (directory / SUMS_FILE).write_text(sums_text({name: sha256_bytes(content) for name, content in files.items()}))
+    artifacts = [{"file": cpio, "format": "cpio.zst", "size": len(files[cpio]), "sha256": sha256_bytes(files[cpio])}]
+    initrd = None
     if squashfs:
-        artifacts.append({"file": f"{image}.squashfs", "format": "squashfs",
-                          "size": len(files[f"{image}.squashfs"]),
-                          "sha256": hashlib.sha256(files[f"{image}.squashfs"]).hexdigest()})
-        manifest["initrd"] = {"file": "initrd.img", "generator": "dracut",
-                              "kernel_args": "root=live:<URL of the squashfs> rd.live.image rd.neednet=1 ip=dhcp",
-                              "size": len(files["initrd.img"]),
-                              "sha256": hashlib.sha256(files["initrd.img"]).hexdigest()}
-    (directory / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+        artifacts.append({"file": squash, "format": "squashfs", "size": len(files[squash]),
+                          "sha256": sha256_bytes(files[squash])})
+        initrd = {"file": INITRD_FILE, "generator": "dracut",
+                  "kernel_args": "root=live:<URL of the squashfs> rd.live.image rd.neednet=1 ip=dhcp",
+                  "size": len(files[INITRD_FILE]), "sha256": sha256_bytes(files[INITRD_FILE])}
+    manifest = pm.build_manifest(image=image, version=version, created=pm.parse_iso_utc(created), layer="slurm",
+                                 layer_keys={"slurm": "a" * 64}, kernel={"file": KERNEL_FILE, "version": "6.1.0-test"},
+                                 artifacts=artifacts, uncompressed_size=uncompressed_size,
+                                 packages=[{"name": "bash", "version": "5.2"}], kernel_args="", initrd=initrd)
+    (directory / MANIFEST_FILE).write_bytes(pm.manifest_bytes(manifest))
     return directory
 
 

@@ -167,6 +167,23 @@ def test_squashfs_image_boots_its_root_from_boot_url(tmp_path):
     assert "kernel http://10.0.0.1/tftp/compute/vmlinuz initrd=initrd" in ipxe
 
 
+def test_debian_style_names_are_plain_paths_over_tftp_and_quoted_in_http_urls(tmp_path):
+    boot_root, image = tmp_path / "tftp", "compute+hsn~2"
+    apply_state({"boot_root": str(boot_root), "image": image, "state": "switched", "format": "squashfs",
+                 "src": str(make_pack(tmp_path / "out", image=image, version="2026.11.23+site1~rc1", squashfs=True))})
+    assert os.readlink(boot_root / image) == f"images/{image}/2026.11.23+site1~rc1"
+    images = {image: {"formats": ["squashfs"], "kernel_args": ""}}
+    run(boot_root, nodes(1), images=images, default_image=image, boot_url="http://10.0.0.1/tftp")
+    pxe = (boot_root / "pxelinux.cfg/default").read_text()
+    assert f"KERNEL {image}/vmlinuz" in pxe and f"initrd={image}/initrd" in append_line(pxe)
+    assert "root=live:http://10.0.0.1/tftp/compute%2Bhsn~2/rootfs.squashfs" in append_line(pxe)
+    ipxe = (boot_root / f"ipxe/images/{image}.ipxe").read_text()
+    assert "kernel http://10.0.0.1/tftp/compute%2Bhsn~2/vmlinuz " in ipxe
+    assert "initrd --name initrd http://10.0.0.1/tftp/compute%2Bhsn~2/initrd" in ipxe
+    run(boot_root, nodes(1), images={image: {"formats": ["cpio.zst"]}}, default_image=image)
+    assert f"kernel /{image}/vmlinuz " in (boot_root / f"ipxe/images/{image}.ipxe").read_text()
+
+
 def test_multiple_macs_get_one_file_each(root):
     run(root, [{"name": "n0001", "mac": ["52:54:00:00:00:01", "52:54:00:00:00:02"]}])
     assert (root / "pxelinux.cfg/01-52-54-00-00-00-01").read_text() == \

@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 from bootlink_fixtures import make_pack, tree_snapshot
 
+from ansible_collections.hpc.stateless.plugins.module_utils.artifact.names import ArtifactError
+from ansible_collections.hpc.stateless.plugins.module_utils.artifact.sums import read_sums
 from ansible_collections.hpc.stateless.plugins.module_utils.deploy.bootlink import (
     LOCK_NAME,
     BootlinkError,
@@ -27,7 +29,6 @@ from ansible_collections.hpc.stateless.plugins.module_utils.deploy.bootlink impo
     deploy_lock,
     find_packed,
     load_packed,
-    read_sums,
     switch,
 )
 
@@ -172,7 +173,7 @@ def test_wrong_image_in_src_is_refused(out, root):
 
 @pytest.mark.parametrize("version", ["../evil", ".hidden", "previous", "a/b", ""])
 def test_bad_version_names_are_refused(root, version):
-    with pytest.raises(BootlinkError, match="is not a valid name"):
+    with pytest.raises(ArtifactError, match=f"version {version!r} is not a valid name"):
         deploy(root, None, version=version)
 
 
@@ -368,7 +369,7 @@ def test_interrupted_publish_leftovers_are_cleaned_on_the_next_run(out, root):
 
 def test_load_packed_reports_missing_manifest(tmp_path):
     (tmp_path / "empty").mkdir()
-    with pytest.raises(BootlinkError, match=r"no manifest.json; is this a version directory"):
+    with pytest.raises(ArtifactError, match=r"empty/manifest.json: no manifest.json; is this a version directory"):
         load_packed(str(tmp_path / "empty"))
 
 

@@ -1,13 +1,13 @@
-"""Release file, manifest contract, sums, package lists and the size report."""
+"""Release file, the manifest contract (written and read), package lists and the size report."""
 
 from __future__ import annotations
 
 import json
-import subprocess
 
 import pytest
 
 from ansible_collections.hpc.stateless.plugins.module_utils.artifact import manifest as pm
+from ansible_collections.hpc.stateless.plugins.module_utils.artifact.names import ArtifactError
 
 DPKG_STATUS = """Package: bash
 Status: install ok installed
@@ -48,16 +48,6 @@ def test_image_release_refuses_bad_extra_keys(extra):
         pm.image_release("i", "v", "l", "k", 0, extra)
 
 
-@pytest.mark.parametrize("value", ["", ".", "..", "a/b", "has space", "-lead"])
-def test_check_name_refuses_what_cannot_be_a_directory(value):
-    with pytest.raises(ValueError, match="version"):
-        pm.check_name("version", value)
-
-
-def test_check_name_accepts_git_describe_output():
-    assert pm.check_name("version", "v1.2-3-gabc123-dirty") == "v1.2-3-gabc123-dirty"
-
-
 @pytest.mark.parametrize("text, epoch", [
     ("2023-11-14T22:13:20Z", 1_700_000_000),
     ("2023-11-14T22:13:20.123456789Z", 1_700_000_000),
@@ -91,22 +81,17 @@ def test_size_report_ranks_packages_and_directories():
     assert text.splitlines()[0] == "uncompressed: 1.2 KiB in 3 files" and "p29" in text
 
 
-def test_sha256sums_is_what_sha256sum_checks(tmp_path):
-    (tmp_path / "a.cpio.zst").write_bytes(b"a")
-    (tmp_path / "vmlinuz").write_bytes(b"k")
-    sums = {name: pm.sha256_file(str(tmp_path / name)) for name in ("vmlinuz", "a.cpio.zst")}
-    text = pm.sha256sums(sums)
-    (tmp_path / "SHA256SUMS").write_text(text)
-    subprocess.run(["sha256sum", "--check", "--strict", "--quiet", "SHA256SUMS"], cwd=tmp_path, check=True)
-    assert pm.parse_sha256sums(text) == sums
-    assert text.splitlines()[0].endswith("  a.cpio.zst")
+def written_manifest(**changes) -> dict:
+    params = dict(image="compute", version="1.0~rc1", created=1_700_000_000, layer="slurm",
+                  layer_keys={"slurm": "b", "base": "a"}, kernel={"file": "vmlinuz", "version": "6.1"},
+                  artifacts=[{"file": "compute.cpio.zst", "format": "cpio.zst", "size": 1, "sha256": "0" * 64}],
+                  uncompressed_size=99, packages=[{"name": "bash", "version": "5", "size": 1}])
+    params.update(changes)
+    return pm.build_manifest(**params)
 
 
 def test_manifest_has_the_keys_deploy_reads():
-    data = pm.manifest(image="compute", version="v1", created=1_700_000_000, layer="slurm",
-                       layer_keys={"slurm": "b", "base": "a"}, kernel={"file": "vmlinuz", "version": "6.1"},
-                       artifacts=[{"file": "compute.cpio.zst", "format": "cpio.zst", "size": 1, "sha256": "0" * 64}],
-                       uncompressed_size=99, packages=[{"name": "bash", "version": "5", "size": 1}])
+    data = written_manifest()
     for key in ("image", "version", "created", "layer", "layer_keys", "kernel", "artifacts", "uncompressed_size",
                 "packages"):
         assert key in data
@@ -114,3 +99,33 @@ def test_manifest_has_the_keys_deploy_reads():
     assert data["packages"] == [{"name": "bash", "version": "5"}]
     assert list(data["layer_keys"]) == ["base", "slurm"]
     assert json.loads(pm.manifest_bytes(data)) == data
+
+
+def test_what_pack_writes_deploy_reads_back(tmp_path):
+    data = written_manifest()
+    (tmp_path / "manifest.json").write_bytes(pm.manifest_bytes(data))
+    assert pm.read_manifest(str(tmp_path / "manifest.json")) == data
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"version": "1.0 rc1"}, r"the manifest pack writes: version '1.0 rc1' is not a valid name"),
+    ({"image": "previous"}, r"image 'previous' is not a valid name"),
+    ({"artifacts": [{"file": "../x.cpio.zst"}]}, r"artifacts\[0\]\.file: '\.\./x\.cpio\.zst' must be a plain file name"),
+    ({"kernel": {"file": "boot/vmlinuz"}}, r"kernel\.file: 'boot/vmlinuz' must be a plain file name"),
+    ({"uncompressed_size": -1}, r"'uncompressed_size' must be a byte count, got -1"),
+])
+def test_pack_cannot_write_a_manifest_deploy_would_refuse(changes, message):
+    with pytest.raises(ArtifactError, match=message):
+        written_manifest(**changes)
+
+
+@pytest.mark.parametrize("content, message", [
+    ("", r"manifest.json: unreadable manifest"),
+    ("[]", r"manifest.json: manifest is not a JSON object"),
+    ('{"image": "compute", "version": "v1"}', r"manifest.json: key 'artifacts' is missing or not a list"),
+    ('{"image": "compute", "version": 7, "artifacts": []}', r"key 'version' is missing or not a str"),
+])
+def test_read_manifest_names_the_file_and_key(tmp_path, content, message):
+    (tmp_path / "manifest.json").write_text(content)
+    with pytest.raises(ArtifactError, match=message):
+        pm.read_manifest(str(tmp_path / "manifest.json"))
