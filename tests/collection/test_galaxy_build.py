@@ -57,6 +57,6 @@ def test_tarball_installs_and_runs_elsewhere(tmp_path):
     # A site playbook imports our build playbook by its FQCN, as the README shows.
     (elsewhere / "site.yml").write_text("- name: Build our layers\n  ansible.builtin.import_playbook: hpc.stateless.build\n")
     listed = run([str(BIN / "ansible-playbook"), "-i", "localhost,", "--list-tasks", "site.yml"], elsewhere, env)
-    assert "Compute content keys and find stale layers" in listed.stdout
+    assert "Compute the content keys with each layer host's variables" in listed.stdout
     doc = run([str(BIN / "ansible-doc"), "hpc.stateless.layer"], elsewhere, env)
     assert "creates a working container from the parent image" in " ".join(doc.stdout.split())
