@@ -18,6 +18,13 @@ import shlex
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ansible_collections.hpc.stateless.plugins.module_utils.artifact.names import (
+    DEFAULT_FORMATS as DEFAULT_IMAGE_FORMATS,
+    FORMATS as IMAGE_FORMATS,
+    ArtifactError,
+    check_name as check_artifact_name,
+)
+
 try:
     import networkx as nx
 except ImportError as _exc:  # reported by the calling module with missing_required_lib
@@ -45,8 +52,6 @@ SUPPORTED_DISTROS: dict[str, str] = {
     "sles": "zypper",
 }
 
-IMAGE_FORMATS = ("cpio.zst", "cpio.gz", "cpio.xz", "squashfs")
-DEFAULT_IMAGE_FORMATS = ("cpio.zst",)
 
 # Layer and image names become image names and inventory host names.
 NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
@@ -369,6 +374,10 @@ class LayerGraph:
         for name in sorted(raw_images, key=str):
             path = f"{IMAGES_VAR}.{name}"
             _check_name(path, name, "image")
+            try:  # also the rule of pack and deploy: length, the boot tree's reserved names
+                check_artifact_name("image", name)
+            except ArtifactError as exc:
+                raise LayerSpecError(path, str(exc)) from None
             normalised_images[name] = _normalise_image(path, raw_images[name], specs)
         return cls(specs, normalised_images)
 

@@ -6,6 +6,7 @@ so the test holds whatever module the rule lives in.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils.artifact.names impor
     url_quote,
 )
 from ansible_collections.hpc.stateless.plugins.module_utils.deploy.bootlink import apply_state
+from ansible_collections.hpc.stateless.plugins.module_utils.layers.graph import LayerGraph, LayerSpecError
 from ansible_collections.hpc.stateless.plugins.module_utils.pack.compress import COMPRESSORS
 from ansible_collections.hpc.stateless.plugins.module_utils.pack.run import PackError, PackRequest
 
@@ -85,3 +87,10 @@ def test_pack_compresses_every_cpio_format_of_the_contract():
 def test_names_in_http_urls_quote_plus_only():
     assert url_quote("2026.11.23+site1") == "2026.11.23%2Bsite1"
     assert url_quote("1.0~rc1_a-b.c") == "1.0~rc1_a-b.c"
+
+
+@pytest.mark.parametrize("image", ["previous", "pxelinux.cfg", "i" * 129])
+def test_the_layer_dag_refuses_image_names_pack_and_deploy_would_refuse(image):
+    with pytest.raises(LayerSpecError, match=rf"hpc_stateless_images\.{re.escape(image)}: image '{image}' "
+                                             "is not a valid name"):
+        LayerGraph.from_spec({"base": {"bootstrap": {"distro": "debian", "release": "12"}}}, {image: {"layer": "base"}})
