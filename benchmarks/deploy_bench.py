@@ -187,7 +187,8 @@ def bench_publish(src: Path | None, size_mib: int, runs: int) -> dict:
         origin = f"generated ({size_mib} MiB)"
     else:
         origin = str(src)
-    image = pm.read_manifest(str(src / MANIFEST_FILE))["image"]
+    manifest = pm.read_manifest(str(src / MANIFEST_FILE))
+    image = manifest["image"]
     names = [name for name in os.listdir(src) if (src / name).is_file()]
     published_bytes = None
     ours, cp_only, cp_sync = [], [], []

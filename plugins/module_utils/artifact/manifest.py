@@ -153,10 +153,10 @@ def format_size_report(report: dict[str, Any]) -> str:
 
 # -- manifest ----------------------------------------------------------------------------------
 def build_manifest(*, image: str, version: str, created: int, layer: str, layer_keys: dict[str, str],
-             kernel: dict[str, Any], artifacts: list[dict[str, Any]], uncompressed_size: int,
-             packages: list[dict[str, Any]], kernel_args: str = "", initrd: dict[str, Any] | None = None,
-             source: dict[str, Any] | None = None, options: dict[str, Any] | None = None,
-             report: dict[str, Any] | None = None) -> dict[str, Any]:
+                   kernel: dict[str, Any], artifacts: list[dict[str, Any]], uncompressed_size: int,
+                   packages: list[dict[str, Any]], kernel_args: str = "", initrd: dict[str, Any] | None = None,
+                   source: dict[str, Any] | None = None, options: dict[str, Any] | None = None,
+                   report: dict[str, Any] | None = None) -> dict[str, Any]:
     """The manifest deploy reads (checked by :func:`check_manifest`); keys beyond the shared contract are
     additions, never renames."""
     data: dict[str, Any] = {

@@ -393,9 +393,9 @@ class Packer:
             report = pm.size_report(uncompressed, scan.files, packages, scan.largest_directories(),
                                     scan.largest_files)
             data = pm.build_manifest(image=req.image, version=version, created=sde, layer=layer, layer_keys=layer_keys,
-                               kernel=kernel_entry, artifacts=artifacts, uncompressed_size=uncompressed,
-                               packages=packages, kernel_args=req.kernel_args, initrd=initrd_entry,
-                               source=source_info, options=options, report=report)
+                                     kernel=kernel_entry, artifacts=artifacts, uncompressed_size=uncompressed,
+                                     packages=packages, kernel_args=req.kernel_args, initrd=initrd_entry,
+                                     source=source_info, options=options, report=report)
             self._write_small(names.MANIFEST_FILE, pm.manifest_bytes(data))
             files[names.MANIFEST_FILE] = sums.sha256_bytes(pm.manifest_bytes(data))
             self._write_small(names.SUMS_FILE, sums.sums_text(files).encode())

@@ -31,8 +31,8 @@ def test_written_sums_pass_sha256sum_and_read_back(tmp_path):
 
 
 def test_binary_marker_upper_case_and_blank_lines_are_read():
-    assert parse_sums(f"{DIGEST.upper()} *vmlinuz\n\n{DIGEST}  x.cpio.zst\n") == {"vmlinuz": DIGEST,
-                                                                               "x.cpio.zst": DIGEST}
+    parsed = parse_sums(f"{DIGEST.upper()} *vmlinuz\n\n{DIGEST}  x.cpio.zst\n")
+    assert parsed == {"vmlinuz": DIGEST, "x.cpio.zst": DIGEST}
 
 
 @pytest.mark.parametrize("text, message", [
