@@ -44,7 +44,11 @@ options:
     type: path
     required: true
   image:
-    description: Image name, as in C(hpc_stateless_images).
+    description:
+      - Image name, as in C(hpc_stateless_images).
+      - Image and version names follow the rule of M(hpc.stateless.pack) - letters, digits and C(._+~-), starting
+        with a letter or digit, at most 128 characters, not C(images), C(previous), C(pxelinux.cfg), C(ipxe),
+        C(pxelinux.0) or C(ldlinux.c32).
     type: str
     required: true
   state:

@@ -67,6 +67,9 @@ options:
       - Version directory name and C(VERSION=) of C(/etc/image-release), typically C(git describe) of the
         inventory repository.
       - Defaults to the image's C(hpc.stateless.git-commit) label, else the first 12 characters of its layer key.
+      - "Image and version names: letters, digits and C(._+~-), starting with a letter or digit (Debian-style
+        C(1.0~rc1), C(2026.11.23+site1)), at most 128 characters, not C(images), C(previous), C(pxelinux.cfg),
+        C(ipxe), C(pxelinux.0) or C(ldlinux.c32) - the rule M(hpc.stateless.bootlink) applies too."
     type: str
   layer:
     description: Layer name recorded in the release file and manifest. Defaults to the image's C(hpc.stateless.layer) label.

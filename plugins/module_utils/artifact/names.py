@@ -34,7 +34,7 @@ import urllib.parse
 
 MAX_NAME_LENGTH = 128
 NAME_REGEX = r"[A-Za-z0-9][A-Za-z0-9._+~-]{0,%d}" % (MAX_NAME_LENGTH - 1)  # to embed in file-name patterns
-NAME_PATTERN = re.compile(f"^{NAME_REGEX}$")
+NAME_PATTERN = re.compile(NAME_REGEX)  # use fullmatch: "$" would let a trailing newline through
 NAME_CHARACTERS = "letters, digits and '._+~-'"
 # Entries of the boot tree that share a directory with image or version names: <boot_root>/images,
 # <boot_root>/images/<image>/previous (the rollback link), the boot configuration directories and
@@ -64,7 +64,7 @@ class ArtifactError(ValueError):
 
 def check_name(kind: str, value: object) -> str:
     """``value`` unchanged when it is a usable ``kind`` ('image' or 'version') name; else ArtifactError."""
-    if not isinstance(value, str) or not NAME_PATTERN.match(value) or value in RESERVED_NAMES:
+    if not isinstance(value, str) or not NAME_PATTERN.fullmatch(value) or value in RESERVED_NAMES:
         raise ArtifactError(
             f"{kind} {value!r} is not a valid name: use {NAME_CHARACTERS}, starting with a letter or digit, "
             f"at most {MAX_NAME_LENGTH} characters, not one of {', '.join(sorted(RESERVED_NAMES))}")

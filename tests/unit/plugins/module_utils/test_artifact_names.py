@@ -26,7 +26,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils.pack.compress import
 from ansible_collections.hpc.stateless.plugins.module_utils.pack.run import PackError, PackRequest
 
 GOOD = ["1.0~rc1", "2026.11.23+site1", "2.36-9+deb12u4", "v1.2-3-gabc123-dirty", "Release_2", "a" * 128, "7"]
-BAD = ["", ".", "..", ".hidden", "-lead", "~rc1", "+site1", "_x", "a/b", "has space", "tab\there", "line\nbreak",
+BAD = ["", ".", "..", ".hidden", "-lead", "~rc1", "+site1", "_x", "a/b", "has space", "tab\there", "line\nbreak", "v1\n",
        "a,b", "a:b", "a$b", "a%2Bb", "caf\u00e9", "a" * 129, "previous", "images", "ipxe", "pxelinux.cfg",
        "pxelinux.0", "ldlinux.c32"]
 
