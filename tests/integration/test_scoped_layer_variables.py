@@ -146,3 +146,17 @@ def test_plan_rebuilds_nothing_until_a_scoped_variable_changes(built, site, pref
         assert "layer accel has no image for its current content key" in proc.stdout, proc.stdout[-5000:]
     finally:
         git(site, "checkout", "--", "inventory")
+
+
+def test_a_bad_dag_fails_with_its_message_alone(site, prefix, tmp_path):
+    """The plan answers bad input with a failed result: no "exception occurred" line above it."""
+    shutil.copytree(site / "inventory", tmp_path / "inventory")
+    layers_file = tmp_path / "inventory/group_vars/all/layers.yml"
+    spec = yaml.safe_load(layers_file.read_text())
+    spec["hpc_stateless_layers"]["accel"]["parent"] = "bsae"
+    layers_file.write_text(yaml.safe_dump(spec))
+    proc = run_site("-e", f"hpc_stateless_image_prefix={prefix}", inventory=tmp_path / "inventory",
+                    playbook=str(site / "verify.yml"))
+    assert proc.returncode != 0
+    assert "hpc_stateless_layers.accel.parent: unknown parent layer 'bsae'" in proc.stdout, proc.stdout[-3000:]
+    assert "exception occurred" not in proc.stdout + proc.stderr
