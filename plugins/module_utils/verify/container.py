@@ -30,8 +30,12 @@ def container_stem(runtime_dir: str) -> str:
 
 
 def container_name(spec: SessionSpec) -> str:
-    """Name of the working container of an image session (the same for a rerun of a killed one)."""
-    return _buildah.container_name(os.path.abspath(spec.runtime_dir), PURPOSE, spec.id)
+    """Name of the working container of an image session (the same for a rerun of a killed one).
+
+    The instance part is the whole session id, so the container is found by the id that also
+    names the session's directory and cgroup.
+    """
+    return container_stem(spec.runtime_dir) + spec.id
 
 
 def mount_image(spec: SessionSpec, name: str) -> str:
