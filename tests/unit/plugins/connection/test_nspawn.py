@@ -164,13 +164,14 @@ def test_an_image_session_s_container_is_named_by_runtime_dir_and_session():
 
 
 @pytest.fixture()
-def buildah_calls(monkeypatch):
-    """A stand-in buildah (/bin/true, never run): records argv; ``answers`` says what each call returns."""
+def executor(monkeypatch):
+    """Commands are recorded, not run: ``calls`` holds (argv, env, timeout), ``answers`` the
+    (rc, stdout, stderr) of each call in turn (default: success). Sleeps between retries are skipped."""
     calls = []
     answers = []
 
     def fake(argv, *, env, timeout, input, cwd, text):  # noqa: A002 - the executor's signature
-        calls.append(argv[1:])
+        calls.append((argv, env, timeout))
         rc, out, err = answers.pop(0) if answers else (0, "", "")
         return Result(argv, rc, out, err)
 
@@ -180,16 +181,21 @@ def buildah_calls(monkeypatch):
     set_executor(old)
 
 
-def test_an_image_session_mounts_a_fresh_working_container(buildah_calls):
-    calls, answers = buildah_calls
+def buildah_args(calls) -> list:
+    """The buildah arguments of recorded calls (the stand-in executable dropped)."""
+    return [argv[1:] for argv, _env, _timeout in calls]
+
+
+def test_an_image_session_mounts_a_fresh_working_container(executor):
+    calls, answers = executor
     answers.extend([(125, "", "no container with name or ID x found"), (0, "w\n", ""), (0, "/mnt/w\n", "")])
     assert mount_image(spec(buildah="/bin/true"), "w") == "/mnt/w"
-    assert calls == [["rm", "w"], ["from", "--pull=never", "--quiet", "--name", "w", "localhost/p/slurm:latest"],
-                     ["mount", "w"]]
+    assert buildah_args(calls) == [["rm", "w"], ["from", "--pull=never", "--quiet", "--name", "w",
+                                                 "localhost/p/slurm:latest"], ["mount", "w"]]
 
 
-def test_a_missing_image_says_build_it_first(buildah_calls):
-    _calls, answers = buildah_calls
+def test_a_missing_image_says_build_it_first(executor):
+    _calls, answers = executor
     answers.extend([(0, "", ""), (125, "", "localhost/p/slurm:latest: image not known")])
     with pytest.raises(NspawnError, match=r"image localhost/p/slurm:latest is not in local containers-storage: build"):
         mount_image(spec(buildah="/bin/true"), "w")
@@ -197,8 +203,8 @@ def test_a_missing_image_says_build_it_first(buildah_calls):
         mount_image(spec(buildah="/nonexistent/buildah"), "w")
 
 
-def test_removing_a_working_container(buildah_calls):
-    calls, answers = buildah_calls
+def test_removing_a_working_container(executor):
+    calls, answers = executor
     session = spec(buildah="/bin/true")
     answers.append((125, "", "container not known"))
     assert remove_container(session, "w") is None  # gone already
@@ -206,7 +212,7 @@ def test_removing_a_working_container(buildah_calls):
     assert remove_container(session, "w") is None  # removed on the third attempt
     answers.extend([(1, "", "device or resource busy")] * 5)
     assert remove_container(session, "w") == "buildah working container w could not be removed: device or resource busy"
-    assert calls == [["rm", "w"]] * 9
+    assert buildah_args(calls) == [["rm", "w"]] * 9
     assert remove_container(spec(buildah="/nonexistent/buildah"), "w").startswith(
         "buildah working container w: /nonexistent/buildah is not installed")
 
@@ -402,26 +408,9 @@ def test_the_supervisor_starts_by_module_name_from_the_collections_root(monkeypa
     assert proc.stderr == f"usage: python -m {argv[2]} supervise SESSION_DIR\n"
 
 
-@pytest.fixture()
-def mount_calls(monkeypatch):
-    """Records mount/umount argv and environments; ``answers`` says what each call returns."""
-    calls = []
-    answers = []
-
-    def fake(argv, *, env, timeout, input, cwd, text):  # noqa: A002 - the executor's signature
-        calls.append((argv, env, timeout))
-        rc, err = answers.pop(0) if answers else (0, "")
-        return Result(argv, rc, "", err)
-
-    old = set_executor(fake)
-    monkeypatch.setattr("time.sleep", lambda _seconds: None)
-    yield calls, answers
-    set_executor(old)
-
-
-def test_mount_overlay_runs_mount_with_escaped_options_and_the_host_env(mount_calls):
-    calls, answers = mount_calls
-    answers.append((32, "mount: wrong fs type"))
+def test_mount_overlay_runs_mount_with_escaped_options_and_the_host_env(executor):
+    calls, answers = executor
+    answers.append((32, "", "mount: wrong fs type"))
     rc, _out, err = mount_overlay("/images/a,b", "/s/upper", "/s/work", "/s/root")
     assert (rc, err) == (32, "mount: wrong fs type")
     argv, env, timeout = calls[0]
@@ -431,19 +420,19 @@ def test_mount_overlay_runs_mount_with_escaped_options_and_the_host_env(mount_ca
     assert timeout == 30.0
 
 
-def test_a_busy_overlay_is_retried_then_detached_lazily(mount_calls, monkeypatch):
-    calls, answers = mount_calls
+def test_a_busy_overlay_is_retried_then_detached_lazily(executor, monkeypatch):
+    calls, answers = executor
     monkeypatch.setattr(overlay, "is_mounted", lambda _path: True)
-    answers.extend([(32, "umount: /s/root: target is busy.")] * 20)
+    answers.extend([(32, "", "umount: /s/root: target is busy.")] * 20)
     problem = unmount_overlay("/s/root")
     assert [c[0] for c in calls] == [["umount", "/s/root"]] * 20 + [["umount", "--lazy", "/s/root"]]
     assert problem == "overlay /s/root was busy and was detached lazily: umount: /s/root: target is busy."
 
 
-def test_an_overlay_unmounted_on_a_later_attempt_is_no_problem(mount_calls, monkeypatch):
-    calls, answers = mount_calls
+def test_an_overlay_unmounted_on_a_later_attempt_is_no_problem(executor, monkeypatch):
+    calls, answers = executor
     monkeypatch.setattr(overlay, "is_mounted", lambda _path: True)
-    answers.extend([(32, "busy"), (0, "")])
+    answers.extend([(32, "", "busy"), (0, "", "")])
     assert unmount_overlay("/s/root") is None
     assert len(calls) == 2
 
