@@ -13,6 +13,7 @@ import os
 import time
 from typing import Dict, List, Tuple
 
+
 def cgroup_dirs(proc_cgroup: str, mountinfo: str, name: str) -> List[str]:
     """Directories of a cgroup ``name`` below the caller's own, in the hierarchies systemd-nspawn
     manages (cgroup v2 and the v1 ``name=systemd`` hierarchy).

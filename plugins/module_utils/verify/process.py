@@ -16,6 +16,7 @@ import threading
 import time
 from typing import Optional
 
+
 def owner_process() -> int:
     """The process whose end ends a session: the ansible-playbook run when called from one of
     its task workers, else the calling process itself."""

@@ -56,6 +56,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils.verify.state import 
 from ansible_collections.hpc.stateless.plugins.module_utils.verify.supervisor import launch_command
 from ansible_collections.hpc.stateless.plugins.module_utils.verify.teardown import teardown
 
+
 class Session:
     """A container root for one host, seen from an Ansible task (or a test)."""
 

@@ -22,6 +22,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils.verify.commands impo
 from ansible_collections.hpc.stateless.plugins.module_utils.verify.process import owner_process, process_start
 from ansible_collections.hpc.stateless.plugins.module_utils.verify.state import DEFAULT_RUNTIME_DIR
 
+
 def session_id(identity: Dict[str, Any]) -> str:
     """Stable id of a session from what identifies it (owner process, host, root, mode...)."""
     blob = json.dumps(identity, sort_keys=True, separators=(",", ":")).encode("utf-8")
