@@ -43,8 +43,6 @@ lint:
 sanity:
 	@rm -rf $(SANITY_ROOT) && mkdir -p $(SANITY_ROOT)
 	@git ls-files -co --exclude-standard -z | rsync -a --from0 --files-from=- ./ $(SANITY_ROOT)/
-	@# our buildah connection builds on containers.podman's: make it importable next to us
-	@mkdir -p $(SANITY_ROOT)/../../containers && ln -sfn "$$(python -c 'import ansible_collections.containers.podman as p, os; print(list(p.__path__)[0])')" $(SANITY_ROOT)/../../containers/podman
 	cd $(SANITY_ROOT) && ansible-test sanity --venv --python 3.11 --color no
 
 collection:
