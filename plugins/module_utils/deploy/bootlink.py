@@ -54,6 +54,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils.artifact.names impor
     format_of,
 )
 from ansible_collections.hpc.stateless.plugins.module_utils.artifact.sums import read_sums, sha256_file, sums_text
+from ansible_collections.hpc.stateless.plugins.module_utils._paths import nearest_existing
 
 LOCK_NAME = ".hpc-stateless.lock"
 INITRD_LINK = "initrd"
@@ -587,12 +588,7 @@ def clean_leftovers(tree: BootTree, image: str) -> list[str]:
 
 def check_writable(boot_root: str) -> None:
     """Raise a clear error when the boot root cannot be created or written."""
-    probe = boot_root
-    while not os.path.exists(probe):
-        parent = os.path.dirname(probe)
-        if parent == probe:
-            break
-        probe = parent
+    probe = nearest_existing(boot_root)
     if not os.path.isdir(probe):
         raise BootlinkError(f"boot root {boot_root}: {probe} is not a directory; choose another boot root")
     if not os.access(probe, os.W_OK | os.X_OK):

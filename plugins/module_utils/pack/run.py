@@ -31,6 +31,7 @@ from typing import Any
 from ansible_collections.hpc.stateless.plugins.module_utils.artifact import manifest as pm
 from ansible_collections.hpc.stateless.plugins.module_utils.artifact import names, sums
 from ansible_collections.hpc.stateless.plugins.module_utils import _process
+from ansible_collections.hpc.stateless.plugins.module_utils._paths import nearest_existing
 from ansible_collections.hpc.stateless.plugins.module_utils.build.buildah import (
     LABEL_PREFIX,
     Buildah,
@@ -222,12 +223,7 @@ class Packer:
 
     # -- output directory --------------------------------------------------------------
     def _check_output_dir(self, image_dir: str, check_mode: bool) -> None:
-        probe = image_dir
-        while not os.path.exists(probe):
-            parent = os.path.dirname(probe)
-            if parent == probe:
-                break
-            probe = parent
+        probe = nearest_existing(image_dir)
         if not os.path.isdir(probe):
             raise PackError(f"output directory {image_dir}: {probe} exists and is not a directory; "
                             "choose another output_dir")
