@@ -22,3 +22,12 @@ def nearest_existing(path: str) -> str:
             break
         probe = parent
     return probe
+
+
+def fsync_dir(path: str) -> None:
+    """Make a rename or unlink inside directory ``path`` durable (the directory's own entry list is synced)."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

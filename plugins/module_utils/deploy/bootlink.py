@@ -54,7 +54,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils.artifact.names impor
     format_of,
 )
 from ansible_collections.hpc.stateless.plugins.module_utils.artifact.sums import read_sums, sha256_file, sums_text
-from ansible_collections.hpc.stateless.plugins.module_utils._paths import nearest_existing
+from ansible_collections.hpc.stateless.plugins.module_utils._paths import fsync_dir, nearest_existing
 
 LOCK_NAME = ".hpc-stateless.lock"
 INITRD_LINK = "initrd"
@@ -243,14 +243,6 @@ class VersionInfo:
         }
 
 
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def replace_symlink(target: str, link: str) -> None:
     """Point ``link`` at ``target`` by renaming a fresh symlink over it: never absent, never half-made."""
     directory = os.path.dirname(link)
@@ -262,7 +254,7 @@ def replace_symlink(target: str, link: str) -> None:
         with contextlib.suppress(OSError):
             os.unlink(temp)
         raise
-    _fsync_dir(directory)
+    fsync_dir(directory)
 
 
 class BootTree:
@@ -462,10 +454,10 @@ def publish(tree: BootTree, packed: PackedVersion) -> bool:
         os.symlink(packed.initrd, os.path.join(temp, INITRD_LINK))
         if packed.squashfs:
             os.symlink(packed.squashfs, os.path.join(temp, SQUASHFS_LINK))
-        _fsync_dir(temp)
+        fsync_dir(temp)
         os.rename(temp, final)  # the version appears complete, or not at all
         os.utime(final)  # publish time orders versions for retention
-        _fsync_dir(image_dir)
+        fsync_dir(image_dir)
     except OSError as exc:
         shutil.rmtree(temp, ignore_errors=True)
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):

@@ -31,7 +31,7 @@ from typing import Any
 from ansible_collections.hpc.stateless.plugins.module_utils.artifact import manifest as pm
 from ansible_collections.hpc.stateless.plugins.module_utils.artifact import names, sums
 from ansible_collections.hpc.stateless.plugins.module_utils import _process
-from ansible_collections.hpc.stateless.plugins.module_utils._paths import nearest_existing
+from ansible_collections.hpc.stateless.plugins.module_utils._paths import fsync_dir, nearest_existing
 from ansible_collections.hpc.stateless.plugins.module_utils.build.buildah import (
     LABEL_PREFIX,
     Buildah,
@@ -174,14 +174,6 @@ def _pid_alive(pid: int) -> bool:
     except (OSError, IndexError):
         return True
     return state not in ("Z", "X")
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class Packer:
@@ -395,7 +387,7 @@ class Packer:
             self._write_small(names.MANIFEST_FILE, pm.manifest_bytes(data))
             files[names.MANIFEST_FILE] = sums.sha256_bytes(pm.manifest_bytes(data))
             self._write_small(names.SUMS_FILE, sums.sums_text(files).encode())
-            _fsync_dir(self._partial)
+            fsync_dir(self._partial)
             self._publish(final)
         except OSError as exc:
             where = exc.filename or self._partial
@@ -655,7 +647,7 @@ class Packer:
             os.rename(final, old)
         os.rename(self._partial, final)
         self._partial = None
-        _fsync_dir(os.path.dirname(final))
+        fsync_dir(os.path.dirname(final))
         if old:
             shutil.rmtree(old, ignore_errors=True)
 
