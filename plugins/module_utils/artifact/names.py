@@ -10,7 +10,10 @@ A pack version directory ``<output_dir>/<image>/<version>/`` holds::
     vmlinuz              the kernel (KERNEL_FILE)
     initrd.img           for squashfs, the initrd that mounts it, when one was made (INITRD_FILE)
     manifest.json        the manifest (MANIFEST_FILE, see artifact/manifest.py)
+    sbom.cdx.json        the software bill of materials, CycloneDX JSON (SBOM_FILE)
     SHA256SUMS           sha256sum lines for every file above (SUMS_FILE, see artifact/sums.py)
+    SHA256SUMS.asc       when the release is signed: GnuPG detached, armored signature of
+                         SHA256SUMS (SIGNATURE_FILE); not listed in SHA256SUMS
 
 Image and version names become directory names in the pack output and the boot tree, symlink
 targets the TFTP server follows, ``KEY=value`` lines of /etc/image-release, pxelinux paths and
@@ -55,6 +58,8 @@ KERNEL_FILE = "vmlinuz"
 INITRD_FILE = "initrd.img"
 MANIFEST_FILE = "manifest.json"
 SUMS_FILE = "SHA256SUMS"
+SBOM_FILE = "sbom.cdx.json"
+SIGNATURE_FILE = SUMS_FILE + ".asc"
 RELEASE_PATH = "etc/image-release"  # inside the packed tree
 
 
