@@ -201,6 +201,11 @@ class Packer:
                     shutil.rmtree(self._partial, ignore_errors=True)
         except BaseException:
             self._remove_made_dirs()
+            if not check_mode:
+                try:
+                    os.rmdir(image_dir)  # empty, left by an earlier refused pack; never one that holds versions
+                except OSError:
+                    pass
             raise
 
     def _remove_made_dirs(self) -> None:
