@@ -25,11 +25,17 @@ description:
   - Every change holds an exclusive C(flock) on C(<boot_root>/.hpc-stateless.lock), so two deploys cannot interleave.
   - On any error (checksum mismatch, full disk, unwritable boot root, lock held) nothing is left behind and the served
     links are unchanged.
+  - C(SHA256SUMS) and its signature C(SHA256SUMS.asc) are published byte for byte as packed and signed, so
+    C(gpgv) and C(sha256sum -c --ignore-missing) check a published version in place.
+  - With O(keyring), the release signature (M(hpc.stateless.sign)) is checked with C(gpgv) before anything in the
+    boot tree changes; an unsigned release, a signature by another key, a damaged signature or a C(SHA256SUMS)
+    changed after signing is refused, naming the file and the key(s) expected.
 attributes:
   check_mode:
     description: Can run in check mode and return changed status prediction without modifying target.
     support: full
-    details: Verifies the checksums of O(src) and reports what would be published, switched and removed.
+    details: Verifies the checksums (and with O(keyring) the signature) of O(src) and reports what would be
+      published, switched and removed.
   diff_mode:
     description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: full
@@ -84,12 +90,28 @@ options:
     description: Seconds to wait for another deploy's lock on the boot root before failing.
     type: float
     default: 60
+  keyring:
+    description:
+      - Public keys that may sign releases, on the host this runs on - a binary keyring (C(gpg --export KEY)) or an
+        armored export (C(gpg --export --armor KEY)). When set, O(src) must carry a C(SHA256SUMS.asc) that C(gpgv)
+        verifies with one of these keys; checked before anything is published or switched.
+      - Without it, signatures are not checked (a C(SHA256SUMS.asc) in O(src) is still published).
+    type: path
+  signers:
+    description:
+      - Fingerprints (40 hex digits) of the keys that may sign; the signature must be by one of them (primary key or
+        signing subkey). Needs O(keyring). Without it, any key of O(keyring) may sign.
+    type: list
+    elements: str
 notes:
   - Runs on the host that holds the boot root; O(src) must be readable there.
+  - O(keyring) needs C(gpgv) on that host (Debian package gpgv, RHEL gnupg2); naming the expected keys in errors uses
+    C(gpg) when it is installed.
   - The boot root's file system must support symlinks and C(rename(2)); TFTP servers must follow symlinks
     (relative links stay inside a C(--secure) chroot).
 seealso:
   - module: hpc.stateless.bootconfig
+  - module: hpc.stateless.sign
 """
 
 EXAMPLES = r"""
@@ -99,6 +121,15 @@ EXAMPLES = r"""
     image: compute
     src: build/images/compute
     keep: 3
+
+- name: Publish and serve only a release signed with the site's release key
+  hpc.stateless.bootlink:
+    boot_root: /srv/tftp
+    image: compute
+    src: build/images/compute
+    keyring: /etc/hpc-stateless/release-keys.asc
+    signers:
+      - 0123456789ABCDEF0123456789ABCDEF01234567
 
 - name: Publish a version without serving it yet
   hpc.stateless.bootlink:
@@ -161,6 +192,15 @@ cleaned:
   returned: when not in check mode
   type: list
   elements: str
+signature:
+  description:
+    - The signature check of O(src) - C(checked) (a keyring was given), C(signed) (O(src) has a C(SHA256SUMS.asc)),
+      and when checked C(keyring), C(fingerprint) (primary key), C(signing_key) and C(uid) of the signer.
+  returned: when O(src) is given
+  type: dict
+  sample: {"checked": true, "signed": true, "fingerprint": "0123456789ABCDEF0123456789ABCDEF01234567",
+           "signing_key": "0123456789ABCDEF0123456789ABCDEF01234567", "uid": "Site release <hpc@example.org>",
+           "keyring": "/etc/hpc-stateless/release-keys.asc"}
 versions:
   description: Published versions after the task, oldest first, with publish time, uncompressed size and the links
     pointing at each.
@@ -171,7 +211,9 @@ versions:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.hpc.stateless.plugins.module_utils._process import ProcessError
 from ansible_collections.hpc.stateless.plugins.module_utils.artifact.names import FORMATS, ArtifactError
+from ansible_collections.hpc.stateless.plugins.module_utils.artifact.signature import SignatureError
 from ansible_collections.hpc.stateless.plugins.module_utils.deploy.bootlink import STATES, BootlinkError, apply_state
 
 
@@ -186,14 +228,17 @@ def main() -> None:
             format=dict(type="str", choices=list(FORMATS)),
             keep=dict(type="int", default=3),
             lock_timeout=dict(type="float", default=60.0),
+            keyring=dict(type="path"),
+            signers=dict(type="list", elements="str"),
         ),
         required_if=[("state", "present", ("src",)), ("state", "absent", ("version",)),
                      ("state", "switched", ("src", "version"), True)],
+        required_by={"signers": ("keyring",)},
         supports_check_mode=True,
     )
     try:
         result = apply_state(module.params, check_mode=module.check_mode)
-    except (ArtifactError, BootlinkError) as exc:
+    except (ArtifactError, BootlinkError, SignatureError, ProcessError) as exc:
         module.fail_json(msg=str(exc), image=module.params["image"], boot_root=module.params["boot_root"])
     if not module._diff:
         result.pop("diff")

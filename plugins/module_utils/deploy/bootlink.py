@@ -7,8 +7,9 @@
 Layout under a boot root (the TFTP/HTTP root)::
 
     <boot_root>/images/<image>/<version>/     one published version: vmlinuz, the artifact(s),
-                                              SHA256SUMS, manifest.json and an ``initrd``
-                                              symlink (+ ``rootfs.squashfs`` for squashfs)
+                                              manifest.json, the SBOM, SHA256SUMS (+ .asc) as
+                                              packed and an ``initrd`` symlink
+                                              (+ ``rootfs.squashfs`` for squashfs)
     <boot_root>/images/<image>/previous       symlink -> <version> (the rollback target)
     <boot_root>/<image>                       symlink -> images/<image>/<version> (served)
 
@@ -18,6 +19,11 @@ in the same instant: at no instant is a link missing or pointing at a partial fi
 whose two TFTP downloads straddle that instant can still fetch the old kernel and the new
 initrd; see docs/deploy.md.) A version directory appears under its final name only after every file in
 it was copied, synced and checked against SHA256SUMS.
+
+SHA256SUMS and its signature SHA256SUMS.asc are published byte for byte as pack wrote and the
+site signed them, so ``gpgv`` and ``sha256sum -c --ignore-missing`` check a published version
+in place (the pack's other formats are listed there but not published). With a keyring, the
+signature is checked (:func:`verify_signature`) before anything in the boot tree changes.
 
 Every change happens under an exclusive ``flock`` on ``<boot_root>/.hpc-stateless.lock``,
 so two deploys (or a deploy and a config render) cannot interleave.
@@ -46,6 +52,8 @@ from ansible_collections.hpc.stateless.plugins.module_utils.artifact.names impor
     KERNEL_FILE,
     MANIFEST_FILE,
     PREVIOUS_LINK,
+    SBOM_FILE,
+    SIGNATURE_FILE,
     SQUASHFS_FORMAT,
     SUMS_FILE,
     ArtifactError,
@@ -53,7 +61,8 @@ from ansible_collections.hpc.stateless.plugins.module_utils.artifact.names impor
     check_name,
     format_of,
 )
-from ansible_collections.hpc.stateless.plugins.module_utils.artifact.sums import read_sums, sha256_file, sums_text
+from ansible_collections.hpc.stateless.plugins.module_utils.artifact.signature import Signer, verify
+from ansible_collections.hpc.stateless.plugins.module_utils.artifact.sums import parse_sums, read_sums, sha256_file
 from ansible_collections.hpc.stateless.plugins.module_utils._paths import fsync_dir, nearest_existing
 
 LOCK_NAME = ".hpc-stateless.lock"
@@ -89,6 +98,8 @@ class PackedVersion:
     kernel: str
     initrd: str
     squashfs: str | None = None
+    sums_data: bytes = b""  # SHA256SUMS as read (and verified): what is published
+    signature: bytes | None = None  # SHA256SUMS.asc as read, None when the release is not signed
 
     @property
     def image(self) -> str:
@@ -99,14 +110,16 @@ class PackedVersion:
         return self.manifest["version"]
 
     @property
-    def files(self) -> list[str]:
-        """The files to publish: kernel, boot artifacts, then the two metadata files."""
+    def boot_files(self) -> list[str]:
+        """What nodes load: the kernel and the chosen format's artifact(s)."""
         names = [self.kernel, self.initrd] + ([self.squashfs] if self.squashfs else [])
-        return list(dict.fromkeys(names)) + [MANIFEST_FILE, SUMS_FILE]
+        return list(dict.fromkeys(names))
 
-    def sums_text(self) -> str:
-        """SHA256SUMS restricted to the published files, so ``sha256sum -c`` passes in the boot tree."""
-        return sums_text({name: self.sums[name] for name in self.files if name in self.sums})
+    @property
+    def files(self) -> list[str]:
+        """The files to publish: the boot files, the metadata, SHA256SUMS and its signature unchanged."""
+        metadata = [MANIFEST_FILE] + ([SBOM_FILE] if SBOM_FILE in self.sums else [])
+        return self.boot_files + metadata + [SUMS_FILE] + ([SIGNATURE_FILE] if self.signature is not None else [])
 
     def payload_bytes(self) -> int:
         return sum(os.stat(os.path.join(self.path, name)).st_size for name in self.files)
@@ -148,16 +161,47 @@ def load_packed(path: str, fmt: str | None = None) -> PackedVersion:
     if not os.path.isdir(path):
         raise BootlinkError(f"src {path}: not a directory; point src at <pack output>/<image>/<version>")
     manifest = read_manifest(os.path.join(path, MANIFEST_FILE))
-    sums = read_sums(os.path.join(path, SUMS_FILE))
+    sums_path = os.path.join(path, SUMS_FILE)
+    sums_data = _read_bytes(sums_path)
+    if sums_data is None:
+        read_sums(sums_path)  # raises the contract's error for a missing SHA256SUMS
+    try:
+        sums = parse_sums(sums_data.decode("utf-8"), sums_path)
+    except UnicodeDecodeError:
+        raise ArtifactError(f"{sums_path}: not UTF-8 text; pack the image again") from None
     fmt, initrd, squashfs = _pick_artifacts(path, manifest, fmt)
     kernel = kernel_file(manifest)
-    packed = PackedVersion(path, manifest, sums, fmt, kernel, initrd, squashfs)
-    for name in packed.files[:-2]:
+    packed = PackedVersion(path, manifest, sums, fmt, kernel, initrd, squashfs, sums_data,
+                           _read_bytes(os.path.join(path, SIGNATURE_FILE)))
+    for name in packed.boot_files:
         if name not in sums:
-            raise BootlinkError(f"{path}/{SUMS_FILE}: no checksum for {name}; pack the image again")
-        if not os.path.isfile(os.path.join(path, name)):
-            raise BootlinkError(f"{path}/{name}: listed in the manifest but missing; pack the image again")
+            raise BootlinkError(f"{sums_path}: no checksum for {name}; pack the image again")
+    for name in packed.files:
+        if name not in (SUMS_FILE, SIGNATURE_FILE) and not os.path.isfile(os.path.join(path, name)):
+            raise BootlinkError(f"{path}/{name}: listed in the manifest or {SUMS_FILE} but missing; "
+                                "pack the image again")
     return packed
+
+
+def _read_bytes(path: str) -> bytes | None:
+    """The content of ``path``, None when it does not exist."""
+    try:
+        with open(path, "rb") as handle:
+            return handle.read()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise BootlinkError(f"{path}: unreadable ({exc.strerror}); make the pack output readable for the "
+                            "deploying user") from None
+
+
+def verify_signature(packed: PackedVersion, keyring: str, signers: list[str] | tuple[str, ...] = ()) -> Signer:
+    """Check SHA256SUMS.asc over the SHA256SUMS bytes that will be published; SignatureError otherwise.
+
+    Every published file is then checked against that SHA256SUMS, so a good signature covers
+    the whole published version.
+    """
+    return verify(packed.sums_data, packed.signature, keyring, signers, os.path.join(packed.path, SUMS_FILE))
 
 
 def find_packed(src: str, version: str | None) -> str:
@@ -370,6 +414,13 @@ def _copy_file(source: str, dest: str) -> None:
         os.fsync(dst.fileno())
 
 
+def _write_file(dest: str, data: bytes) -> None:
+    with open(dest, "xb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
 def _copy_range(src, dst) -> None:
     size = os.fstat(src.fileno()).st_size
     offset = 0
@@ -402,14 +453,65 @@ def _remove_tree(path: str) -> None:
 
 
 def same_content(tree: BootTree, packed: PackedVersion) -> bool:
-    """True when the published version already holds exactly ``packed``'s files (by checksum list)."""
+    """True when the published version already holds ``packed``, signature included."""
+    return published_difference(tree, packed) is None
+
+
+SIGNATURE_DIFFERS = "signature"
+
+
+def published_difference(tree: BootTree, packed: PackedVersion) -> str | None:
+    """How the published version of ``packed`` differs from it: None (the same release),
+    SIGNATURE_DIFFERS (same files, ``packed`` carries another or a first signature), or why it is
+    another build.
+
+    A version published before SHA256SUMS was published unchanged lists only the published
+    files; it is the same release when those entries agree.
+    """
     path = tree.version_dir(packed.image, packed.version)
     try:
         published = read_sums(os.path.join(path, SUMS_FILE))
-    except ArtifactError:
-        return False
-    wanted = {name: packed.sums[name] for name in packed.files if name in packed.sums}
-    return published == wanted and all(os.path.isfile(os.path.join(path, name)) for name in packed.files)
+    except ArtifactError as exc:
+        return f"its {SUMS_FILE} is unusable: {exc}"
+    if published == packed.sums:
+        names = [name for name in packed.files if name != SIGNATURE_FILE]
+    elif packed.signature is None and published.items() <= packed.sums.items():
+        names = packed.boot_files + [MANIFEST_FILE, SUMS_FILE]
+    else:
+        return f"{SUMS_FILE} differs"
+    missing = [name for name in names if not os.path.isfile(os.path.join(path, name))]
+    if missing:
+        return f"{', '.join(missing)} missing"
+    if packed.signature is not None and _read_bytes(os.path.join(path, SIGNATURE_FILE)) != packed.signature:
+        return SIGNATURE_DIFFERS
+    return None
+
+
+def _check_same(tree: BootTree, packed: PackedVersion) -> bool:
+    """False when the published version is ``packed``, True when only its signature is to be replaced;
+    refuses a published version that holds another release of the same version name."""
+    difference = published_difference(tree, packed)
+    if difference is None or difference == SIGNATURE_DIFFERS:
+        return difference is not None
+    raise BootlinkError(
+        f"{tree.version_dir(packed.image, packed.version)} already holds a different build of version "
+        f"{packed.version!r} ({difference}); versions are immutable: pack with a new version, or remove this "
+        "one (state=absent) first")
+
+
+def _replace_signature(tree: BootTree, packed: PackedVersion) -> None:
+    """Put ``packed``'s SHA256SUMS.asc into its published version (same files, signed now or again)."""
+    directory = tree.version_dir(packed.image, packed.version)
+    temp = os.path.join(directory, f".{SIGNATURE_FILE}.new-{uuid.uuid4().hex[:8]}")
+    try:
+        _write_file(temp, packed.signature or b"")
+        os.replace(temp, os.path.join(directory, SIGNATURE_FILE))
+        fsync_dir(directory)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise BootlinkError(f"writing {directory}/{SIGNATURE_FILE} failed ({exc.strerror}); the served version "
+                            "is unchanged: check that the boot root is writable") from None
 
 
 def publish(tree: BootTree, packed: PackedVersion) -> bool:
@@ -421,11 +523,10 @@ def publish(tree: BootTree, packed: PackedVersion) -> bool:
     image, version = packed.image, packed.version
     final = tree.version_dir(image, version)
     if os.path.isdir(final):
-        if same_content(tree, packed):
+        if not _check_same(tree, packed):
             return False
-        raise BootlinkError(
-            f"{final} already holds a different build of version {version!r} (SHA256SUMS differ); "
-            "versions are immutable: pack with a new version, or remove this one (state=absent) first")
+        _replace_signature(tree, packed)
+        return True
     image_dir = tree.image_dir(image)
     try:
         os.makedirs(image_dir, exist_ok=True)
@@ -444,10 +545,9 @@ def publish(tree: BootTree, packed: PackedVersion) -> bool:
         os.mkdir(temp, 0o755)
         for name in packed.files:
             if name == SUMS_FILE:
-                with open(os.path.join(temp, name), "x", encoding="utf-8") as handle:
-                    handle.write(packed.sums_text())
-                    handle.flush()
-                    os.fsync(handle.fileno())
+                _write_file(os.path.join(temp, name), packed.sums_data)  # the bytes the signature was checked on
+            elif name == SIGNATURE_FILE and packed.signature is not None:
+                _write_file(os.path.join(temp, name), packed.signature)
             else:
                 _copy_file(os.path.join(packed.path, name), os.path.join(temp, name))
         _verify_copy(temp, packed)
@@ -625,7 +725,8 @@ def describe(tree: BootTree, image: str, current: str | None = None, previous: s
 def apply_state(params: dict[str, Any], check_mode: bool = False) -> dict[str, Any]:
     """Do (or, in check mode, predict) what ``params`` ask for; the bootlink module's logic.
 
-    ``params``: boot_root, image, state, src, version, format, keep, lock_timeout.
+    ``params``: boot_root, image, state, src, version, format, keep, lock_timeout, keyring, signers.
+    With a keyring, the signature of ``src`` is checked before anything else (check mode included).
     Returns the module result (changed, current, previous, published, removed, versions, diff).
     """
     tree = BootTree(params["boot_root"])
@@ -651,8 +752,10 @@ def apply_state(params: dict[str, Any], check_mode: bool = False) -> dict[str, A
                                 f"(version {packed.version!r}); drop version or pick the matching pack output")
         version = packed.version
         result_source = packed.path
+        signature = _check_signature(packed, params)
     else:
         result_source = None
+        signature = None
     if state == "present" and packed is None:
         raise BootlinkError("state=present needs src: the pack output directory of the version to publish")
     if state == "switched" and version is None:
@@ -665,7 +768,7 @@ def apply_state(params: dict[str, Any], check_mode: bool = False) -> dict[str, A
     old_versions = [info.name for info in tree.versions(image)]
     before = describe(tree, image, old_current or "", old_previous or "", old_versions)
     result: dict[str, Any] = {"image": image, "boot_root": tree.root, "version": version, "source": result_source,
-                              "published": False, "switched": False, "removed": []}
+                              "published": False, "switched": False, "removed": [], "signature": signature}
 
     if check_mode:
         _predict(tree, image, state, packed, version, keep, result, old_current, old_previous, old_versions)
@@ -684,6 +787,16 @@ def apply_state(params: dict[str, Any], check_mode: bool = False) -> dict[str, A
                       "before_header": f"{tree.root} ({image})", "after_header": f"{tree.root} ({image})"}
     result["old_current"] = old_current
     return result
+
+
+def _check_signature(packed: PackedVersion, params: dict[str, Any]) -> dict[str, Any]:
+    """With a keyring: verify ``packed``'s signature (SignatureError refuses the deploy); the result's
+    ``signature`` entry either way."""
+    keyring = params.get("keyring")
+    if not keyring:
+        return {"checked": False, "signed": packed.signature is not None}
+    signer = verify_signature(packed, keyring, list(params.get("signers") or ()))
+    return {"checked": True, "signed": True, "keyring": keyring, **signer.as_dict()}
 
 
 def _apply(tree: BootTree, image: str, state: str, packed: PackedVersion | None, version: str | None,
@@ -711,10 +824,7 @@ def _predict(tree: BootTree, image: str, state: str, packed: PackedVersion | Non
     if packed is not None:
         final = tree.version_dir(image, packed.version)
         if os.path.isdir(final):
-            if not same_content(tree, packed):
-                raise BootlinkError(
-                    f"{final} already holds a different build of version {packed.version!r} (SHA256SUMS differ); "
-                    "versions are immutable: pack with a new version, or remove this one (state=absent) first")
+            result["published"] = _check_same(tree, packed)
         else:
             verify_packed(packed)
             result["published"] = True
