@@ -1,0 +1,251 @@
+"""Signed releases with real gpg/gpgv: signing SHA256SUMS, verifying it, and bootlink refusing before it publishes.
+
+Keys are throw-away ed25519 keys made in temporary GnuPG homes; the user's keyring is never read.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from bootlink_fixtures import make_pack, tree_snapshot
+
+from ansible_collections.hpc.stateless.plugins.module_utils.artifact.names import SIGNATURE_FILE, SUMS_FILE
+from ansible_collections.hpc.stateless.plugins.module_utils.artifact.signature import (
+    SignatureError,
+    normalize_fingerprint,
+    parse_status,
+    sign,
+    verify,
+    verify_files,
+)
+from ansible_collections.hpc.stateless.plugins.module_utils.deploy.bootlink import apply_state
+
+pytestmark = pytest.mark.skipif(not (shutil.which("gpg") and shutil.which("gpgv")), reason="needs gpg and gpgv")
+
+
+class Key:
+    """A throw-away signing key in a GnuPG home of its own, with its public key exported both ways."""
+
+    def __init__(self, base: Path, name: str) -> None:
+        self.home = base / name
+        self.home.mkdir(mode=0o700)
+        self._gpg("--passphrase", "", "--quick-gen-key", f"{name} release <{name}@example.invalid>", "ed25519",
+                  "sign", "never")
+        listing = self._gpg("--with-colons", "--list-secret-keys").decode()
+        self.fingerprint = next(line.split(":")[9] for line in listing.splitlines() if line.startswith("fpr:"))
+        self.armored = base / f"{name}.asc"
+        self.armored.write_bytes(self._gpg("--armor", "--export", self.fingerprint))
+        self.binary = base / f"{name}.gpg"
+        self.binary.write_bytes(self._gpg("--export", self.fingerprint))
+
+    def _gpg(self, *args: str) -> bytes:
+        return subprocess.run(["gpg", "--homedir", str(self.home), "--batch", *args], check=True,
+                              capture_output=True).stdout
+
+    def close(self) -> None:
+        subprocess.run(["gpgconf", "--homedir", str(self.home), "--kill", "gpg-agent"], check=False,
+                       capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory):
+    base = tmp_path_factory.mktemp("gnupg")
+    made = {name: Key(base, name) for name in ("site", "other")}
+    yield made
+    for key in made.values():
+        key.close()
+
+
+@pytest.fixture
+def signed(tmp_path, keys) -> Path:
+    directory = make_pack(tmp_path / "out", version="v1")
+    assert sign(str(directory), keys["site"].fingerprint, str(keys["site"].home)).changed
+    return directory
+
+
+def gpgv(keyring: Path, directory: Path) -> subprocess.CompletedProcess:
+    """The real gpgv, as an admin runs it on a published or packed version."""
+    return subprocess.run(["gpgv", "--keyring", str(keyring), SIGNATURE_FILE, SUMS_FILE], cwd=directory,
+                          capture_output=True, text=True, check=False)
+
+
+# --------------------------------------------------------------------------- sign
+
+
+def test_sign_writes_a_signature_gpgv_accepts_and_a_second_run_changes_nothing(signed, keys):
+    site = keys["site"]
+    assert gpgv(site.binary, signed).returncode == 0
+    first = (signed / SIGNATURE_FILE).read_bytes()
+    assert first.startswith(b"-----BEGIN PGP SIGNATURE-----")
+    again = sign(str(signed), site.fingerprint, str(site.home))
+    assert not again.changed and again.fingerprint == site.fingerprint and "site release" in again.uid
+    assert (signed / SIGNATURE_FILE).read_bytes() == first
+    assert not [p.name for p in signed.iterdir() if p.name.startswith(".")]
+
+
+def test_sign_replaces_a_signature_that_no_longer_matches(signed, keys):
+    with open(signed / SUMS_FILE, "a", encoding="utf-8") as handle:
+        handle.write(f"{'0' * 64}  extra\n")
+    assert gpgv(keys["site"].binary, signed).returncode != 0
+    assert sign(str(signed), keys["site"].fingerprint, str(keys["site"].home)).changed
+    assert gpgv(keys["site"].binary, signed).returncode == 0
+
+
+def test_sign_check_mode_writes_nothing(tmp_path, keys):
+    directory = make_pack(tmp_path / "out", version="v1")
+    before = tree_snapshot(directory)
+    result = sign(str(directory), keys["site"].fingerprint, str(keys["site"].home), check_mode=True)
+    assert result.changed and tree_snapshot(directory) == before
+
+
+def test_sign_with_a_key_not_in_the_gnupg_home_names_key_and_home(tmp_path, keys):
+    directory = make_pack(tmp_path / "out", version="v1")
+    with pytest.raises(SignatureError, match=rf"signing key '{keys['other'].fingerprint}': no secret key in "
+                                             rf"GnuPG home {keys['site'].home}"):
+        sign(str(directory), keys["other"].fingerprint, str(keys["site"].home))
+    assert not (directory / SIGNATURE_FILE).exists()
+
+
+def test_sign_without_sha256sums_is_refused(tmp_path, keys):
+    tmp_path.joinpath("empty").mkdir()
+    with pytest.raises(SignatureError, match=r"empty/SHA256SUMS: missing"):
+        sign(str(tmp_path / "empty"), keys["site"].fingerprint, str(keys["site"].home))
+
+
+# --------------------------------------------------------------------------- verify
+
+
+@pytest.mark.parametrize("form", ["armored", "binary"])
+def test_verify_accepts_armored_and_binary_keyrings(signed, keys, form):
+    signer = verify_files(str(signed / SUMS_FILE), str(getattr(keys["site"], form)))
+    assert signer.fingerprint == keys["site"].fingerprint
+
+
+def test_wrong_key_names_the_file_and_the_keys_expected(signed, keys):
+    with pytest.raises(SignatureError) as caught:
+        verify_files(str(signed / SUMS_FILE), str(keys["other"].armored))
+    message = str(caught.value)
+    assert message.startswith(f"signature check of {signed / SUMS_FILE} failed: signed by key "
+                              f"{keys['site'].fingerprint}, which is not in the keyring")
+    assert f"expected a signature by {keys['other'].fingerprint} (other release" in message
+    assert f"from keyring {keys['other'].armored}" in message
+
+
+def test_modified_sums_is_a_bad_signature(signed, keys):
+    data = (signed / SUMS_FILE).read_bytes().replace(b"0", b"1", 1)
+    with pytest.raises(SignatureError, match=r"BAD signature by key .*changed after it was signed"):
+        verify(data, (signed / SIGNATURE_FILE).read_bytes(), str(keys["site"].armored))
+
+
+def test_flipped_byte_in_the_signature_is_refused(signed, keys):
+    signature = bytearray((signed / SIGNATURE_FILE).read_bytes())
+    body = signature.index(b"\n\n") + 2  # the first base64 line
+    signature[body + 10] ^= 0x01
+    with pytest.raises(SignatureError, match=r"signature check of SHA256SUMS failed: .*expected a signature by "
+                                             + keys["site"].fingerprint):
+        verify((signed / SUMS_FILE).read_bytes(), bytes(signature), str(keys["site"].armored))
+
+
+def test_missing_signature_is_refused(tmp_path, keys):
+    directory = make_pack(tmp_path / "out", version="v1")
+    with pytest.raises(SignatureError, match=rf"{directory}/SHA256SUMS.asc is missing: the release is not signed"):
+        verify_files(str(directory / SUMS_FILE), str(keys["site"].armored))
+
+
+def test_signers_restrict_the_keyring(signed, keys, tmp_path):
+    both = tmp_path / "both.asc"
+    both.write_bytes(keys["site"].armored.read_bytes() + keys["other"].armored.read_bytes())
+    assert verify_files(str(signed / SUMS_FILE), str(both)).fingerprint == keys["site"].fingerprint
+    other = keys["other"].fingerprint
+    with pytest.raises(SignatureError, match=rf"not a required signer; expected a signature by {other}"):
+        verify_files(str(signed / SUMS_FILE), str(both), [other])
+    lower = " ".join(keys["site"].fingerprint.lower()[i:i + 4] for i in range(0, 40, 4))
+    assert verify_files(str(signed / SUMS_FILE), str(both), [lower]).fingerprint == keys["site"].fingerprint
+
+
+def test_missing_keyring_says_how_to_make_one(signed, tmp_path):
+    with pytest.raises(SignatureError, match=r"keyring .*/nope.asc: missing; export the site's public signing key"):
+        verify_files(str(signed / SUMS_FILE), str(tmp_path / "nope.asc"))
+
+
+@pytest.mark.parametrize("value", ["E1A904CE980E7322", "site release", "g" * 40])
+def test_signers_must_be_fingerprints(value):
+    with pytest.raises(SignatureError, match=r"is not a key fingerprint"):
+        normalize_fingerprint(value)
+
+
+def test_status_of_an_expired_key_is_a_problem_even_with_validsig():
+    fpr = "A" * 40
+    sigs, general = parse_status(
+        "[GNUPG:] NEWSIG\n"
+        "[GNUPG:] EXPKEYSIG 0123456789ABCDEF Old <old@example.invalid>\n"
+        f"[GNUPG:] VALIDSIG {fpr} 2020-01-01 1577836800 0 4 0 22 8 00 {fpr}\n")
+    assert not general and len(sigs) == 1
+    assert sigs[0].problems == ["the signing key 0123456789ABCDEF (Old <old@example.invalid>) has expired"]
+
+
+# --------------------------------------------------------------------------- bootlink with a keyring
+
+
+def deploy(root: Path, src: Path, **params) -> dict:
+    check_mode = params.pop("check_mode", False)
+    base = {"boot_root": str(root), "image": "compute", "state": "switched", "keep": 3, "lock_timeout": 0,
+            "src": str(src)}
+    return apply_state({**base, **params}, check_mode=check_mode)
+
+
+def test_bootlink_publishes_a_signed_release_unchanged_and_verifiable(signed, keys, tmp_path):
+    root = tmp_path / "tftp"
+    result = deploy(root, signed, keyring=str(keys["site"].armored), signers=[keys["site"].fingerprint])
+    assert result["published"] and result["switched"]
+    assert result["signature"]["checked"] and result["signature"]["fingerprint"] == keys["site"].fingerprint
+    version = root / "images/compute/v1"
+    for name in (SUMS_FILE, SIGNATURE_FILE):
+        assert (version / name).read_bytes() == (signed / name).read_bytes()
+    assert gpgv(keys["site"].binary, version).returncode == 0
+    check = subprocess.run(["sha256sum", "--strict", "--ignore-missing", "-c", SUMS_FILE], cwd=version,
+                           capture_output=True, text=True, check=False)
+    assert check.returncode == 0, check.stdout + check.stderr
+    before = tree_snapshot(root)
+    again = deploy(root, signed, keyring=str(keys["site"].armored))
+    assert not again["changed"] and tree_snapshot(root) == before
+
+
+@pytest.mark.parametrize("check_mode", [False, True])
+def test_bootlink_refuses_another_key_before_touching_the_tree(tmp_path, keys, check_mode):
+    out, root = tmp_path / "out", tmp_path / "tftp"
+    v1 = make_pack(out, version="v1")
+    sign(str(v1), keys["site"].fingerprint, str(keys["site"].home))
+    deploy(root, v1, keyring=str(keys["site"].armored))
+    v2 = make_pack(out, version="v2")
+    sign(str(v2), keys["other"].fingerprint, str(keys["other"].home))
+    before = tree_snapshot(root)
+    with pytest.raises(SignatureError, match=rf"signature check of {v2}/SHA256SUMS failed: signed by key "
+                                             rf"{keys['other'].fingerprint}, which is not in the keyring"):
+        deploy(root, v2, keyring=str(keys["site"].armored), check_mode=check_mode)
+    assert tree_snapshot(root) == before
+    assert os.readlink(root / "compute") == "images/compute/v1"
+
+
+def test_bootlink_without_keyring_reports_unchecked_and_still_publishes_the_signature(signed, tmp_path):
+    result = deploy(tmp_path / "tftp", signed)
+    assert result["signature"] == {"checked": False, "signed": True}
+    assert (tmp_path / "tftp/images/compute/v1" / SIGNATURE_FILE).read_bytes() == \
+        (signed / SIGNATURE_FILE).read_bytes()
+
+
+def test_same_files_signed_later_replace_only_the_published_signature(tmp_path, keys):
+    out, root = tmp_path / "out", tmp_path / "tftp"
+    v1 = make_pack(out, version="v1")
+    deploy(root, v1)  # published unsigned
+    sign(str(v1), keys["site"].fingerprint, str(keys["site"].home))
+    predicted = deploy(root, v1, keyring=str(keys["site"].armored), check_mode=True)
+    assert predicted["published"] and not predicted["switched"]
+    result = deploy(root, v1, keyring=str(keys["site"].armored))
+    assert result["published"] and not result["switched"]
+    assert gpgv(keys["site"].binary, root / "images/compute/v1").returncode == 0
+    assert not deploy(root, v1, keyring=str(keys["site"].armored))["changed"]
