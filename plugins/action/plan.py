@@ -15,6 +15,7 @@ import os
 from typing import Any
 
 from ansible import constants as C
+from ansible import context
 from ansible.errors import AnsibleError
 from ansible.inventory.manager import InventoryManager
 from ansible.plugins.action import ActionBase
@@ -44,6 +45,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils.layers.change_plan i
 from ansible_collections.hpc.stateless.plugins.module_utils.layers.content_key import RoleIndex, compute_keys, layer_key
 from ansible_collections.hpc.stateless.plugins.module_utils.layers.graph import LayerGraph, LayerSpecError
 from ansible_collections.hpc.stateless.plugins.module_utils.layers.render import render_dot, render_table
+from ansible_collections.hpc.stateless.plugins.module_utils.project import project_dir, role_search_paths
 
 # ansible_collections/hpc/stateless/plugins/action/plan.py -> the dir holding ansible_collections
 _OWN_COLLECTIONS_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), *[os.pardir] * 5))
@@ -96,6 +98,11 @@ def layer_host_groups(spec: dict[str, Any]) -> list[str]:
     and keys are computed with the group variables of exactly these groups.
     """
     return [LAYERS_GROUP, *[g for g in spec.get("groups", []) if g != LAYERS_GROUP]]
+
+
+def _role_ref(name: str, role_index: RoleIndex) -> str:
+    """How the build includes role ``name``: its FQCN, or the absolute directory the plan resolved."""
+    return name if name.count(".") == 2 and "/" not in name else role_index.path(name)
 
 
 class PlanError(Exception):
@@ -203,13 +210,12 @@ class ActionModule(ActionBase):
             raise PlanError("hpc_stateless_layers is not defined: define the layer DAG in the "
                             "inventory (see the collection README) or pass 'layers'")
 
-        playbook_dir = task_vars.get("playbook_dir") or os.getcwd()
-        role_index = RoleIndex(
-            search_paths=[*args["role_paths"], os.path.join(playbook_dir, "roles"), *C.DEFAULT_ROLES_PATH],
-            collections_paths=[_OWN_COLLECTIONS_ROOT, *C.COLLECTIONS_PATHS],
-        )
-        graph = LayerGraph.from_spec(_raw(layers), _raw(images), role_exists=role_index.exists,
-                                     role_search_hint=", ".join(role_index.search_paths))
+        project, role_index = self._project_roles(args, task_vars)
+        graph = LayerGraph.from_spec(
+            _raw(layers), _raw(images), role_exists=role_index.exists,
+            role_search_hint=(f"{', '.join(role_index.search_paths)}; put the role in {project}/roles or add its "
+                              "directory to roles_path ([defaults] of ansible.cfg, ANSIBLE_ROLES_PATH); a role of "
+                              "a collection needs the collection in collections_path"))
         keys = {}
         if args["compute_keys"]:
             keys = compute_keys(graph, role_index, lambda name: self._layer_vars(hosts, name, own_raw, graph))
@@ -222,16 +228,34 @@ class ActionModule(ActionBase):
                 raise PlanError(f"could not list layer images: {info.get('msg')}")
             existing = {name for image in info.get("images", []) for name in image.get("names", [])}
 
-        planned = self._plan(graph, keys, existing, prefix, args["check_storage"])
+        planned = self._plan(graph, keys, existing, prefix, args["check_storage"], role_index)
         if args["since"] is not None or args["changed_files"] is not None:
             if not args["compute_keys"]:
                 raise PlanError("since/changed_files need compute_keys=true: changes are mapped "
                                 "through the variables each layer's key covers")
             planned["changes"] = self._changes(args, graph, keys, role_index, task_vars)
-        planned["git_commit"] = describe_work_tree(playbook_dir)
+        planned["git_commit"] = describe_work_tree(project)
+        planned["project_dir"] = project
         planned["image_prefix"] = prefix
         planned["changed"] = False
         return planned
+
+    def _project_roles(self, args: dict[str, Any], task_vars: dict[str, Any]) -> tuple[str, RoleIndex]:
+        """The project directory (module_utils/project.py, as the hpc.stateless.project_dir lookup
+        computes it) and the role index searching the project's roles before roles_path."""
+        override = task_vars.get("hpc_stateless_project_dir")
+        if override:
+            override = self._templar.template(override)
+        playbooks = context.CLIARGS.get("args") or ()
+        playbook_dir = task_vars.get("playbook_dir")
+        cwd = os.getcwd()
+        project = project_dir(override, playbooks, playbook_dir, cwd)
+        search = [*args["role_paths"], *role_search_paths(project, playbooks, playbook_dir, cwd), *C.DEFAULT_ROLES_PATH]
+        role_index = RoleIndex(
+            search_paths=list(dict.fromkeys(os.path.abspath(p) for p in search)),
+            collections_paths=[_OWN_COLLECTIONS_ROOT, *C.COLLECTIONS_PATHS],
+        )
+        return project, role_index
 
     def _changes(self, args: dict[str, Any], graph: LayerGraph, keys: dict[str, Any],
                  role_index: RoleIndex, task_vars: dict[str, Any]) -> dict[str, Any]:
@@ -303,7 +327,7 @@ class ActionModule(ActionBase):
 
     @staticmethod
     def _plan(graph: LayerGraph, keys: dict[str, Any], existing: set[str],
-              prefix: str, storage_checked: bool) -> dict[str, Any]:
+              prefix: str, storage_checked: bool, role_index: RoleIndex) -> dict[str, Any]:
         layers = {}
         stale = []
         for depth, level in enumerate(graph.levels()):
@@ -315,6 +339,9 @@ class ActionModule(ActionBase):
                     "parent": parent,
                     "depth": depth,
                     "roles": spec["roles"],
+                    # What build_layer.yml includes: the directory the key hashed for a plain name
+                    # (found in the project's roles/ or roles_path), the FQCN for a collection's role.
+                    "role_refs": [_role_ref(role, role_index) for role in spec["roles"]],
                     "groups": spec["groups"],
                     "host_groups": layer_host_groups(spec),
                     "vars": spec["vars"],
