@@ -8,7 +8,7 @@
   :func:`read_manifest` checks and reads it (deploy); the schema is :func:`check_manifest`
   (see docs/pack.md). Names and file names: artifact/names.py; SHA256SUMS: artifact/sums.py;
 * ``/etc/image-release`` (KEY=value lines: IMAGE, VERSION, LAYER, LAYER_KEY, BUILD_TIME);
-* the installed package list (dpkg status parsed here; rpm output parsed here) and the size report.
+* the installed package list (read by artifact/pkgdb.py, the same reader as the SBOM) and the size report.
 
 Every value is derived from the image and SOURCE_DATE_EPOCH, never from the clock, so a
 second pack of the same image writes the same bytes.
@@ -66,53 +66,7 @@ def image_release(image: str, version: str, layer: str, layer_key: str, build_ti
     return ("\n".join(lines) + "\n").encode("utf-8")
 
 
-# -- packages ---------------------------------------------------------------------------------
-def parse_dpkg_status(text: str) -> list[dict[str, Any]]:
-    """Installed packages from ``/var/lib/dpkg/status``: name, version, installed size in bytes."""
-    packages = []
-    for stanza in re.split(r"\n\s*\n", text):
-        fields: dict[str, str] = {}
-        current = None
-        for line in stanza.splitlines():
-            if line[:1] in (" ", "\t") and current:
-                continue  # continuation lines (descriptions, conffiles)
-            name, sep, value = line.partition(":")
-            if sep:
-                current = name.strip()
-                fields[current] = value.strip()
-        if not fields.get("Package"):
-            continue
-        state = fields.get("Status", "").split()
-        if state[-1:] != ["installed"]:
-            continue
-        size_kib = fields.get("Installed-Size", "0")
-        packages.append({
-            "name": fields["Package"],
-            "version": fields.get("Version", ""),
-            "architecture": fields.get("Architecture", ""),
-            "size": int(size_kib) * 1024 if size_kib.isdigit() else 0,
-        })
-    return sorted(packages, key=lambda p: (p["name"], p["architecture"], p["version"]))
-
-
-RPM_QUERY_FORMAT = r"%{NAME}\t%{EPOCH}:%{VERSION}-%{RELEASE}\t%{ARCH}\t%{SIZE}\n"
-
-
-def parse_rpm_query(text: str) -> list[dict[str, Any]]:
-    """Packages from ``rpm -qa --qf RPM_QUERY_FORMAT`` output (``(none):`` epochs dropped)."""
-    packages = []
-    for line in text.splitlines():
-        parts = line.split("\t")
-        if len(parts) != 4:
-            continue
-        name, version, arch, size = parts
-        if version.startswith("(none):"):
-            version = version[len("(none):"):]
-        packages.append({"name": name, "version": version, "architecture": arch,
-                         "size": int(size) if size.isdigit() else 0})
-    return sorted(packages, key=lambda p: (p["name"], p["architecture"], p["version"]))
-
-
+# -- packages (read by artifact/pkgdb.py) ----------------------------------------------------
 def largest_packages(packages: Iterable[dict[str, Any]], count: int = 20) -> list[dict[str, Any]]:
     ranked = heapq.nlargest(count, packages, key=lambda p: (p["size"], p["name"]))
     return [{"name": p["name"], "version": p["version"], "bytes": p["size"]} for p in ranked]
@@ -168,7 +122,7 @@ def build_manifest(*, image: str, version: str, created: int, layer: str, layer_
         "kernel": kernel,
         "artifacts": artifacts,
         "uncompressed_size": uncompressed_size,
-        "packages": [{"name": p["name"], "version": p["version"]} for p in packages],
+        "packages": [package_entry(p) for p in packages],
         "kernel_args": kernel_args,
         "initrd": initrd,
     }
@@ -179,6 +133,15 @@ def build_manifest(*, image: str, version: str, created: int, layer: str, layer_
     if report is not None:
         data["size_report"] = report
     return check_manifest(data, "the manifest pack writes")
+
+
+def package_entry(package: dict[str, Any]) -> dict[str, Any]:
+    """A ``packages`` entry: name, version and, when known, architecture (multi-arch images list a
+    package once per architecture)."""
+    entry = {"name": package["name"], "version": package["version"]}
+    if package.get("architecture"):
+        entry["architecture"] = package["architecture"]
+    return entry
 
 
 def manifest_bytes(data: dict[str, Any]) -> bytes:

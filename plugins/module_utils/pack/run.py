@@ -12,7 +12,7 @@ Order of work, so that bad input costs nothing and leaves nothing:
 3. find the kernel; pass 1 over the tree: sizes, secrets, files too large for cpio;
    refuse or warn *before* writing a byte;
 4. write every artifact into ``.<version>.partial-<pid>/`` next to the final directory,
-   sums and manifest last, then rename the directory into place (one rename(2));
+   manifest, SBOM and sums last, then rename the directory into place (one rename(2));
 5. on any failure remove the partial directory and the working container.
 
 A version directory whose manifest records the same source image and options, and
@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ansible_collections.hpc.stateless.plugins.module_utils.artifact import manifest as pm
-from ansible_collections.hpc.stateless.plugins.module_utils.artifact import names, sums
+from ansible_collections.hpc.stateless.plugins.module_utils.artifact import names, pkgdb, sbom, sums
 from ansible_collections.hpc.stateless.plugins.module_utils import _process
 from ansible_collections.hpc.stateless.plugins.module_utils._paths import fsync_dir, nearest_existing
 from ansible_collections.hpc.stateless.plugins.module_utils.build.buildah import (
@@ -382,7 +382,8 @@ class Packer:
                 initrd_entry = self._initrd(source, kernel, sde)
                 if initrd_entry:
                     files[names.INITRD_FILE] = initrd_entry["sha256"]
-            packages = self._packages(root)
+            db = self._package_db(root)
+            packages = [p.summary() for p in db.packages]
             report = pm.size_report(uncompressed, scan.files, packages, scan.largest_directories(),
                                     scan.largest_files)
             data = pm.build_manifest(image=req.image, version=version, created=sde, layer=layer, layer_keys=layer_keys,
@@ -391,6 +392,11 @@ class Packer:
                                      source=source_info, options=options, report=report)
             self._write_small(names.MANIFEST_FILE, pm.manifest_bytes(data))
             files[names.MANIFEST_FILE] = sums.sha256_bytes(pm.manifest_bytes(data))
+            bom = sbom.sbom_bytes(sbom.build_sbom(image=req.image, version=version, created=sde, layer=layer,
+                                                  layer_keys=layer_keys, kernel=kernel_entry, db=db,
+                                                  source=source_info))
+            self._write_small(names.SBOM_FILE, bom)
+            files[names.SBOM_FILE] = sums.sha256_bytes(bom)
             self._write_small(names.SUMS_FILE, sums.sums_text(files).encode())
             fsync_dir(self._partial)
             self._publish(final)
@@ -491,7 +497,8 @@ class Packer:
             return False
         if current.get("source") != source_info or current.get("options") != options:
             return False
-        expected = {a["file"] for a in current.get("artifacts", [])} | {names.KERNEL_FILE, names.MANIFEST_FILE}
+        expected = {a["file"] for a in current.get("artifacts", [])} | {names.KERNEL_FILE, names.MANIFEST_FILE,
+                                                                       names.SBOM_FILE}
         if not expected <= set(listed):
             return False
         for name, digest in listed.items():
@@ -623,19 +630,12 @@ class Packer:
         except _process.ProcessError as exc:
             raise PackError(f"dracut could not build the squashfs initrd: {exc}") from exc
 
-    def _packages(self, root: str) -> list[dict[str, Any]]:
-        status = os.path.join(root, "var", "lib", "dpkg", "status")
-        if os.path.isfile(status):
-            with open(status, encoding="utf-8", errors="replace") as handle:
-                return pm.parse_dpkg_status(handle.read())
-        if any(os.path.isdir(os.path.join(root, p)) for p in ("var/lib/rpm", "usr/lib/sysimage/rpm")):
-            chroot = find_binary("chroot")
-            if chroot and os.path.exists(os.path.join(root, "usr", "bin", "rpm")):
-                query = _process.run([chroot, root, "rpm", "-qa", "--qf", pm.RPM_QUERY_FORMAT], check=False)
-                if query.ok:
-                    return pm.parse_rpm_query(query.stdout)
-                self._warn(f"rpm -qa in the image failed: {query.stderr.strip()}; the manifest lists no packages")
-        return []
+    def _package_db(self, root: str) -> pkgdb.PackageDb:
+        """The image's package database, read once for the manifest and the SBOM."""
+        db = pkgdb.read_package_db(root)
+        if db.failed:
+            self._warn(f"{db.reason}; the manifest and the SBOM list no packages")
+        return db
 
     def _write_small(self, name: str, data: bytes) -> None:
         with open(os.path.join(self._partial, name), "wb") as handle:
