@@ -1,4 +1,4 @@
-"""Release file, the manifest contract (written and read), package lists and the size report."""
+"""Release file, the manifest contract (written and read) and the size report (package lists: test_pkgdb.py)."""
 
 from __future__ import annotations
 
@@ -8,33 +8,6 @@ import pytest
 
 from ansible_collections.hpc.stateless.plugins.module_utils.artifact import manifest as pm
 from ansible_collections.hpc.stateless.plugins.module_utils.artifact.names import ArtifactError
-
-DPKG_STATUS = """Package: bash
-Status: install ok installed
-Priority: required
-Installed-Size: 7175
-Architecture: amd64
-Version: 5.2.15-2+b2
-Description: GNU Bourne Again SHell
- Bash is an sh-compatible command language interpreter.
- .
- Installed-Size: 1 (a continuation line that must not count)
-
-Package: removed-thing
-Status: deinstall ok config-files
-Installed-Size: 10
-Version: 1.0
-
-Package: libc6
-Status: install ok installed
-Installed-Size: 12988
-Architecture: amd64
-Multi-Arch: same
-Version: 2.36-9+deb12u4
-Conffiles:
- /etc/ld.so.conf.d/x86_64-linux-gnu.conf abc
-"""
-
 
 def test_image_release_lines():
     text = pm.image_release("compute", "v1.2-3-gabc", "slurm", "f" * 64, 1_700_000_000, {"SITE": "lab"})
@@ -56,18 +29,6 @@ def test_image_release_refuses_bad_extra_keys(extra):
 ])
 def test_parse_iso_utc(text, epoch):
     assert pm.parse_iso_utc(text) == epoch
-
-
-def test_parse_dpkg_status_keeps_installed_packages_with_sizes():
-    packages = pm.parse_dpkg_status(DPKG_STATUS)
-    assert [(p["name"], p["version"], p["size"]) for p in packages] == [
-        ("bash", "5.2.15-2+b2", 7175 * 1024), ("libc6", "2.36-9+deb12u4", 12988 * 1024)]
-
-
-def test_parse_rpm_query_drops_empty_epochs():
-    out = "bash\t(none):5.1.8-9.el9\tx86_64\t7738634\nopenssl\t1:3.0.7-27.el9\tx86_64\t1923\nnoise\n"
-    assert [(p["name"], p["version"], p["size"]) for p in pm.parse_rpm_query(out)] == [
-        ("bash", "5.1.8-9.el9", 7738634), ("openssl", "1:3.0.7-27.el9", 1923)]
 
 
 def test_size_report_ranks_packages_and_directories():
