@@ -74,7 +74,7 @@ def test_playbook_publishes_a_complete_version_directory(target):
     manifest = target.manifest
     names = sorted(os.listdir(target.version_dir))
     expected = {f"{target.image}.{fmt}" for fmt in (a["format"] for a in manifest["artifacts"])}
-    expected |= {"vmlinuz", "SHA256SUMS", "manifest.json"} | ({"initrd.img"} if manifest["initrd"] else set())
+    expected |= {"vmlinuz", "SHA256SUMS", "manifest.json", "sbom.cdx.json"} | ({"initrd.img"} if manifest["initrd"] else set())
     assert set(names) == expected
     assert not [n for n in os.listdir(target.version_dir.parent) if n.startswith(".")], "partial directory left"
     subprocess.run(["sha256sum", "--check", "--strict", "--quiet", "SHA256SUMS"], cwd=target.version_dir,
