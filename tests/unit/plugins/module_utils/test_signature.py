@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -68,9 +69,10 @@ def signed(tmp_path, keys) -> Path:
 
 
 def gpgv(keyring: Path, directory: Path) -> subprocess.CompletedProcess:
-    """The real gpgv, as an admin runs it on a published or packed version."""
-    return subprocess.run(["gpgv", "--keyring", str(keyring), SIGNATURE_FILE, SUMS_FILE], cwd=directory,
-                          capture_output=True, text=True, check=False)
+    """The real gpgv, as an admin runs it on a published or packed version (with an empty GnuPG home)."""
+    with tempfile.TemporaryDirectory() as home:
+        return subprocess.run(["gpgv", "--homedir", home, "--keyring", str(keyring), SIGNATURE_FILE, SUMS_FILE],
+                              cwd=directory, capture_output=True, text=True, check=False)
 
 
 # --------------------------------------------------------------------------- sign

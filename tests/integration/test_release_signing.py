@@ -1,0 +1,99 @@
+"""Signed releases end to end with real gpg: hpc.stateless.pack writes a version, hpc.stateless.sign signs its
+SHA256SUMS with a throw-away site key, and deploy (the bootlink module and playbooks/deploy.yml) publishes it only
+when gpgv verifies it against the configured keyring.
+
+The packs are of small directory trees with a stand-in kernel (the signature is the point, not the image), so
+every step is a real module run in a few seconds. The refusals (unsigned, wrong key, damaged signature, modified
+SHA256SUMS, re-signed by another key) are fault cases in tests/faults/test_signed_release.py.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from deploy_support import write_inventory
+from pack_support import pack_module, run_module, small_root
+from signing_support import SIGNATURE, SUMS, SigningKey, gpgv, sha256sum_check
+
+from conftest import run_site
+
+NOT_CHECKED = "hpc_stateless_boot_keyring is not set: releases are published WITHOUT checking their signature"
+
+
+@pytest.fixture(scope="module")
+def site_key(tmp_path_factory):
+    key = SigningKey(tmp_path_factory.mktemp("keys"), "site")
+    yield key
+    key.close()
+
+
+def pack(out: Path, image: str, version: str, base: Path) -> Path:
+    rc, packed = pack_module(image=image, source_path=str(small_root(base)), output_dir=str(out), version=version)
+    assert rc == 0, packed.get("msg")
+    return Path(packed["version_dir"])
+
+
+def test_pack_sign_and_deploy_with_the_keyring(tmp_path, site_key):
+    out, root = tmp_path / "out", tmp_path / "tftp"
+    version_dir = pack(out, "signed", "1.0", tmp_path)
+    params = {"version_dir": str(version_dir), "key": site_key.fingerprint, "gnupghome": str(site_key.home)}
+
+    rc, predicted = run_module("hpc.stateless.sign", check_mode=True, **params)
+    assert rc == 0 and predicted["changed"], predicted.get("msg")
+    assert not (version_dir / SIGNATURE).exists()
+    rc, signed = run_module("hpc.stateless.sign", **params)
+    assert rc == 0 and signed["changed"], signed.get("msg")
+    assert signed["fingerprint"] == site_key.fingerprint
+    assert gpgv(site_key.binary, version_dir).returncode == 0
+    rc, again = run_module("hpc.stateless.sign", **params)
+    assert rc == 0 and not again["changed"], again.get("msg")
+
+    rc, deployed = run_module("hpc.stateless.bootlink", boot_root=str(root), image="signed", src=str(version_dir),
+                              lock_timeout=0, keyring=str(site_key.armored), signers=[site_key.fingerprint])
+    assert rc == 0, deployed.get("msg")
+    assert deployed["published"] and deployed["current"] == "1.0"
+    assert deployed["signature"]["checked"] and deployed["signature"]["fingerprint"] == site_key.fingerprint
+    published = root / "images" / "signed" / "1.0"
+    for name in (SUMS, SIGNATURE):
+        assert (published / name).read_bytes() == (version_dir / name).read_bytes(), name
+    assert gpgv(site_key.binary, published).returncode == 0
+    check = sha256sum_check(published)
+    assert check.returncode == 0, check.stdout + check.stderr
+    listed = {line.split("  ", 1)[1] for line in (published / SUMS).read_text().splitlines()}
+    assert {name for name in listed if (published / name).is_file()} == listed  # one format packed: all published
+
+    rc, second = run_module("hpc.stateless.bootlink", boot_root=str(root), image="signed", src=str(version_dir),
+                            lock_timeout=0, keyring=str(site_key.armored))
+    assert rc == 0 and not second["changed"], second.get("msg")
+
+
+def deploy_playbook(tmp_path: Path, out: Path, root: Path, **group_vars):
+    images = {name: {"layer": "base", "formats": ["cpio.zst"], "kernel_args": "quiet"} for name in ("alpha", "beta")}
+    inventory = write_inventory(tmp_path / f"inventory-{len(group_vars)}", images,
+                                {"n1": {"hpc_stateless_boot_mac": "52:54:00:5e:00:01", "hpc_stateless_boot_image": "beta"}},
+                                hpc_stateless_boot_root=str(root), hpc_stateless_pack_output_dir=str(out),
+                                hpc_stateless_boot_lock_timeout=0, hpc_stateless_boot_copy_loader=False, **group_vars)
+    return run_site("-e", "hpc_stateless_deploy_version=1.0", inventory=inventory, playbook="playbooks/deploy.yml")
+
+
+def test_deploy_playbook_says_once_without_keyring_and_verifies_with_one(tmp_path, site_key):
+    out = tmp_path / "out"
+    for image in ("alpha", "beta"):
+        run_module("hpc.stateless.sign", version_dir=str(pack(out, image, "1.0", tmp_path)), key=site_key.fingerprint,
+                   gnupghome=str(site_key.home))
+
+    unchecked = deploy_playbook(tmp_path, out, tmp_path / "tftp-unchecked")
+    assert unchecked.returncode == 0, unchecked.stdout[-3000:]
+    assert unchecked.stdout.count(NOT_CHECKED) == 1, unchecked.stdout[-3000:]  # once per run, not per image
+
+    root = tmp_path / "tftp"
+    checked = deploy_playbook(tmp_path, out, root, hpc_stateless_boot_keyring=str(site_key.armored),
+                              hpc_stateless_boot_signers=[site_key.fingerprint])
+    assert checked.returncode == 0, checked.stdout[-3000:]
+    assert NOT_CHECKED not in checked.stdout
+    for image in ("alpha", "beta"):
+        assert os.readlink(root / image) == f"images/{image}/1.0"
+        assert gpgv(site_key.binary, root / image).returncode == 0
+        assert sha256sum_check(root / image).returncode == 0
