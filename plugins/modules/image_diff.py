@@ -229,7 +229,7 @@ ARGUMENT_SPEC = dict(
 def main() -> None:
     module = AnsibleModule(
         argument_spec=ARGUMENT_SPEC,
-        mutually_exclusive=[("old_dir", "old_image", "old_version"), ("new_dir", "new_image")],
+        mutually_exclusive=[("old_dir", "old_image", "old_version"), ("new_dir", "new_image", "output_dir")],
         required_by={"old_version": ("boot_root", "image"), "output_dir": ("image",)},
         supports_check_mode=True,
     )

@@ -173,7 +173,7 @@ class LayerImages:
             raise DiffError(f"{role}_image {ref} is not in local containers-storage: build or pull it first "
                             f"({exc.stderr.strip() or exc})") from None
         labels = data.get("OCIv1", {}).get("config", {}).get("Labels") or {}
-        name = container_name(image_prefix_of(ref), CONTAINER_PURPOSE, f"{role}-{owner_instance(os.getpid())}")
+        name = container_name(image_prefix_of(ref), f"{CONTAINER_PURPOSE}-{role}", owner_instance(os.getpid()))
         self.buildah.remove(name)  # left by a killed diff of a process that had our pid
         self.containers.append(name)
         try:
