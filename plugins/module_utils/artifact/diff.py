@@ -200,7 +200,8 @@ def parse_release(data: bytes | None) -> dict[str, str] | None:
 
 
 def _changed(old: Any, new: Any) -> dict[str, Any]:
-    return {"old": old, "new": new, "changed": old != new}
+    """A value of both sides; None on either side is unknown (a layer image has no kernel command line)."""
+    return {"old": old, "new": new, "changed": old is not None and new is not None and old != new}
 
 
 def _read(side: Side, keep: frozenset[str]) -> tuple[dict[str, Member], dict[str, bytes]]:
@@ -220,7 +221,7 @@ def diff_sides(old: Side, new: Side, top: int = DEFAULT_TOP) -> dict[str, Any]:
         "old": _side_facts(old), "new": _side_facts(new),
         "packages": diff_packages(old.packages, new.packages),
         "files": files,
-        "kernel": _changed(old.kernel, new.kernel),
+        "kernel": _changed(old.kernel or None, new.kernel or None),
         "kernel_args": _changed(old.kernel_args, new.kernel_args),
         "layers": diff_layers(old.layer_keys, new.layer_keys),
         "release": {"old": release_old, "new": release_new,
@@ -319,8 +320,8 @@ def render_table(result: dict[str, Any], limit: int = 50) -> list[str]:
         lines += [f"  {signed_size(g['delta']):>12}  {g['path']}" for g in files["largest_growths"]]
     for key, title in (("kernel", "kernel"), ("kernel_args", "kernel command line")):
         item = result[key]
-        lines.append(f"{title}: {_shown(item['old'])} -> {_shown(item['new'])}" if item["changed"]
-                     else f"{title}: {_shown(item['new'])}")
+        same = item["old"] == item["new"]
+        lines.append(f"{title}: {_shown(item['new'])}" if same else f"{title}: {_shown(item['old'])} -> {_shown(item['new'])}")
     layers = result["layers"]
     rebuilt = [f"{r['layer']} ({r['old'][:12]} -> {r['new'][:12]})" for r in layers["rebuilt"]]
     lines.append("layers rebuilt: " + (", ".join(rebuilt) or "none"))
@@ -342,11 +343,13 @@ def _md_escape(text: str) -> str:
 
 def _code(text: object) -> str:
     """``text`` as a Markdown code span (literal inside; a backquote cannot end it early)."""
-    return "`" + str(text).replace("`", "'").replace("\n", " ") + "`" if text not in (None, "") else "_none_"
+    if text is None:
+        return "_unknown_"
+    return "`" + str(text).replace("`", "'").replace("\n", " ") + "`" if text != "" else "_empty_"
 
 
 def _shown(value: object) -> str:
-    return "none" if value in (None, "") else str(value)
+    return "unknown" if value is None else str(value)
 
 
 def render_markdown(result: dict[str, Any], limit: int = 20) -> str:
@@ -367,7 +370,8 @@ def render_markdown(result: dict[str, Any], limit: int = 20) -> str:
                 f"(**{signed_size(files['delta'])}**)"]
     for key, title in (("kernel", "Kernel"), ("kernel_args", "Kernel command line")):
         item = result[key]
-        value = f"{_code(item['old'])} → {_code(item['new'])}" if item["changed"] else f"{_code(item['new'])} (unchanged)"
+        value = (f"{_code(item['new'])} (unchanged)" if item["old"] == item["new"]
+                 else f"{_code(item['old'])} → {_code(item['new'])}")
         out.append(f"{title}: {value}  ")
     rebuilt = ", ".join(_md_escape(r["layer"]) for r in result["layers"]["rebuilt"]) or "none"
     out.append(f"Layers rebuilt: {rebuilt}")
@@ -399,10 +403,10 @@ def write_markdown(path: str, text: str, check_mode: bool = False) -> bool:
             if handle.read() == text:
                 return False
     directory = os.path.dirname(path)
+    if check_mode:  # the directory may be one an earlier task would have made
+        return True
     if not os.path.isdir(directory):
         raise OSError(f"directory {directory} does not exist; create it first")
-    if check_mode:
-        return True
     fd, temp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
