@@ -75,6 +75,7 @@ _ARGUMENT_SPEC = dict(
         tags=dict(type="list", elements="str", default=[]),
         extra_args=dict(type="list", elements="str", default=[]),
         tls_verify=dict(type="bool", default=True),
+        diff_boot_root=dict(type="str", default=""),
     )),
 )
 

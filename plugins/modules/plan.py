@@ -154,6 +154,13 @@ options:
         description: Whether jobs verify the registry's TLS certificate.
         type: bool
         default: true
+      diff_boot_root:
+        description:
+          - Boot tree (as the runners see it) to compare new images against. When set, each image whose layer
+            is rebuilt gets a C(diff:<image>) job after its layer's job that runs the C(hpc.stateless.diff)
+            playbook and keeps the Markdown summary C(image-diff/<image>.md) as an artifact.
+        type: str
+        default: ""
 seealso:
   - module: hpc.stateless.layer
   - module: hpc.stateless.layer_info

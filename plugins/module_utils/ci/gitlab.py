@@ -9,6 +9,12 @@ Each job runs the single-layer playbook for its layer: the parent image is pulle
 parent's job only when the parent is rebuilt too; otherwise it starts at once and pulls
 the parent an earlier pipeline pushed.
 
+With a boot root to compare against, each image whose layer is rebuilt gets a ``diff:<image>``
+job after its layer's job: it diffs the new layer image against the version the boot tree
+serves (playbooks/diff.yml) and keeps the Markdown summary as an artifact
+(``image-diff/<image>.md``) for a merge-request comment. It uses the layer job's storage
+(same ``HPC_STATELESS_LAYER``) and pulls the layer from the registry when it runs elsewhere.
+
 The jobs' shell is written here once: the fixed part as sh text (:data:`STORAGE_SETUP`),
 the command line as argv words quoted by :func:`sh_line`.
 """
@@ -28,6 +34,9 @@ except ImportError:  # reported by the calling plugin
 from ansible_collections.hpc.stateless.plugins.module_utils.layers.change_plan import ChangePlan
 
 _JOB_PREFIX = "layer:"
+_DIFF_PREFIX = "diff:"
+#: Where diff jobs write their Markdown summaries, relative to the job's checkout (the artifact).
+DIFF_DIR = "image-diff"
 _NOTHING_JOB = "hpc-stateless:nothing-to-build"
 _TEMPLATE = ".hpc_stateless_layer"
 
@@ -72,8 +81,49 @@ def playbook_argv(image_prefix: bool, extra_args: Iterable[str]) -> list[Word]:
     return argv + list(extra_args)
 
 
+def diff_argv(image_prefix: bool, extra_args: Iterable[str]) -> list[Word]:
+    """The diff playbook run of a diff job: the new layer image of one image against the served version."""
+    argv: list[Word] = [
+        "ansible-playbook", "-i", Expand("$HPC_STATELESS_INVENTORY"), "hpc.stateless.diff",
+        "-e", "hpc_stateless_diff_from=layer",
+        "-e", Expand("hpc_stateless_diff_images=$HPC_STATELESS_DIFF_IMAGE"),
+        "-e", Expand("hpc_stateless_boot_root=$HPC_STATELESS_BOOT_ROOT"),
+        "-e", Expand(f"hpc_stateless_diff_dir=$CI_PROJECT_DIR/{DIFF_DIR}"),
+        "-e", Expand("hpc_stateless_registry=$HPC_STATELESS_REGISTRY"),
+        "-e", Expand("hpc_stateless_registry_tls_verify=$HPC_STATELESS_REGISTRY_TLS_VERIFY"),
+    ]
+    if image_prefix:
+        argv += ["-e", Expand("hpc_stateless_image_prefix=$HPC_STATELESS_IMAGE_PREFIX")]
+    return argv + list(extra_args)
+
+
 def job_name(layer: str) -> str:
     return f"{_JOB_PREFIX}{layer}"
+
+
+def diff_job_name(image: str) -> str:
+    return f"{_DIFF_PREFIX}{image}"
+
+
+def _diff_jobs(plan: ChangePlan, image_prefix: bool, extra_args: list[str], tags: list[str]) -> dict[str, Any]:
+    """One diff job per image whose layer is rebuilt, after that layer's job."""
+    jobs: dict[str, Any] = {}
+    for image in sorted(plan.images):
+        layer = (plan.images[image] or {}).get("layer")
+        if layer not in plan.rebuild:
+            continue
+        job: dict[str, Any] = {
+            "stage": "diff",
+            "needs": [{"job": job_name(layer)}],
+            "variables": {"HPC_STATELESS_LAYER": layer, "HPC_STATELESS_DIFF_IMAGE": image},
+            "before_script": [ENTER_PROJECT, STORAGE_SETUP],
+            "script": [sh_line(diff_argv(image_prefix, extra_args))],
+            "artifacts": {"name": f"image-diff-{image}", "when": "always", "paths": [f"{DIFF_DIR}/"]},
+        }
+        if tags:
+            job["tags"] = tags
+        jobs[diff_job_name(image)] = job
+    return jobs
 
 
 def gitlab_pipeline(
@@ -85,12 +135,15 @@ def gitlab_pipeline(
     tags: Iterable[str] = (),
     extra_args: Iterable[str] = (),
     tls_verify: bool = True,
+    diff_boot_root: str = "",
 ) -> dict[str, Any]:
     """GitLab CI child pipeline: one job per rebuilt layer, ``needs:`` following the DAG.
 
     With nothing to rebuild the pipeline holds one job that says so (GitLab rejects a
-    pipeline without jobs).
+    pipeline without jobs). With ``diff_boot_root`` (the boot tree as the runners see it),
+    a diff job per image whose layer is rebuilt follows its layer's job.
     """
+    extra_args = list(extra_args)
     variables = {
         "HPC_STATELESS_REGISTRY": registry,
         "HPC_STATELESS_INVENTORY": inventory,
@@ -99,6 +152,8 @@ def gitlab_pipeline(
     }
     if image_prefix:
         variables["HPC_STATELESS_IMAGE_PREFIX"] = image_prefix
+    if diff_boot_root:
+        variables["HPC_STATELESS_BOOT_ROOT"] = diff_boot_root
     pipeline: dict[str, Any] = {"stages": ["build"], "variables": variables}
     rebuild = plan.rebuild
     if not rebuild:
@@ -125,6 +180,11 @@ def gitlab_pipeline(
                           "HPC_STATELESS_IMAGE_TYPES": ",".join(decision.images)},
             "needs": needs,
         }
+    if diff_boot_root:
+        diff_jobs = _diff_jobs(plan, bool(image_prefix), list(extra_args), tags)
+        if diff_jobs:
+            pipeline["stages"].append("diff")
+            pipeline.update(diff_jobs)
     return pipeline
 
 
