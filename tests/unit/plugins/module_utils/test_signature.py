@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from bootlink_fixtures import make_pack, tree_snapshot
 
-from ansible_collections.hpc.stateless.plugins.module_utils.artifact.names import SIGNATURE_FILE, SUMS_FILE
+from ansible_collections.hpc.stateless.plugins.module_utils.artifact.names import SBOM_FILE, SIGNATURE_FILE, SUMS_FILE
 from ansible_collections.hpc.stateless.plugins.module_utils.artifact.signature import (
     SignatureError,
     normalize_fingerprint,
@@ -23,7 +23,8 @@ from ansible_collections.hpc.stateless.plugins.module_utils.artifact.signature i
     verify,
     verify_files,
 )
-from ansible_collections.hpc.stateless.plugins.module_utils.deploy.bootlink import apply_state
+from ansible_collections.hpc.stateless.plugins.module_utils.artifact.sums import read_sums, sums_text
+from ansible_collections.hpc.stateless.plugins.module_utils.deploy.bootlink import BootlinkError, apply_state
 
 pytestmark = pytest.mark.skipif(not (shutil.which("gpg") and shutil.which("gpgv")), reason="needs gpg and gpgv")
 
@@ -251,3 +252,31 @@ def test_same_files_signed_later_replace_only_the_published_signature(tmp_path, 
     assert result["published"] and not result["switched"]
     assert gpgv(keys["site"].binary, root / "images/compute/v1").returncode == 0
     assert not deploy(root, v1, keyring=str(keys["site"].armored))["changed"]
+
+
+def test_sbom_listed_in_sha256sums_is_published_with_the_signed_list(tmp_path, keys):
+    v1 = make_pack(tmp_path / "out", version="v1", extra_files={SBOM_FILE: b'{"bomFormat": "CycloneDX"}'})
+    sign(str(v1), keys["site"].fingerprint, str(keys["site"].home))
+    deploy(tmp_path / "tftp", v1, keyring=str(keys["site"].binary))
+    published = tmp_path / "tftp/images/compute/v1"
+    assert (published / SBOM_FILE).read_bytes() == (v1 / SBOM_FILE).read_bytes()
+    check = subprocess.run(["sha256sum", "--strict", "-c", SUMS_FILE], cwd=published, capture_output=True,
+                           text=True, check=False)
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_version_published_by_an_older_deploy_is_the_same_release(tmp_path):
+    """Earlier deploys rewrote SHA256SUMS to the published files; such a version is not 'a different build'."""
+    v1 = make_pack(tmp_path / "out", version="v1", squashfs=True)
+    root = tmp_path / "tftp"
+    deploy(root, v1)  # cpio.zst: the squashfs and initrd.img are listed, not published
+    published = root / "images/compute/v1" / SUMS_FILE
+    sums = read_sums(str(published))
+    published.write_text(sums_text({name: sums[name] for name in ("vmlinuz", "compute.cpio.zst")}))
+    before = tree_snapshot(root)
+    assert not deploy(root, v1)["changed"] and tree_snapshot(root) == before
+    (v1 / "vmlinuz").write_bytes(b"another kernel")
+    (v1 / SUMS_FILE).write_text((v1 / SUMS_FILE).read_text().replace(sums["vmlinuz"], "0" * 64))
+    with pytest.raises(BootlinkError, match=r"already holds a different build of version 'v1' \(SHA256SUMS differs\)"):
+        deploy(root, v1, state="present")
+    assert tree_snapshot(root) == before
