@@ -23,7 +23,9 @@ from ansible_collections.hpc.stateless.plugins.module_utils.pack.tree import (
 from test_pack_newc import parse_newc  # noqa: E402 - sibling test module (rootdir-relative import)
 
 SDE = 1_700_000_000
-PRIVATE_KEY = b"-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----\n"
+PRIVATE_KEY = (b"-----BEGIN OPENSSH PRIVATE KEY-----\n"
+               b"b3BlbnNzaC1rZXktdjEAAAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8gISIjJCUmJygpKissLS4vMA==\n"
+               b"-----END OPENSSH PRIVATE KEY-----\n")
 
 
 def make_tree(root, files):
@@ -117,8 +119,9 @@ def test_scan_counts_hardlinked_data_once(tree):
     ("root/.ssh/id_ed25519", b"anything", "SSH private key"),
     ("home/alice/.ssh/id_rsa", b"anything", "SSH private key"),
     ("etc/munge/munge.key", b"\x00" * 1024, "MUNGE key"),
-    ("etc/ssl/private/site.key", PRIVATE_KEY, "private key (PEM/OpenSSH header)"),
-    ("root/.ssh/deploy_key", PRIVATE_KEY, "private key (PEM/OpenSSH header)"),
+    ("etc/ssl/private/site.key", PRIVATE_KEY, "OpenSSH private key block at byte 0"),
+    ("root/.ssh/deploy_key", PRIVATE_KEY, "OpenSSH private key block at byte 0"),
+    ("usr/share/misc/notes", PRIVATE_KEY, "OpenSSH private key block at byte 0"),  # any path
 ])
 def test_secrets_are_found_and_named(tmp_path, rel, content, reason):
     root = make_tree(tmp_path / "r", {rel: content, rel + ".pub": b"public", "etc/ok.key": b"not a key"})

@@ -1,0 +1,423 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026 hpc.stateless developers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Secrets found by what a file holds, whatever its name: the content half of pack's preflight.
+
+:func:`sniff_file` opens one regular file (never through a symlink, never a device or FIFO),
+reads its beginning and says what secret it holds and where (``"OpenSSH private key block at
+byte 0"``), or None. What is read, and why these bounds:
+
+* files of 1 MiB or less (:data:`CONTENT_MAX_SIZE`): every key format below is a few KiB
+  (an RSA-16384 PEM key is 13 KiB, a keytab with a hundred principals 10 KiB); 99 % of the
+  files of a node image are smaller, and the large ones (libraries, firmware, locales) are
+  not keys. A file that is larger is not opened;
+* their first 16 KiB (:data:`HEAD_BYTES`): a key file starts with its key, and 16 KiB also
+  covers a key that follows a certificate chain of several certificates in one PEM file. A
+  larger file whose first 16 KiB hold a ``-----BEGIN`` line is a PEM bundle: it is read whole
+  (up to 1 MiB), so that a key appended to a CA bundle is found too;
+* files that start with the magic of a format that cannot be a key (ELF, gzip, xz, zstd,
+  zip, images, compiled Python, ...) are not looked at further.
+
+What is found (a *block* means: the BEGIN line at the start of a line, optionally indented,
+the same indentation on every line, a body that is valid base64 - for DER key labels, of a
+DER structure - and the matching END line; prose, scripts and source code that merely name
+a header do not have that):
+
+* PEM private-key blocks (``-----BEGIN [RSA |EC |DSA |ENCRYPTED |OPENSSH |]PRIVATE KEY-----``,
+  legacy encrypted ones with ``Proc-Type``/``DEK-Info`` headers), PGP private-key blocks,
+  OpenVPN static and tls-crypt-v2 keys, SSH2 (RFC 4716 style) encrypted private keys;
+* PuTTY ``.ppk`` files, age identities, GnuPG ``private-keys-v1.d`` key files, the binary
+  ``openssh-key-v1`` and SSH1 private key formats;
+* binary OpenPGP secret keys (a Secret-Key packet first), DER private keys (PKCS#1, SEC1,
+  PKCS#8, encrypted PKCS#8) whose outer SEQUENCE spans the whole file;
+* Kerberos keytabs: version 0x05 0x01/0x02 and a first entry that parses (realm and principal
+  printable, a known encryption type with the key length it implies);
+* random key material the size of a MUNGE key (32 to 1024 bytes: what ``mungekey`` accepts;
+  128 is its default, 1024 the classic ``dd`` recipe), see :func:`looks_random`.
+
+Not found, on purpose: PKCS#12 and Java keystores (a trust store has the same shape as a key
+store, only decrypting tells), WireGuard configurations (the documentation's examples carry
+well-formed keys), keys inside binaries or compressed files, keys in files over 1 MiB,
+and a MUNGE key that is not random bytes (a passphrase typed into the file).
+"""
+
+from __future__ import annotations
+
+import binascii
+import math
+import os
+import re
+import stat
+from collections import Counter
+
+CONTENT_MAX_SIZE = 1 << 20
+HEAD_BYTES = 16 << 10
+RANDOM_MIN_SIZE = 32  # mungekey's MUNGE_KEY_LEN_MIN_BYTES
+RANDOM_MAX_SIZE = 1024  # mungekey's MUNGE_KEY_LEN_MAX_BYTES, and the classic dd recipe
+
+# Formats that cannot be a key: nothing else is looked for in a file that starts with one.
+_NOT_KEYS = (
+    b"\x7fELF", b"\x1f\x8b", b"\xfd7zXZ\x00", b"\x28\xb5\x2f\xfd", b"BZh", b"\x04\x22\x4d\x18", b"\x89LZO",
+    b"PK\x03\x04", b"\x89PNG", b"\xff\xd8\xff", b"GIF8", b"%PDF", b"\x00asm", b"!<arch>\n", b"070701", b"070702",
+    b"hsqs", b"TZif", b"SQLite format 3\x00", b"\xde\x12\x04\x95", b"\x95\x04\x12\xde", b"wOFF", b"wOF2",
+    b"OTTO", b"\x00\x01\x00\x00\x00", b"RIFF", b"\xca\xfe\xba\xbe", b"\xed\xab\xee\xdb",
+    b"\xf1\xc5\x01",  # NSS library checksums (libfreebl3.chk): a signature, random-looking
+)
+_PEM_MARK = b"-----BEGIN "
+_PEM = re.compile(
+    rb"^(?P<indent>[ \t]*)(?P<begin>-----BEGIN (?P<label>(?:[A-Z0-9]+ )*PRIVATE KEY|PGP PRIVATE KEY BLOCK"
+    rb"|OpenVPN Static key V1|OpenVPN tls-crypt-v2 (?:server|client) key)-----)[ \t]*\r?\n"
+    rb"(?P<headers>(?:(?P=indent)[A-Za-z][A-Za-z0-9-]*: ?[^\r\n]*\r?\n)*)"
+    rb"(?:(?P=indent)[ \t]*\r?\n)?"
+    rb"(?P<body>(?:(?P=indent)[A-Za-z0-9+/=]+[ \t]*\r?\n)+)"
+    rb"(?P=indent)-----END (?P=label)-----", re.M)
+_SSH2_MARK = b"---- BEGIN SSH2 ENCRYPTED PRIVATE KEY ----"
+_SSH2 = re.compile(
+    rb"^(?P<begin>---- BEGIN SSH2 ENCRYPTED PRIVATE KEY ----)\r?\n"
+    rb"(?:[A-Za-z][A-Za-z0-9-]*: [^\r\n]*\r?\n(?:[^\r\n:]*\\\r?\n)*)*"
+    rb"(?P<body>(?:[A-Za-z0-9+/=]+\r?\n)+)---- END SSH2 ENCRYPTED PRIVATE KEY ----", re.M)
+_PUTTY_MARK = b"PuTTY-User-Key-File-"
+_PUTTY = re.compile(rb"^PuTTY-User-Key-File-[1-3]: [a-z0-9@.-]+\r?\n", re.M)
+_PUTTY_PRIVATE = re.compile(rb"^Private-Lines: ([1-9][0-9]{0,3})\r?\n((?:[A-Za-z0-9+/=]+\r?\n)+)", re.M)
+_AGE_MARK = b"AGE-SECRET-KEY-1"
+_AGE = re.compile(rb"^AGE-SECRET-KEY-1[QPZRY9X8GF2TVDW0S3JN54KHCE6MUA7L]{58}[ \t]*\r?$", re.M)
+_GNUPG_SEXP = (b"(21:protected-private-key(", b"(11:private-key(")
+_GNUPG_EXTENDED = re.compile(rb"^Key: \((?:protected-)?private-key \(", re.M)
+_OPENSSH_BINARY = b"openssh-key-v1\x00"
+_SSH1 = b"SSH PRIVATE KEY FILE FORMAT 1.1\n"
+
+_PEM_NAMES = {
+    b"OPENSSH PRIVATE KEY": "OpenSSH private key block",
+    b"RSA PRIVATE KEY": "PEM RSA private key block",
+    b"EC PRIVATE KEY": "PEM EC private key block",
+    b"DSA PRIVATE KEY": "PEM DSA private key block",
+    b"ENCRYPTED PRIVATE KEY": "PEM encrypted private key block",
+    b"PRIVATE KEY": "PEM private key block",
+    b"PGP PRIVATE KEY BLOCK": "PGP private key block",
+    b"OpenVPN Static key V1": "OpenVPN static key block",
+}
+_HEX_BODY = (b"OpenVPN Static key V1",)
+_MIN_BODY_CHARS = 40  # an Ed25519 PKCS#8 key, the smallest, has 64
+
+# Kerberos encryption types and the key length each implies (RFC 3961/3962/8009, 4757, 6803).
+_KEYTAB_ENCTYPES = {1: 8, 2: 8, 3: 8, 5: 24, 7: 24, 16: 24, 17: 16, 18: 32, 19: 16, 20: 32, 23: 16, 24: 16,
+                    25: 16, 26: 32}
+_PRINTABLE = re.compile(rb"[\x21-\x7e]+")
+# OpenPGP public-key algorithms (RFC 4880, 9580).
+_PGP_ALGORITHMS = {1, 2, 3, 16, 17, 18, 19, 20, 22, 25, 26, 27, 28}
+_PGP_EPOCH = (631152000, 4102444800)  # 1990 .. 2100: a creation time a key can have
+
+# DER OIDs (content bytes) of key algorithms (PKCS#8) and of password-based encryption (encrypted PKCS#8).
+_KEY_OIDS = (bytes.fromhex("2a864886f70d010101"), bytes.fromhex("2a8648ce3d0201"), bytes.fromhex("2a8648ce380401"),
+             bytes.fromhex("2b6570"), bytes.fromhex("2b6571"), bytes.fromhex("2b656e"), bytes.fromhex("2b656f"),
+             bytes.fromhex("2a864886f70d01010a"), bytes.fromhex("2a864886f70d010301"))
+_PBE_OID_PREFIXES = (bytes.fromhex("2a864886f70d01050d"), bytes.fromhex("2a864886f70d010c01"),
+                     bytes.fromhex("2a864886f70d0105"))
+
+
+def sniff_file(path: str | bytes, size: int) -> str | None:
+    """What secret the regular file at ``path`` (``size`` bytes by lstat) holds, or None.
+
+    Opened with O_NOFOLLOW and O_NONBLOCK and checked with fstat: a file replaced by a symlink,
+    a FIFO or a device since it was listed is not read. Unreadable files are None.
+    """
+    if not 0 < size <= CONTENT_MAX_SIZE:
+        return None
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        data = os.read(fd, HEAD_BYTES)
+        if len(data) == HEAD_BYTES and _PEM_MARK in data and not data.startswith(_NOT_KEYS):
+            data += _read_rest(fd, CONTENT_MAX_SIZE - len(data))
+        whole = len(data) < HEAD_BYTES or len(data) >= size
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return sniff(data, whole)
+
+
+def _read_rest(fd: int, limit: int) -> bytes:
+    chunks = []
+    while limit > 0:
+        chunk = os.read(fd, min(limit, 1 << 16))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        limit -= len(chunk)
+    return b"".join(chunks)
+
+
+def sniff(data: bytes, whole: bool = True) -> str | None:
+    """What secret ``data`` (a file's beginning; ``whole`` when it is all of it) holds, or None."""
+    if not data:
+        return None
+    found = _binary(data, whole)
+    if found or data.startswith(_NOT_KEYS):
+        return found
+    found = _text(data)
+    if found:
+        return found
+    if whole and RANDOM_MIN_SIZE <= len(data) <= RANDOM_MAX_SIZE and not _structured(data) and looks_random(data):
+        return f"{len(data)} random bytes with no file format, as in a MUNGE key, at byte 0"
+    return None
+
+
+# -- text formats ----------------------------------------------------------------------------
+def _text(data: bytes) -> str | None:
+    if _PEM_MARK in data:
+        for match in _PEM.finditer(data):
+            if _pem_body_ok(match):
+                label = match.group("label")
+                name = _PEM_NAMES.get(label) or f"PEM {label.decode('ascii')} block"
+                return f"{name} at byte {match.start('begin')}"
+    if _SSH2_MARK in data:
+        for match in _SSH2.finditer(data):
+            if _base64(match.group("body")) is not None:
+                return f"SSH2 encrypted private key block at byte {match.start('begin')}"
+    if _PUTTY_MARK in data:
+        found = _putty(data)
+        if found:
+            return found
+    if _AGE_MARK in data:
+        match = _AGE.search(data)
+        if match:
+            return f"age secret key at byte {match.start()}"
+    if data.startswith(_GNUPG_SEXP):
+        return "GnuPG private key (private-keys-v1.d) at byte 0"
+    if re.match(rb"[A-Z][A-Za-z-]*: ", data):
+        match = _GNUPG_EXTENDED.search(data)
+        if match:
+            return f"GnuPG private key (private-keys-v1.d, extended format) at byte {match.start()}"
+    return None
+
+
+def _pem_body_ok(match: re.Match[bytes]) -> bool:
+    label, body = match.group("label"), match.group("body")
+    compact = b"".join(body.split())
+    if len(compact) < _MIN_BODY_CHARS:
+        return False
+    if label in _HEX_BODY:
+        return re.fullmatch(rb"[0-9a-f]+", compact) is not None and len(compact) % 2 == 0
+    lines = [line.strip() for line in body.splitlines() if line.strip()]
+    if label == b"PGP PRIVATE KEY BLOCK" and lines and lines[-1].startswith(b"="):
+        lines = lines[:-1]  # the armor checksum
+    decoded = _base64(b"".join(lines))
+    if decoded is None or len(decoded) < 24:
+        return False
+    encrypted_legacy = b"Proc-Type:" in match.group("headers")
+    if label == b"OPENSSH PRIVATE KEY":
+        return decoded.startswith(_OPENSSH_BINARY)
+    if label.endswith(b"PRIVATE KEY") and not encrypted_legacy:
+        return decoded[0] == 0x30  # a DER SEQUENCE
+    return True
+
+
+def _base64(text: bytes) -> bytes | None:
+    try:
+        return binascii.a2b_base64(b"".join(text.split()), strict_mode=True)
+    except (binascii.Error, ValueError):
+        return None
+
+
+def _putty(data: bytes) -> str | None:
+    for match in _PUTTY.finditer(data):
+        private = _PUTTY_PRIVATE.search(data, match.end())
+        if private and len(private.group(2).splitlines()) >= int(private.group(1)):
+            return f"PuTTY private key file at byte {match.start()}"
+    return None
+
+
+# -- binary formats ---------------------------------------------------------------------------
+def _binary(data: bytes, whole: bool) -> str | None:
+    if data.startswith(_OPENSSH_BINARY):
+        return "OpenSSH private key (binary openssh-key-v1) at byte 0"
+    if data.startswith(_SSH1):
+        return "SSH1 private key at byte 0"
+    if data[0] == 0x05 and data[1:2] in (b"\x01", b"\x02") and _keytab(data):
+        return "Kerberos keytab at byte 0"
+    if data[0] & 0x80 and _pgp_packet(data, (5,)) is not None:
+        return "OpenPGP secret key (binary) at byte 0"
+    if data[0] == 0x30 and whole:
+        return _der_key(data)
+    return None
+
+
+def _keytab(data: bytes) -> bool:
+    """The first entry (after deleted ones) parses: printable realm and names, a known enctype and key."""
+    order = "big" if data[1] == 2 else "little"  # version 1 used the host's byte order
+    offset = 2
+    for _entry in range(16):
+        if offset + 4 > len(data):
+            return False
+        length = int.from_bytes(data[offset:offset + 4], "big", signed=True)
+        offset += 4
+        if length < 0:
+            offset -= length  # a deleted entry
+            continue
+        if not 16 <= length <= 65536 or offset + length > len(data):
+            return False
+        return _keytab_entry(data[offset:offset + length], data[1] == 2, order)
+    return False
+
+
+def _keytab_entry(entry: bytes, version2: bool, order: str) -> bool:
+    def u16(at: int) -> int:
+        return int.from_bytes(entry[at:at + 2], order)
+
+    count, at = u16(0), 2
+    if version2 and not 1 <= count <= 16 or not version2 and not 2 <= count <= 17:
+        return False
+    for _part in range(count + (1 if version2 else 0)):  # the realm, then the name's components
+        size = u16(at)
+        text = entry[at + 2:at + 2 + size]
+        if not 1 <= size <= 255 or len(text) != size or not _PRINTABLE.fullmatch(text):
+            return False
+        at += 2 + size
+    if version2:
+        if int.from_bytes(entry[at:at + 4], order) > 64:  # name type
+            return False
+        at += 4
+    at += 4 + 1  # timestamp, 8-bit key version
+    enctype, key_length = u16(at), u16(at + 2)
+    return _KEYTAB_ENCTYPES.get(enctype) == key_length and at + 4 + key_length <= len(entry)
+
+
+def _pgp_packet(data: bytes, tags: tuple[int, ...]) -> int | None:
+    """The tag of the OpenPGP packet ``data`` starts with, if it is one of ``tags`` and its key header is sane."""
+    first = data[0]
+    if first & 0x40:
+        tag, size_byte = first & 0x3F, data[1] if len(data) > 1 else 0
+        if size_byte < 192:
+            length, header = size_byte, 2
+        elif size_byte < 224 and len(data) > 2:
+            length, header = ((size_byte - 192) << 8) + data[2] + 192, 3
+        elif size_byte == 255 and len(data) > 5:
+            length, header = int.from_bytes(data[2:6], "big"), 6
+        else:
+            return None
+    else:
+        tag, kind = (first >> 2) & 0x0F, first & 0x03
+        if kind == 3:
+            return None
+        width = 1 << kind
+        length, header = int.from_bytes(data[1:1 + width], "big"), 1 + width
+    if tag not in tags or length < 12 or len(data) < header + 12:
+        return None
+    body = data[header:]
+    if tag == 2:  # a signature: version, then type, algorithm and hash (v4+)
+        return tag if body[0] in (4, 5, 6) and body[2] in _PGP_ALGORITHMS and 1 <= body[3] <= 14 else None
+    version, created = body[0], int.from_bytes(body[1:5], "big")
+    algorithm = body[7] if version == 3 else body[5]
+    if version in (3, 4, 5, 6) and _PGP_EPOCH[0] <= created <= _PGP_EPOCH[1] and algorithm in _PGP_ALGORITHMS:
+        return tag
+    return None
+
+
+def _structured(data: bytes) -> bool:
+    """Random-looking but not a secret: an OpenPGP public key, subkey or signature (a keyring, a
+    detached .sig), or one DER element spanning the file (a public key, a certificate)."""
+    if data[0] & 0x80 and _pgp_packet(data, (2, 6, 14)) is not None:
+        return True
+    element = _der(data, 0)
+    return element is not None and element[0] in (0x30, 0x31) and element[2] == len(data)
+
+
+def _der(data: bytes, at: int) -> tuple[int, int, int] | None:
+    """(tag, content start, content end) of the DER element at ``at``, or None."""
+    if at + 2 > len(data):
+        return None
+    tag, first = data[at], data[at + 1]
+    if first < 0x80:
+        start, length = at + 2, first
+    elif 0x81 <= first <= 0x83:
+        width = first - 0x80
+        start, length = at + 2 + width, int.from_bytes(data[at + 2:at + 2 + width], "big")
+    else:
+        return None
+    return (tag, start, start + length) if start + length <= len(data) else None
+
+
+def _der_children(data: bytes, start: int, end: int, limit: int) -> list[tuple[int, int, int]]:
+    children, at = [], start
+    while at < end and len(children) < limit:
+        element = _der(data, at)
+        if element is None or element[2] > end:
+            break
+        children.append(element)
+        at = element[2]
+    return children
+
+
+def _der_key(data: bytes) -> str | None:
+    """A DER private key whose outer SEQUENCE is the whole file."""
+    outer = _der(data, 0)
+    if outer is None or outer[2] != len(data):
+        return None
+    kids = _der_children(data, outer[1], outer[2], 9)
+    tags = [kid[0] for kid in kids]
+    small_int = [data[kid[1]:kid[2]] if kid[0] == 0x02 else None for kid in kids]
+    if tags[:3] == [0x02, 0x30, 0x04] and small_int[0] in (b"\x00", b"\x01"):
+        algorithm = _der(data, kids[1][1])
+        if algorithm and algorithm[0] == 0x06 and data[algorithm[1]:algorithm[2]] in _KEY_OIDS:
+            return "DER private key (PKCS#8) at byte 0"
+    if tags[:2] == [0x30, 0x04] and len(kids) == 2:
+        algorithm = _der(data, kids[0][1])
+        if algorithm and algorithm[0] == 0x06 and data[algorithm[1]:algorithm[2]].startswith(_PBE_OID_PREFIXES):
+            return "DER encrypted private key (PKCS#8) at byte 0"
+    if tags == [0x02] * 9 and small_int[0] == b"\x00" and kids[1][2] - kids[1][1] >= 64:
+        return "DER RSA private key (PKCS#1) at byte 0"
+    if tags == [0x02] * 6 and small_int[0] == b"\x00" and kids[1][2] - kids[1][1] >= 64:
+        return "DER DSA private key at byte 0"
+    if tags[:2] == [0x02, 0x04] and small_int[0] == b"\x01" and 16 <= kids[1][2] - kids[1][1] <= 66 \
+            and (len(tags) == 2 or tags[2] in (0xA0, 0xA1)):
+        return "DER EC private key (SEC1) at byte 0"
+    return None
+
+
+# -- random key material ------------------------------------------------------------------------
+def looks_random(data: bytes) -> bool:
+    """True when ``data`` is as varied as uniform random bytes of its length (a MUNGE key, a JWT key).
+
+    ASCII text is not; then two tests, set so loose that 10^5 random samples of every size
+    from 32 to 1024 bytes never fail them, while text, UTF-8, tables and code fail by far:
+
+    * distinct byte values: at least the random expectation minus 8 standard deviations
+      (near 1024 bytes the number of values never seen is Poisson, with a long tail: the
+      worst of 10^5 samples is 6 deviations below);
+    * the high and the low nibbles each spread over their 16 values: chi-square <= 90
+      (15 degrees of freedom; the worst of 10^5 samples of 33 bytes reaches 77);
+    * the differences of successive bytes pass the distinct-values test too: a table that
+      counts through the byte values (a test fixture) is uniform, but not random.
+    """
+    size = len(data)
+    if data.isascii():  # 32 random bytes are all below 0x80 once in 4 billion
+        return False
+    counts = Counter(data)
+    expected, deviation = _distinct_bytes(size)
+    if len(counts) < expected - 8 * deviation:
+        return False
+    high, low = [0] * 16, [0] * 16
+    for value, count in counts.items():
+        high[value >> 4] += count
+        low[value & 15] += count
+    mean = size / 16
+    if any(sum((c - mean) ** 2 for c in nibbles) / mean > 90 for nibbles in (high, low)):
+        return False
+    steps = {(after - before) & 0xFF for before, after in zip(data, data[1:])}
+    expected, deviation = _distinct_bytes(size - 1)
+    return len(steps) >= expected - 8 * deviation
+
+
+def _distinct_bytes(size: int) -> tuple[float, float]:
+    """Mean and standard deviation of the number of distinct values among ``size`` random bytes."""
+    miss1, miss2 = (255 / 256) ** size, (254 / 256) ** size
+    mean = 256 * (1 - miss1)
+    variance = 256 * 255 * miss2 + 256 * miss1 - 256 * 256 * miss1 * miss1
+    return mean, math.sqrt(max(variance, 0.0))
