@@ -5,7 +5,8 @@
 """The one reader of an image tree's package database: what the manifest and the SBOM list.
 
 * Debian family: ``/var/lib/dpkg/status`` (only packages dpkg calls ``installed``), licenses from
-  the machine-readable ``/usr/share/doc/<package>/copyright`` files that are present;
+  the machine-readable ``/usr/share/doc/<package>/copyright`` files that are present (or, when a
+  package's doc directory is gone, that of a package of the same source and version);
 * EL and SUSE: the rpm database (``/usr/lib/sysimage/rpm`` or ``/var/lib/rpm``), queried with the
   build host's ``rpm --root <tree> --dbpath <db>`` (the tree's own rpm through ``chroot`` when the
   host has none); ``gpg-pubkey`` entries are imported signing keys, not software, and are left out;
@@ -224,10 +225,25 @@ def read_distro(root: str) -> Distro:
     return Distro()
 
 
-def _with_licenses(root: str, package: Package) -> Package:
-    text = _read_text(root, f"usr/share/doc/{package.name}/copyright")
-    licenses = parse_copyright(text) if text else ()
-    return Package(**{**package.__dict__, "licenses": licenses}) if licenses else package
+def _with_licenses(root: str, packages: list[Package]) -> tuple[Package, ...]:
+    """``packages`` with the licenses of their copyright files. A package whose doc directory is gone
+    (Debian links ``/usr/share/doc/<package>`` to a sibling's of the same source, and a
+    ``path-exclude=/usr/share/doc/*`` drops such links) gets the licenses of the copyright file of
+    a package built from the same source and version."""
+    found: dict[str, tuple[str, ...]] = {}
+    by_source: dict[tuple[str, str], tuple[str, ...]] = {}
+    for package in packages:
+        text = _read_text(root, f"usr/share/doc/{package.name}/copyright")
+        if text is not None:
+            found[package.name] = parse_copyright(text)
+            if found[package.name]:
+                by_source.setdefault((package.source, package.source_version), found[package.name])
+    result = []
+    for package in packages:
+        licenses = found[package.name] if package.name in found else \
+            by_source.get((package.source, package.source_version), ())
+        result.append(Package(**{**package.__dict__, "licenses": licenses}) if licenses else package)
+    return tuple(result)
 
 
 def rpm_db_dir(root: str) -> str | None:
@@ -258,8 +274,7 @@ def read_package_db(root: str) -> PackageDb:
     distro = read_distro(root)
     status = _read_text(root, DPKG_STATUS)
     if status is not None:
-        packages = tuple(_with_licenses(root, p) for p in parse_dpkg_status(status))
-        return PackageDb(DPKG, packages, distro)
+        return PackageDb(DPKG, _with_licenses(root, parse_dpkg_status(status)), distro)
     db_dir = rpm_db_dir(root)
     if db_dir is None:
         return PackageDb(NONE, (), distro, reason=f"no package database in the image (neither /{DPKG_STATUS} nor "

@@ -178,6 +178,18 @@ def test_read_debian_tree_with_licenses_and_an_absolute_os_release_link(tmp_path
                                         "size": 7175 * 1024}
 
 
+def test_package_without_doc_directory_takes_the_licenses_of_its_source_sibling(tmp_path):
+    status = "".join(f"Package: {name}\nStatus: install ok installed\nArchitecture: amd64\nSource: kmod\n"
+                     f"Version: {version}\n\n" for name, version in (("kmod", "30-1"), ("libkmod2", "30-1"),
+                                                                      ("old-kmod-tool", "29-1")))
+    _write(tmp_path, "var/lib/dpkg/status", status)
+    _write(tmp_path, "usr/share/doc/libkmod2/copyright", COPYRIGHT)
+    licenses = {p.name: p.licenses for p in pkgdb.read_package_db(str(tmp_path)).packages}
+    # kmod's link to libkmod2 was dropped; a package of another source version gets nothing
+    assert licenses == {"kmod": ("GPL-2+ or Artistic", "GPL-3+"), "libkmod2": ("GPL-2+ or Artistic", "GPL-3+"),
+                        "old-kmod-tool": ()}
+
+
 def test_absolute_link_out_of_the_tree_is_read_inside_it(tmp_path):
     root = tmp_path / "root"
     (root / "var/lib/dpkg").mkdir(parents=True)
