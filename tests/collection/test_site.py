@@ -1,0 +1,260 @@
+"""A site's own repository uses the installed collection: build -> pack -> deploy of a layer with the
+site's own role, into the site's tree, and the site's Molecule scenario for that role.
+
+Real tools throughout (ansible-galaxy, buildah, zstd, cpio, molecule, testinfra). The site's base
+layer has the default inventory's bootstrap spec and role, so its content key is the default
+build's: the test tags the cached default base images into its own prefix (a name only) and builds
+just the site's layer. Run it after the default layers are built (make build), through the
+integration lock. Everything it creates under its prefix is removed at the end; the default images
+are only untagged from the site prefix, never removed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = REPO / ".venv" / "bin"
+DEFAULT_PREFIX = "localhost/hpc-stateless"
+PREFIX = "localhost/site-test"
+SITE_TAG = "v7"
+MOTD = "site-test: built from the site's own role"
+SITE_LAYERS = ["base", "site"]
+
+SITE_ROLE_TASKS = """---
+- name: Write the site's message of the day
+  ansible.builtin.copy:
+    content: "{{ mysite_motd_text }}\\n"
+    dest: /etc/mysite-motd
+    owner: root
+    group: root
+    mode: "0644"
+"""
+
+SITE_ROLE_TEST = f'''"""The site's own check of its role."""
+
+
+def test_the_motd_is_written(host):
+    motd = host.file("/etc/mysite-motd")
+    assert motd.exists and motd.mode == 0o644
+    assert motd.content_string == {MOTD!r} + "\\n"
+'''
+
+
+def site_env() -> dict[str, str]:
+    """A fresh user's shell: no ANSIBLE_* settings and no PYTHONPATH of the checkout."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("ANSIBLE_", "MOLECULE_", "HPC_STATELESS_")) and k not in ("PYTHONPATH", "BUILDAH_ISOLATION")}
+    env.update(PATH=f"{BIN}:{env.get('PATH', '/usr/bin:/bin')}", ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1",
+               PY_COLORS="0")
+    return env
+
+
+def run(argv: list[str], cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run(argv, cwd=cwd, env=site_env(), capture_output=True, text=True, check=False)
+    if check:
+        assert proc.returncode == 0, f"{' '.join(argv)} failed ({proc.returncode}):\n{proc.stdout[-6000:]}\n{proc.stderr[-3000:]}"
+    return proc
+
+
+def buildah(*args: str, check: bool = True) -> str:
+    proc = subprocess.run(["buildah", *args], capture_output=True, text=True, check=False)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"buildah {' '.join(args)} failed: {proc.stderr}")
+    return proc.stdout
+
+
+def images_under(prefix: str) -> list[str]:
+    listing = buildah("images", "--format", "{{.Name}}:{{.Tag}}")
+    return [ref for ref in listing.split() if ref.startswith(prefix + "/")]
+
+
+def snapshot(root: Path) -> dict[str, tuple]:
+    """Every entry under ``root`` with its type, size, mode and mtime: any write shows."""
+    found = {}
+    for directory, dirs, files in os.walk(root):
+        for name in dirs + files:
+            path = os.path.join(directory, name)
+            st = os.lstat(path)
+            found[os.path.relpath(path, root)] = (st.st_mode, st.st_size, st.st_mtime_ns)
+    return found
+
+
+def read_from_image(ref: str, path: str) -> str:
+    name = f"site-test-read-{uuid.uuid4().hex[:8]}"
+    buildah("from", "--pull=never", "--quiet", "--name", name, ref)
+    try:
+        root = buildah("mount", name).strip()
+        return Path(root, path.lstrip("/")).read_text(encoding="utf-8")
+    finally:
+        buildah("umount", name, check=False)
+        buildah("rm", name, check=False)
+
+
+def read_from_cpio(archive: Path, path: str) -> str:
+    unpacked = subprocess.run(f"zstd -dc {archive} | cpio -i --quiet --to-stdout '*{path.lstrip('/')}'",
+                              shell=True, capture_output=True, check=True)
+    return unpacked.stdout.decode()
+
+
+def write_site(site: Path, collections: Path) -> None:
+    default_layers = yaml.safe_load((REPO / "inventory/group_vars/all/layers.yml").read_text())
+    base = default_layers["hpc_stateless_layers"]["base"]
+    files = {
+        "ansible.cfg": f"[defaults]\ninventory = inventory\ncollections_path = {collections}\n",
+        ".gitignore": "build/\n",
+        "inventory/hosts.yml": yaml.safe_dump({"all": {"hosts": {"localhost": {
+            "ansible_connection": "local", "ansible_python_interpreter": "{{ ansible_playbook_python }}"}}}}),
+        "inventory/group_vars/all/layers.yml": yaml.safe_dump({
+            "hpc_stateless_image_prefix": PREFIX,
+            # The default base layer (same bootstrap spec and role: the same key) and the site's own.
+            "hpc_stateless_layers": {"base": base, "site": {"parent": "base", "roles": ["mysite_motd"]}},
+            "hpc_stateless_images": {"site": {"layer": "site", "formats": ["cpio.zst"], "kernel_args": "console=ttyS0"}},
+            "hpc_stateless_site_stages": ["build", "pack", "deploy"],
+        }),
+        "roles/mysite_motd/defaults/main.yml": f"---\nmysite_motd_text: {MOTD!r}\n",
+        "roles/mysite_motd/tasks/main.yml": SITE_ROLE_TASKS,
+        "site.yml": "---\n- name: The whole chain of our images\n  ansible.builtin.import_playbook: hpc.stateless.site\n",
+    }
+    for rel, content in files.items():
+        (site / rel).parent.mkdir(parents=True, exist_ok=True)
+        (site / rel).write_text(content)
+    for argv in (["init", "-q", "-b", "main"], ["add", "-A"],
+                 ["-c", "user.name=site", "-c", "user.email=site@example.org", "commit", "-qm", "our site"],
+                 ["-c", "user.name=site", "-c", "user.email=site@example.org", "tag", "-a", SITE_TAG, "-m", "release"]):
+        run(["git", *argv], site)
+
+
+def seed_base() -> None:
+    """Tag the default build's base layer and bootstrapped root into the site prefix (names only)."""
+    for ref in images_under(DEFAULT_PREFIX):
+        name, _sep, tag = ref[len(DEFAULT_PREFIX) + 1:].rpartition(":")
+        if name in ("base", "bootstrap/base") and re.fullmatch(r"[0-9a-f]{64}", tag):
+            buildah("tag", ref, f"{PREFIX}/{name}:{tag}")
+
+
+def remove_site_images() -> None:
+    for name in buildah("containers", "--format", "{{.ContainerName}}", check=False).split():
+        if name.startswith("site-test"):
+            buildah("umount", name, check=False)
+            buildah("rm", name, check=False)
+    for ref in images_under(PREFIX):
+        buildah("rmi", ref, check=False)
+
+
+def read_only_bind(path: Path) -> bool:
+    """Make ``path`` a read-only bind mount (root ignores file modes); False where mounts are not allowed."""
+    if subprocess.run(["mount", "--bind", str(path), str(path)], capture_output=True).returncode != 0:
+        return False
+    if subprocess.run(["mount", "-o", "remount,bind,ro", str(path)], capture_output=True).returncode != 0:
+        subprocess.run(["umount", str(path)], capture_output=True)
+        return False
+    return True
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    if not any(ref.startswith(f"{DEFAULT_PREFIX}/base:") for ref in images_under(DEFAULT_PREFIX)):
+        pytest.fail("the default base layer is not built: run 'make build' (ansible-playbook site.yml) first")
+    top = tmp_path_factory.mktemp("site")
+    dist, install, repo = top / "dist", top / "usr-share-ansible-collections", top / "mysite"
+    for directory in (dist, install, repo):
+        directory.mkdir()
+    for _attempt in range(3):  # another writer in the checkout can change a file between build and install
+        run([str(BIN / "ansible-galaxy"), "collection", "build", "--force", "--output-path", str(dist)], REPO)
+        tarball = next(dist.glob("hpc-stateless-*.tar.gz"))
+        # Offline, with dependencies: ansible.posix and community.general come from the `ansible` package.
+        installed = run([str(BIN / "ansible-galaxy"), "collection", "install", "--offline", "--force", "-p", str(install),
+                         str(tarball)], top, check=False)
+        if installed.returncode == 0:
+            break
+    assert installed.returncode == 0, installed.stdout + installed.stderr
+    assert "ansible.posix" in installed.stdout and "community.general" in installed.stdout
+    subprocess.run(["chmod", "-R", "a-w", str(install)], check=True)
+    bound = read_only_bind(install)
+    before = snapshot(install)
+    write_site(repo, install)
+    seed_base()
+    try:
+        first = run([str(BIN / "ansible-playbook"), "site.yml"], repo)
+        second = run([str(BIN / "ansible-playbook"), "site.yml"], repo)
+        yield {"repo": repo, "install": install, "before": before, "first": first, "second": second,
+               "collection": install / "ansible_collections/hpc/stateless"}
+    finally:
+        if bound:
+            subprocess.run(["umount", str(install)], capture_output=True)
+        subprocess.run(["chmod", "-R", "u+w", str(install)], check=False)
+        remove_site_images()
+
+
+def plan_line(proc: subprocess.CompletedProcess) -> str:
+    found = re.search(r'"msg": "(\d+ layers, \d+ to build: [^"]*)"', proc.stdout)
+    assert found, proc.stdout[-4000:]
+    return found.group(1)
+
+
+def test_the_site_layer_alone_is_built_from_the_cached_base(site):
+    assert plan_line(site["first"]) == "2 layers, 1 to build: site"
+
+
+def test_the_site_role_ran_in_the_layer_and_is_in_the_packed_archive(site):
+    refs = [r for r in images_under(PREFIX) if r.startswith(f"{PREFIX}/site:") and not r.endswith(":latest")]
+    assert len(refs) == 1, refs
+    assert read_from_image(refs[0], "/etc/mysite-motd") == MOTD + "\n"
+    archive = site["repo"] / "build/images/site" / SITE_TAG / "site.cpio.zst"
+    assert archive.is_file(), sorted(str(p) for p in (site["repo"] / "build").rglob("*"))
+    assert read_from_cpio(archive, "/etc/mysite-motd") == MOTD + "\n"
+
+
+def test_artifacts_and_boot_tree_are_in_the_site_tree_with_the_site_version(site):
+    repo = site["repo"]
+    manifest = json.loads((repo / "build/images/site" / SITE_TAG / "manifest.json").read_text())
+    assert manifest["version"] == SITE_TAG  # git describe of the site repository, not of the collection
+    served = repo / "build/tftpboot/site"
+    assert json.loads((served / "manifest.json").read_text())["version"] == SITE_TAG
+    assert (served / "vmlinuz").is_file() and (repo / "build/tftpboot/pxelinux.cfg/default").is_file()
+
+
+def test_nothing_is_written_under_the_collection_install(site):
+    assert not (site["collection"] / "build").exists()
+    assert snapshot(site["install"]) == site["before"]
+
+
+def test_a_second_run_builds_and_packs_nothing(site):
+    assert plan_line(site["second"]) == "2 layers, 0 to build: nothing (every layer is cached)"
+    assert f"image site {SITE_TAG} (up to date)" in site["second"].stdout
+
+
+def test_a_site_role_missing_from_every_search_path_names_the_setting(site, tmp_path):
+    repo = tmp_path / "norole"
+    shutil.copytree(site["repo"], repo, ignore=shutil.ignore_patterns("build", "roles"))
+    proc = run([str(BIN / "ansible-playbook"), "site.yml"], repo, check=False)
+    assert proc.returncode != 0
+    assert "role 'mysite_motd' not found" in proc.stdout
+    assert f"put the role in {repo}/roles or add its directory to roles_path" in " ".join(proc.stdout.split())
+
+
+def test_the_site_molecule_scenario_converges_is_idempotent_and_passes_testinfra(site):
+    repo = site["repo"]
+    run([str(BIN / "ansible-playbook"), "hpc.stateless.molecule_scaffold", "-e", "hpc_stateless_scaffold_role=mysite_motd",
+         "-e", "hpc_stateless_scaffold_layer=site"], repo)
+    scenario = repo / "molecule/mysite_motd"
+    assert sorted(p.name for p in scenario.iterdir()) == ["converge.yml", "create.yml", "destroy.yml", "molecule.yml", "tests"]
+    (scenario / "tests/test_mysite_motd.py").write_text(SITE_ROLE_TEST)
+    proc = run([str(BIN / "molecule"), "test", "-s", "mysite_motd"], repo, check=False)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log[-8000:]
+    assert "[mysite_motd > idempotence] Executed: Successful" in log, log[-8000:]
+    # The site's own check (it replaced the scaffold's first one) ran and passed.
+    assert re.search(r"collected 1 item.*\b1 passed\b", log, re.S), log[-8000:]
+    assert not [c for c in buildah("containers", "--format", "{{.ContainerName}}").split() if "mysite" in c]
+    assert snapshot(site["install"]) == site["before"]
