@@ -21,7 +21,7 @@ from bootlink_fixtures import tree_snapshot
 from faults_site import FAULTS_IMAGE
 from faults_support import boot_tree_problems, copy_version, deploy, deploy_site, failure_of, served
 from pack_support import run_module
-from signing_support import SIGNATURE, SUMS, SigningKey, gpgv
+from signing_keys import SIGNATURE, SUMS, SigningKey, gpgv
 
 ARTIFACT = f"{FAULTS_IMAGE}.cpio.zst"
 

@@ -10,14 +10,16 @@ SHA256SUMS, re-signed by another key) are fault cases in tests/faults/test_signe
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
+from conftest import REPO, run_site
 from deploy_support import write_inventory
 from pack_support import pack_module, run_module, small_root
-from signing_support import SIGNATURE, SUMS, SigningKey, gpgv, sha256sum_check
 
-from conftest import run_site
+sys.path.insert(0, str(REPO / "tests" / "unit" / "plugins" / "module_utils"))
+from signing_keys import SIGNATURE, SUMS, SigningKey, gpgv, sha256sum_check  # noqa: E402  pylint: disable=wrong-import-position
 
 NOT_CHECKED = "hpc_stateless_boot_keyring is not set: releases are published WITHOUT checking their signature"
 

@@ -285,10 +285,10 @@ def _refusal(where: str, problem: str, keyring: str, wanted: list[str], step: st
 
 def verify_files(sums_path: str, keyring: str, signers: Sequence[str] = ()) -> Signer:
     """:func:`verify` of ``sums_path`` and the ``.asc`` next to it, as they are on disk."""
-    data = _read(sums_path)
+    data = read_optional(sums_path)
     if data is None:
         raise SignatureError(f"{sums_path}: missing; the pack step writes {SUMS_FILE} next to the artifacts")
-    return verify(data, _read(signature_name(sums_path)), keyring, signers, sums_path)
+    return verify(data, read_optional(signature_name(sums_path)), keyring, signers, sums_path)
 
 
 def signature_name(sums_path: str) -> str:
@@ -296,7 +296,8 @@ def signature_name(sums_path: str) -> str:
     return os.path.join(os.path.dirname(sums_path), SIGNATURE_FILE)
 
 
-def _read(path: str) -> bytes | None:
+def read_optional(path: str) -> bytes | None:
+    """The content of ``path``; None when it does not exist (other OSErrors propagate)."""
     try:
         with open(path, "rb") as handle:
             return handle.read()
@@ -376,7 +377,7 @@ def sign(version_dir: str, key: str, gnupghome: str | None = None, passphrase_fi
     fingerprint, uid = gpg.secret_key(key)
     sums_path = os.path.join(version_dir, SUMS_FILE)
     target = os.path.join(version_dir, SIGNATURE_FILE)
-    data = _read(sums_path)
+    data = read_optional(sums_path)
     if data is None:
         if check_mode and not os.path.isdir(version_dir):
             return SignResult(True, target, fingerprint, uid)  # the pack before this step would create it
@@ -386,7 +387,7 @@ def sign(version_dir: str, key: str, gnupghome: str | None = None, passphrase_fi
         ring = os.path.join(workdir, "signer.gpg")
         with open(ring, "wb") as handle:
             handle.write(gpg.export(fingerprint))
-        existing = _read(target)
+        existing = read_optional(target)
         if existing is not None:
             with contextlib.suppress(SignatureError):
                 verify(data, existing, ring, [fingerprint], sums_path)
@@ -406,7 +407,7 @@ def _write_signature(gpg: Gpg, fingerprint: str, sums_path: str, target: str, ri
         with open(temp, "rb") as handle:
             made = handle.read()
             os.fsync(handle.fileno())
-        if _read(sums_path) != data:
+        if read_optional(sums_path) != data:
             raise SignatureError(f"{sums_path} changed while it was being signed; is a pack still running? "
                                  "Sign again when it is done")
         verify(data, made, ring, [fingerprint], sums_path)

@@ -61,7 +61,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils.artifact.names impor
     check_name,
     format_of,
 )
-from ansible_collections.hpc.stateless.plugins.module_utils.artifact.signature import Signer, verify
+from ansible_collections.hpc.stateless.plugins.module_utils.artifact.signature import Signer, read_optional, verify
 from ansible_collections.hpc.stateless.plugins.module_utils.artifact.sums import parse_sums, read_sums, sha256_file
 from ansible_collections.hpc.stateless.plugins.module_utils._paths import fsync_dir, nearest_existing
 
@@ -186,10 +186,7 @@ def load_packed(path: str, fmt: str | None = None) -> PackedVersion:
 def _read_bytes(path: str) -> bytes | None:
     """The content of ``path``, None when it does not exist."""
     try:
-        with open(path, "rb") as handle:
-            return handle.read()
-    except FileNotFoundError:
-        return None
+        return read_optional(path)
     except OSError as exc:
         raise BootlinkError(f"{path}: unreadable ({exc.strerror}); make the pack output readable for the "
                             "deploying user") from None

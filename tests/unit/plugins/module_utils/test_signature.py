@@ -6,13 +6,12 @@ Keys are throw-away ed25519 keys made in temporary GnuPG homes; the user's keyri
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 
 import pytest
 from bootlink_fixtures import make_pack, tree_snapshot
+from signing_keys import SigningKey, gpgv
 
 from ansible_collections.hpc.stateless.plugins.module_utils.artifact.names import SBOM_FILE, SIGNATURE_FILE, SUMS_FILE
 from ansible_collections.hpc.stateless.plugins.module_utils.artifact.signature import (
@@ -26,37 +25,10 @@ from ansible_collections.hpc.stateless.plugins.module_utils.artifact.signature i
 from ansible_collections.hpc.stateless.plugins.module_utils.artifact.sums import read_sums, sums_text
 from ansible_collections.hpc.stateless.plugins.module_utils.deploy.bootlink import BootlinkError, apply_state
 
-pytestmark = pytest.mark.skipif(not (shutil.which("gpg") and shutil.which("gpgv")), reason="needs gpg and gpgv")
-
-
-class Key:
-    """A throw-away signing key in a GnuPG home of its own, with its public key exported both ways."""
-
-    def __init__(self, base: Path, name: str) -> None:
-        self.home = base / name
-        self.home.mkdir(mode=0o700)
-        self._gpg("--passphrase", "", "--quick-gen-key", f"{name} release <{name}@example.invalid>", "ed25519",
-                  "sign", "never")
-        listing = self._gpg("--with-colons", "--list-secret-keys").decode()
-        self.fingerprint = next(line.split(":")[9] for line in listing.splitlines() if line.startswith("fpr:"))
-        self.armored = base / f"{name}.asc"
-        self.armored.write_bytes(self._gpg("--armor", "--export", self.fingerprint))
-        self.binary = base / f"{name}.gpg"
-        self.binary.write_bytes(self._gpg("--export", self.fingerprint))
-
-    def _gpg(self, *args: str) -> bytes:
-        return subprocess.run(["gpg", "--homedir", str(self.home), "--batch", *args], check=True,
-                              capture_output=True).stdout
-
-    def close(self) -> None:
-        subprocess.run(["gpgconf", "--homedir", str(self.home), "--kill", "gpg-agent"], check=False,
-                       capture_output=True)
-
-
 @pytest.fixture(scope="module")
 def keys(tmp_path_factory):
     base = tmp_path_factory.mktemp("gnupg")
-    made = {name: Key(base, name) for name in ("site", "other")}
+    made = {name: SigningKey(base, name) for name in ("site", "other")}
     yield made
     for key in made.values():
         key.close()
@@ -67,13 +39,6 @@ def signed(tmp_path, keys) -> Path:
     directory = make_pack(tmp_path / "out", version="v1")
     assert sign(str(directory), keys["site"].fingerprint, str(keys["site"].home)).changed
     return directory
-
-
-def gpgv(keyring: Path, directory: Path) -> subprocess.CompletedProcess:
-    """The real gpgv, as an admin runs it on a published or packed version (with an empty GnuPG home)."""
-    with tempfile.TemporaryDirectory() as home:
-        return subprocess.run(["gpgv", "--homedir", home, "--keyring", str(keyring), SIGNATURE_FILE, SUMS_FILE],
-                              cwd=directory, capture_output=True, text=True, check=False)
 
 
 # --------------------------------------------------------------------------- sign

@@ -1,4 +1,4 @@
-"""Throw-away GnuPG release keys for the signing tests (integration and faults).
+"""Throw-away GnuPG release keys for the signing tests (unit, integration and faults).
 
 Each key is an ed25519 key made with ``gpg --quick-gen-key`` in a temporary GnuPG home of its
 own; the user's keyring is never read or written. :meth:`SigningKey.close` stops the gpg-agent
