@@ -216,3 +216,32 @@ def test_the_git_label_runs_through_the_process_runner(tmp_path):
 
 def test_outside_a_work_tree_the_git_label_is_empty(tmp_path):
     assert _git.describe_work_tree(str(tmp_path)) == ""
+
+
+def test_a_site_role_beside_the_top_level_playbook_is_found_when_the_play_is_a_collections(site, tmp_path, monkeypatch):
+    """A site's site.yml imports hpc.stateless.build: playbook_dir is the collection's playbooks/,
+    the site's roles/ is found through the top-level playbook, and the build is told its directory."""
+    from ansible import context
+    from ansible.module_utils.common.collections import ImmutableDict
+
+    (site / "site.yml").write_text("---\n")
+    installed = write(tmp_path / "coll/ansible_collections/hpc/stateless", {"playbooks/build.yml": "---\n"})
+    monkeypatch.chdir(site)
+    monkeypatch.setattr(context, "CLIARGS", ImmutableDict(args=("site.yml",)))
+    result = Run(site / "inventory", installed / "playbooks").plan()
+    assert not result.get("failed"), result.get("msg")
+    assert result["project_dir"] == str(site)
+    assert result["layers"]["accel"]["role_refs"] == [str(site / "roles/marker")]
+
+
+def test_a_role_found_nowhere_names_the_setting_to_add(site, tmp_path, monkeypatch):
+    from ansible import context
+    from ansible.module_utils.common.collections import ImmutableDict
+
+    elsewhere = write(tmp_path / "elsewhere", {"site.yml": "---\n"})
+    monkeypatch.chdir(elsewhere)
+    monkeypatch.setattr(context, "CLIARGS", ImmutableDict(args=("site.yml",)))
+    result = Run(site / "inventory", elsewhere).plan(compute_keys=False)
+    assert result["failed"] is True
+    assert "role 'marker' not found" in result["msg"]
+    assert f"put the role in {elsewhere}/roles or add its directory to roles_path" in result["msg"]
