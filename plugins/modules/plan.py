@@ -66,7 +66,10 @@ options:
     type: bool
     default: true
   role_paths:
-    description: Extra directories to search for roles, before the playbook's C(roles/) and C(roles_path).
+    description:
+      - Extra directories to search for roles. Then come C(roles/) beside the running playbook (unless it
+        is a collection's), beside the top-level playbook and in the project directory (lookup
+        P(hpc.stateless.project_dir#lookup)), then C(roles_path).
     type: list
     elements: path
     default: []
@@ -250,6 +253,11 @@ layers:
     role_closure:
       description: Roles that went into the key, dependencies first.
       type: list
+    role_refs:
+      description:
+        - What the build includes for each of the layer's roles, in order - the role directory the key
+          hashed for a plain name, the FQCN for a collection's role.
+      type: list
     variables:
       description: Names of the variables whose values went into the key.
       type: list
@@ -268,9 +276,13 @@ images:
   returned: always
   type: dict
 git_commit:
-  description: C(git describe --always --dirty) of the playbook directory (a label, never part of a key).
+  description: C(git describe --always --dirty) of the project directory (a label, never part of a key).
   returned: always
   type: str
+project_dir:
+  description: The project directory (the rule of the lookup P(hpc.stateless.project_dir#lookup)).
+  returned: always
+  type: path
 changes:
   description: The layers a change rebuilds (see docs/ci.md).
   returned: when O(since) or O(changed_files) is given
