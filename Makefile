@@ -29,9 +29,9 @@ image: setup
 build:
 	ansible-playbook site.yml
 
-# Integration tests and Molecule scenarios start from the default layers built here.
+# The collection (site) test, integration tests and Molecule scenarios start from the default layers built here.
 test: setup
-	@$(MAKE) --no-print-directory unit lint sanity collection build integration fault-suite molecule
+	@$(MAKE) --no-print-directory unit lint sanity build collection integration fault-suite molecule
 
 unit:
 	pytest -q tests/unit
