@@ -26,7 +26,7 @@ from cyclonedx.validation.json import JsonStrictValidator
 from conftest import buildah, run_site
 from pack_support import PACK_INVENTORY, PACK_PREFIX, pack_module, small_root
 from test_rootfs_rpm import TOOLS as RPM_TOOLS
-from test_rootfs_rpm import rpm_repo, run_rootfs  # noqa: F401 - rpm_repo is a fixture
+from test_rootfs_rpm import rpm_repo, run_rootfs  # noqa: F401 pylint: disable=unused-import # rpm_repo: a fixture
 
 from ansible_collections.hpc.stateless.plugins.module_utils.artifact import pkgdb, sbom
 

@@ -497,8 +497,8 @@ class Packer:
             return False
         if current.get("source") != source_info or current.get("options") != options:
             return False
-        expected = {a["file"] for a in current.get("artifacts", [])} | {names.KERNEL_FILE, names.MANIFEST_FILE,
-                                                                       names.SBOM_FILE}
+        expected = {a["file"] for a in current.get("artifacts", [])}
+        expected |= {names.KERNEL_FILE, names.MANIFEST_FILE, names.SBOM_FILE}
         if not expected <= set(listed):
             return False
         for name, digest in listed.items():

@@ -179,9 +179,9 @@ def test_read_debian_tree_with_licenses_and_an_absolute_os_release_link(tmp_path
 
 
 def test_package_without_doc_directory_takes_the_licenses_of_its_source_sibling(tmp_path):
-    status = "".join(f"Package: {name}\nStatus: install ok installed\nArchitecture: amd64\nSource: kmod\n"
-                     f"Version: {version}\n\n" for name, version in (("kmod", "30-1"), ("libkmod2", "30-1"),
-                                                                      ("old-kmod-tool", "29-1")))
+    stanza = "Package: {}\nStatus: install ok installed\nArchitecture: amd64\nSource: kmod\nVersion: {}\n\n"
+    versions = (("kmod", "30-1"), ("libkmod2", "30-1"), ("old-kmod-tool", "29-1"))
+    status = "".join(stanza.format(name, version) for name, version in versions)
     _write(tmp_path, "var/lib/dpkg/status", status)
     _write(tmp_path, "usr/share/doc/libkmod2/copyright", COPYRIGHT)
     licenses = {p.name: p.licenses for p in pkgdb.read_package_db(str(tmp_path)).packages}
