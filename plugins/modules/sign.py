@@ -99,7 +99,7 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec=dict(
             version_dir=dict(type="path", required=True),
-            key=dict(type="str", required=True),
+            key=dict(type="str", required=True, no_log=False),  # names a key, is none
             gnupghome=dict(type="path"),
             passphrase_file=dict(type="path"),
         ),

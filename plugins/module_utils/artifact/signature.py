@@ -81,7 +81,7 @@ def parse_status(text: str) -> tuple[list[_Sig], list[str]]:
     for line in text.splitlines():
         if not line.startswith(STATUS_PREFIX):
             continue
-        keyword, _, rest = line[len(STATUS_PREFIX):].partition(" ")
+        keyword, rest = (line[len(STATUS_PREFIX):].split(" ", 1) + [""])[:2]
         args = rest.split(" ")
         if keyword == "NEWSIG":
             sigs.append(_Sig())

@@ -25,6 +25,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils.artifact.signature i
 from ansible_collections.hpc.stateless.plugins.module_utils.artifact.sums import read_sums, sums_text
 from ansible_collections.hpc.stateless.plugins.module_utils.deploy.bootlink import BootlinkError, apply_state
 
+
 @pytest.fixture(scope="module")
 def keys(tmp_path_factory):
     base = tmp_path_factory.mktemp("gnupg")
