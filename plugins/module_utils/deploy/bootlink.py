@@ -377,6 +377,10 @@ class BootTree:
                 names.extend(os.path.join(directory, name) for name in os.listdir(directory)
                              if name.startswith((PUBLISH_PREFIX, REMOVE_PREFIX))
                              or (name.startswith(".") and ".new-" in name))
+        for info in self.versions(image):  # a signature being replaced in a published version
+            with contextlib.suppress(FileNotFoundError):
+                names.extend(os.path.join(info.path, name) for name in os.listdir(info.path)
+                             if name.startswith(f".{SIGNATURE_FILE}.new-"))
         return sorted(names)
 
     def check_complete(self, image: str, version: str) -> dict[str, Any]:

@@ -246,3 +246,12 @@ def test_version_published_by_an_older_deploy_is_the_same_release(tmp_path):
     with pytest.raises(BootlinkError, match=r"already holds a different build of version 'v1' \(SHA256SUMS differs\)"):
         deploy(root, v1, state="present")
     assert tree_snapshot(root) == before
+
+
+def test_a_signature_left_half_replaced_is_cleaned_by_the_next_run(signed, keys, tmp_path):
+    root = tmp_path / "tftp"
+    deploy(root, signed, keyring=str(keys["site"].armored))
+    stray = root / "images/compute/v1" / f".{SIGNATURE_FILE}.new-0123abcd"  # as a killed replacement leaves it
+    stray.write_bytes(b"partial")
+    result = deploy(root, signed, keyring=str(keys["site"].armored))
+    assert result["cleaned"] == [str(stray)] and not stray.exists()
