@@ -284,7 +284,8 @@ def read_package_db(root: str) -> PackageDb:
         return PackageDb(NONE, (), distro, failed=True,
                          reason=f"the image has an rpm database ({db_dir}) but neither the build host nor the "
                                 "image has rpm to read it (Debian: apt-get install rpm)")
-    query = _process.run(argv, check=False, env={"HOME": root}, text=False, timeout=300)
+    # HOME: no ~/.rpmmacros of the build host's user may move the database or change the output
+    query = _process.run(argv, check=False, env={"HOME": os.devnull}, text=False, timeout=300)
     stderr = query.stderr.decode("utf-8", "replace").strip()
     if not query.ok:
         return PackageDb(NONE, (), distro, failed=True,
