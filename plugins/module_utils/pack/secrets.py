@@ -27,8 +27,9 @@ a header do not have that):
 * PEM private-key blocks (``-----BEGIN [RSA |EC |DSA |ENCRYPTED |OPENSSH |]PRIVATE KEY-----``,
   legacy encrypted ones with ``Proc-Type``/``DEK-Info`` headers), PGP private-key blocks,
   OpenVPN static and tls-crypt-v2 keys, SSH2 (RFC 4716 style) encrypted private keys;
-* PuTTY ``.ppk`` files, age identities, GnuPG ``private-keys-v1.d`` key files, the binary
-  ``openssh-key-v1`` and SSH1 private key formats;
+* PuTTY ``.ppk`` files (their first line is the header), age identities (in the first 4 KiB),
+  GnuPG ``private-keys-v1.d`` key files, the binary ``openssh-key-v1`` and SSH1 private key
+  formats;
 * binary OpenPGP secret keys (a Secret-Key packet first), DER private keys (PKCS#1, SEC1,
   PKCS#8, encrypted PKCS#8) whose outer SEQUENCE spans the whole file;
 * Kerberos keytabs: version 0x05 0x01/0x02 and a first entry that parses (realm and principal
@@ -171,6 +172,29 @@ def sniff(data: bytes, whole: bool = True) -> str | None:
 
 # -- text formats ----------------------------------------------------------------------------
 def _text(data: bytes) -> str | None:
+    # One pass over the window for the armored formats; the others are at the start of their files.
+    if b"BEGIN" in data:
+        found = _armored(data)
+        if found:
+            return found
+    if data.startswith(_PUTTY_MARK):
+        found = _putty(data)
+        if found:
+            return found
+    if data.find(_AGE_MARK, 0, 4096) >= 0:
+        match = _AGE.search(data)
+        if match:
+            return f"age secret key at byte {match.start()}"
+    if data.startswith(_GNUPG_SEXP):
+        return "GnuPG private key (private-keys-v1.d) at byte 0"
+    if re.match(rb"[A-Z][A-Za-z-]*: ", data):
+        match = _GNUPG_EXTENDED.search(data)
+        if match:
+            return f"GnuPG private key (private-keys-v1.d, extended format) at byte {match.start()}"
+    return None
+
+
+def _armored(data: bytes) -> str | None:
     if _PEM_MARK in data:
         for match in _PEM.finditer(data):
             if _pem_body_ok(match):
@@ -181,20 +205,6 @@ def _text(data: bytes) -> str | None:
         for match in _SSH2.finditer(data):
             if _base64(match.group("body")) is not None:
                 return f"SSH2 encrypted private key block at byte {match.start('begin')}"
-    if _PUTTY_MARK in data:
-        found = _putty(data)
-        if found:
-            return found
-    if _AGE_MARK in data:
-        match = _AGE.search(data)
-        if match:
-            return f"age secret key at byte {match.start()}"
-    if data.startswith(_GNUPG_SEXP):
-        return "GnuPG private key (private-keys-v1.d) at byte 0"
-    if re.match(rb"[A-Z][A-Za-z-]*: ", data):
-        match = _GNUPG_EXTENDED.search(data)
-        if match:
-            return f"GnuPG private key (private-keys-v1.d, extended format) at byte {match.start()}"
     return None
 
 
@@ -227,10 +237,10 @@ def _base64(text: bytes) -> bytes | None:
 
 
 def _putty(data: bytes) -> str | None:
-    for match in _PUTTY.finditer(data):
-        private = _PUTTY_PRIVATE.search(data, match.end())
-        if private and len(private.group(2).splitlines()) >= int(private.group(1)):
-            return f"PuTTY private key file at byte {match.start()}"
+    match = _PUTTY.match(data)
+    private = _PUTTY_PRIVATE.search(data, match.end()) if match else None
+    if private and len(private.group(2).splitlines()) >= int(private.group(1)):
+        return "PuTTY private key file at byte 0"
     return None
 
 

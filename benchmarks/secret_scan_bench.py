@@ -1,0 +1,216 @@
+# Copyright (c) 2026 hpc.stateless developers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Secret-scan benchmark: what finding secrets by content costs pack, on the same tree.
+
+Side by side in one run, on the same tree (a layer image mounted through a throw-away buildah
+working container, page cache warmed first), alternated run by run:
+
+* pack ``formats: [cpio.zst]`` with the name rules only vs pack as it ships (name rules and the
+  content scan): each run is a whole process (``--child``) that runs hpc.stateless's Packer on the
+  tree - the size and secret preflight, the stream, the kernel copy, checksums, manifest and the
+  rename. The name-rules-only side builds its :class:`SecretRules` with ``by_content=False``; the
+  rest of the process is the same code;
+* pass 1 alone (``scan_tree``), in this process, with and without the content scan: the scan's
+  own cost, without the compression that dominates a pack.
+
+Goal (issue: the scan must not make pack noticeably slower): pack with the scan takes at most
+10 % longer, i.e. ratio (without / with) >= 0.9. The pass-1 figure is reported, not judged.
+The findings on the tree are reported too: on the default images there must be none.
+
+    python benchmarks/secret_scan_bench.py [--image REF | --tree DIR] [--runs N] [--output FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import comparisons
+
+REPO = Path(__file__).resolve().parents[1]
+CANDIDATE_IMAGES = ("localhost/hpc-stateless/compute:latest", "localhost/hpc-stateless/slurm:latest",
+                    "localhost/hpc-stateless/base:latest")
+GOAL_RATIO = 0.9
+ENV = {**os.environ, "LANG": "C", "LC_ALL": "C", "BUILDAH_ISOLATION": os.environ.get("BUILDAH_ISOLATION", "chroot"),
+       "PYTHONPATH": str(REPO / ".collections")}
+
+
+def log(message: str) -> None:
+    print(f"[secret_scan_bench] {message}", file=sys.stderr, flush=True)
+
+
+def buildah(*args: str) -> str:
+    return subprocess.run(["buildah", *args], env=ENV, capture_output=True, text=True, check=True).stdout.strip()
+
+
+def child(tree: str, out: str, by_content: bool) -> None:
+    """One pack of ``tree`` into ``out`` (the process the parent times)."""
+    sys.path.insert(0, str(REPO / ".collections"))
+    # pylint: disable=import-outside-toplevel
+    from ansible_collections.hpc.stateless.plugins.module_utils.pack import run, tree as pack_tree
+
+    class Rules(pack_tree.SecretRules):
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **kwargs, by_content=by_content)
+
+    run.SecretRules = Rules  # the one difference between the two sides
+    request = run.PackRequest(image="bench", output_dir=out, formats=["cpio.zst"], source_path=tree, version="bench",
+                              force=True, source_date_epoch=1_700_000_000, size_ceiling=64 << 30)
+    run.Packer(request).run(check_mode=False)
+
+
+def timed(argv: list[str]) -> float:
+    start = time.monotonic()
+    proc = subprocess.run(argv, env=ENV, capture_output=True, text=True, check=False)
+    seconds = time.monotonic() - start
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(argv)} failed: {proc.stderr[-2000:]}")
+    return seconds
+
+
+def measure_pack(tree: Path, work: Path, runs: int) -> dict[str, list[float]]:
+    samples: dict[str, list[float]] = {"names": [], "content": []}
+    for number in range(runs):
+        for side in ("names", "content"):
+            argv = [sys.executable, str(Path(__file__).resolve()), "--child", side, "--tree", str(tree),
+                    "--child-out", str(work / f"out-{side}")]
+            seconds = timed(argv)
+            samples[side].append(seconds)
+            log(f"pack, {side}: run {number + 1}/{runs}: {seconds:.2f} s")
+    return samples
+
+
+def measure_pass1(tree: Path, runs: int) -> tuple[dict[str, list[float]], dict[str, object]]:
+    sys.path.insert(0, str(REPO / ".collections"))
+    # pylint: disable=import-outside-toplevel
+    from ansible_collections.hpc.stateless.plugins.module_utils.pack import secrets, tree as pack_tree
+    from ansible_collections.hpc.stateless.plugins.module_utils.pack.tree import (
+        DEFAULT_EXCLUDES, ExcludeRules, SecretRules, scan_tree)
+
+    rules = ExcludeRules(DEFAULT_EXCLUDES)
+    samples: dict[str, list[float]] = {"names": [], "content": []}
+    for _number in range(max(runs, 5)):
+        for side in ("names", "content"):
+            start = time.perf_counter()
+            scan = scan_tree(str(tree), rules, SecretRules(by_content=side == "content"))
+            samples[side].append(time.perf_counter() - start)
+    counted = {"opened": 0, "read": 0}
+
+    def counting(path, size):
+        if 0 < size <= secrets.CONTENT_MAX_SIZE:
+            counted["opened"] += 1
+            counted["read"] += min(size, secrets.HEAD_BYTES)
+        return sniff(path, size)
+
+    sniff, pack_tree.sniff_file = pack_tree.sniff_file, counting
+    try:
+        scan = scan_tree(str(tree), rules, SecretRules())
+    finally:
+        pack_tree.sniff_file = sniff
+    opened, read = counted["opened"], counted["read"]
+    facts = {"files": scan.files, "files_opened": opened, "head_bytes_read": read,
+             "findings": [str(s) for s in scan.secrets]}
+    return samples, facts
+
+
+def result_rows(report: dict) -> list[dict]:
+    pack, pass1, tree = report["pack"], report["pass1"], report["tree"]
+    size = f"{tree['bytes'] / 2**20:.0f} MiB"
+    facts = report["scan"]
+    return [
+        comparisons.comparison(
+            f"pack cpio.zst of a {size} tree, with the content scan", "pack, secrets by name only",
+            pack["names_median"], "pack, secrets by name and content", pack["content_median"],
+            f">= {GOAL_RATIO:g} (at most {100 - GOAL_RATIO * 100:.0f} % slower)", GOAL_RATIO,
+            a_samples=pack["names_seconds"], b_samples=pack["content_seconds"],
+            also={"no finding on the image": not facts["findings"]},
+            note=f"{facts['files_opened']} of {facts['files']} files opened, "
+                 f"{facts['head_bytes_read'] / 2**20:.0f} MiB read; findings: {len(facts['findings'])}"),
+        comparisons.comparison(
+            f"pass 1 (scan_tree) of the same tree, {facts['files']} files", "scan_tree, secrets by name only",
+            pass1["names_median"], "scan_tree, secrets by name and content", pass1["content_median"],
+            "reported", None, a_samples=pass1["names_seconds"], b_samples=pass1["content_seconds"]),
+    ]
+
+
+def summary(samples: dict[str, list[float]]) -> dict[str, object]:
+    return {"names_seconds": [round(s, 4) for s in samples["names"]],
+            "content_seconds": [round(s, 4) for s in samples["content"]],
+            "names_median": round(statistics.median(samples["names"]), 4),
+            "content_median": round(statistics.median(samples["content"]), 4),
+            "ratio": round(statistics.median(samples["names"]) / statistics.median(samples["content"]), 3)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", maxsplit=1)[0])
+    parser.add_argument("--image", help="layer image to mount as the tree (default: first present of "
+                                        + ", ".join(CANDIDATE_IMAGES) + ")")
+    parser.add_argument("--tree", type=Path, help="measure on this directory instead of an image")
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--output", type=Path, default=REPO / "benchmarks" / "results" / "secret_scan.json")
+    parser.add_argument("--child", choices=("names", "content"), help=argparse.SUPPRESS)
+    parser.add_argument("--child-out", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(str(args.tree), args.child_out, args.child == "content")
+        return
+
+    container = None
+    work = Path(tempfile.mkdtemp(prefix="secret-scan-bench-"))
+    try:
+        if args.tree:
+            tree, source = args.tree.resolve(), str(args.tree)
+        else:
+            ref = args.image or next((r for r in CANDIDATE_IMAGES
+                                      if subprocess.run(["buildah", "inspect", "--type", "image", r], env=ENV,
+                                                        capture_output=True, check=False).returncode == 0), None)
+            if not ref:
+                raise SystemExit("no image to benchmark: build one (ansible-playbook site.yml) or pass --image/--tree")
+            container = f"hpc-stateless-secretbench-{uuid.uuid4().hex[:8]}"
+            buildah("from", "--pull=never", "--quiet", "--name", container, ref)
+            tree, source = Path(buildah("mount", container)), ref
+        tree_bytes = int(subprocess.run(["du", "-sb", "."], cwd=tree, capture_output=True, text=True,
+                                        check=True).stdout.split()[0])
+        log(f"tree {source}: {tree_bytes / 2**20:.0f} MiB; warming the page cache")
+        subprocess.run(["sh", "-c", "find . -type f -print0 | xargs -0 cat > /dev/null"], cwd=tree, check=False)
+        pass1, facts = measure_pass1(tree, args.runs)
+        log(f"pass 1: {facts['files']} files, {len(facts['findings'])} findings")
+        pack = measure_pack(tree, work, args.runs)
+    finally:
+        if container:
+            subprocess.run(["buildah", "umount", container], env=ENV, capture_output=True, check=False)
+            subprocess.run(["buildah", "rm", container], env=ENV, capture_output=True, check=False)
+        shutil.rmtree(work, ignore_errors=True)
+
+    report = {
+        "image": source, "tree": {"source": source, "bytes": tree_bytes}, "cpus": os.cpu_count(), "runs": args.runs,
+        "pack": summary(pack), "pass1": summary(pass1), "scan": facts, "goal_ratio": GOAL_RATIO,
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    report["comparisons"] = result_rows(report)
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(report, indent=2) + "\n")
+
+    print(f"tree: {source} ({tree_bytes / 2**20:.0f} MiB, {facts['files']} files; {facts['files_opened']} opened, "
+          f"{facts['head_bytes_read'] / 2**20:.0f} MiB read by the content scan), {args.runs} runs each, medians")
+    for name in ("pack", "pass1"):
+        row = report[name]
+        print(f"{name:<6} names only {row['names_median']:>8.3f} s   + content {row['content_median']:>8.3f} s   "
+              f"ratio {row['ratio']:.3f}")
+    print(f"findings on the tree: {len(facts['findings'])}" + "".join(f"\n  {f}" for f in facts["findings"][:20]))
+    print("\n" + comparisons.text_table(report["comparisons"]))
+    print(f"written: {args.output}")
+
+
+if __name__ == "__main__":
+    main()
