@@ -11,24 +11,38 @@ are only untagged from the site prefix, never removed.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
 import shutil
 import subprocess
-import uuid
 from pathlib import Path
 
 import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+def _integration_helpers():
+    """The buildah helpers of tests/integration (loaded under a name of their own: both are conftests)."""
+    spec = importlib.util.spec_from_file_location("integration_helpers", REPO / "tests/integration/conftest.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_HELPERS = _integration_helpers()
+buildah, layer_images, our_containers, read_from_image = (
+    _HELPERS.buildah, _HELPERS.layer_images, _HELPERS.our_containers, _HELPERS.read_from_image)
 BIN = REPO / ".venv" / "bin"
 DEFAULT_PREFIX = "localhost/hpc-stateless"
 PREFIX = "localhost/site-test"
 SITE_TAG = "v7"
 MOTD = "site-test: built from the site's own role"
-SITE_LAYERS = ["base", "site"]
+# Where hpc.stateless.molecule_create starts the scenario's instances.
+MOLECULE_PREFIX = "localhost/hpc-stateless-molecule/mysite_motd"
 
 SITE_ROLE_TASKS = """---
 - name: Write the site's message of the day
@@ -66,18 +80,6 @@ def run(argv: list[str], cwd: Path, check: bool = True) -> subprocess.CompletedP
     return proc
 
 
-def buildah(*args: str, check: bool = True) -> str:
-    proc = subprocess.run(["buildah", *args], capture_output=True, text=True, check=False)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"buildah {' '.join(args)} failed: {proc.stderr}")
-    return proc.stdout
-
-
-def images_under(prefix: str) -> list[str]:
-    listing = buildah("images", "--format", "{{.Name}}:{{.Tag}}")
-    return [ref for ref in listing.split() if ref.startswith(prefix + "/")]
-
-
 def snapshot(root: Path) -> dict[str, tuple]:
     """Every entry under ``root`` with its type, size, mode and mtime: any write shows."""
     found = {}
@@ -87,17 +89,6 @@ def snapshot(root: Path) -> dict[str, tuple]:
             st = os.lstat(path)
             found[os.path.relpath(path, root)] = (st.st_mode, st.st_size, st.st_mtime_ns)
     return found
-
-
-def read_from_image(ref: str, path: str) -> str:
-    name = f"site-test-read-{uuid.uuid4().hex[:8]}"
-    buildah("from", "--pull=never", "--quiet", "--name", name, ref)
-    try:
-        root = buildah("mount", name).strip()
-        return Path(root, path.lstrip("/")).read_text(encoding="utf-8")
-    finally:
-        buildah("umount", name, check=False)
-        buildah("rm", name, check=False)
 
 
 def read_from_cpio(archive: Path, path: str) -> str:
@@ -136,18 +127,17 @@ def write_site(site: Path, collections: Path) -> None:
 
 def seed_base() -> None:
     """Tag the default build's base layer and bootstrapped root into the site prefix (names only)."""
-    for ref in images_under(DEFAULT_PREFIX):
+    for ref in sorted(layer_images(DEFAULT_PREFIX)):
         name, _sep, tag = ref[len(DEFAULT_PREFIX) + 1:].rpartition(":")
         if name in ("base", "bootstrap/base") and re.fullmatch(r"[0-9a-f]{64}", tag):
             buildah("tag", ref, f"{PREFIX}/{name}:{tag}")
 
 
 def remove_site_images() -> None:
-    for name in buildah("containers", "--format", "{{.ContainerName}}", check=False).split():
-        if name.startswith("site-test"):
-            buildah("umount", name, check=False)
-            buildah("rm", name, check=False)
-    for ref in images_under(PREFIX):
+    for name in our_containers(PREFIX):
+        buildah("umount", name, check=False)
+        buildah("rm", name, check=False)
+    for ref in sorted(layer_images(PREFIX)):
         buildah("rmi", ref, check=False)
 
 
@@ -163,7 +153,7 @@ def read_only_bind(path: Path) -> bool:
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
-    if not any(ref.startswith(f"{DEFAULT_PREFIX}/base:") for ref in images_under(DEFAULT_PREFIX)):
+    if not any(ref.startswith(f"{DEFAULT_PREFIX}/base:") for ref in sorted(layer_images(DEFAULT_PREFIX))):
         pytest.fail("the default base layer is not built: run 'make build' (ansible-playbook site.yml) first")
     top = tmp_path_factory.mktemp("site")
     dist, install, repo = top / "dist", top / "usr-share-ansible-collections", top / "mysite"
@@ -207,7 +197,7 @@ def test_the_site_layer_alone_is_built_from_the_cached_base(site):
 
 
 def test_the_site_role_ran_in_the_layer_and_is_in_the_packed_archive(site):
-    refs = [r for r in images_under(PREFIX) if r.startswith(f"{PREFIX}/site:") and not r.endswith(":latest")]
+    refs = [r for r in sorted(layer_images(PREFIX)) if r.startswith(f"{PREFIX}/site:") and not r.endswith(":latest")]
     assert len(refs) == 1, refs
     assert read_from_image(refs[0], "/etc/mysite-motd") == MOTD + "\n"
     archive = site["repo"] / "build/images/site" / SITE_TAG / "site.cpio.zst"
@@ -224,8 +214,9 @@ def test_artifacts_and_boot_tree_are_in_the_site_tree_with_the_site_version(site
     assert (served / "vmlinuz").is_file() and (repo / "build/tftpboot/pxelinux.cfg/default").is_file()
 
 
-def test_nothing_is_written_under_the_collection_install(site):
+def test_nothing_is_written_under_the_collection_install_and_no_container_is_left(site):
     assert not (site["collection"] / "build").exists()
+    assert our_containers(PREFIX) == []
     assert snapshot(site["install"]) == site["before"]
 
 
@@ -256,5 +247,5 @@ def test_the_site_molecule_scenario_converges_is_idempotent_and_passes_testinfra
     assert "[mysite_motd > idempotence] Executed: Successful" in log, log[-8000:]
     # The site's own check (it replaced the scaffold's first one) ran and passed.
     assert re.search(r"collected 1 item.*\b1 passed\b", log, re.S), log[-8000:]
-    assert not [c for c in buildah("containers", "--format", "{{.ContainerName}}").split() if "mysite" in c]
+    assert our_containers(MOLECULE_PREFIX) == [], "the scenario's destroy left working containers"
     assert snapshot(site["install"]) == site["before"]
