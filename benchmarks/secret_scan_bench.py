@@ -1,10 +1,11 @@
 # Copyright (c) 2026 hpc.stateless developers
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Secret-scan benchmark: what finding secrets by content costs pack, on the same tree.
+"""What finding secrets by content costs pack, on the same tree: a section of the pack benchmark.
 
-Side by side in one run, on the same tree (a layer image mounted through a throw-away buildah
-working container, page cache warmed first), alternated run by run:
+``benchmarks/pack_bench.py`` runs :func:`measure` on its tree and adds :func:`result_rows` to its
+comparisons (so ``make bench`` reports it); this script runs the same section alone. Side by
+side in one run, on the same tree (page cache warmed first), alternated run by run:
 
 * pack ``formats: [cpio.zst]`` with the name rules only vs pack as it ships (name rules and the
   content scan): each run is a whole process (``--child``) that runs hpc.stateless's Packer on the
@@ -123,10 +124,21 @@ def measure_pass1(tree: Path, runs: int) -> tuple[dict[str, list[float]], dict[s
     return samples, facts
 
 
-def result_rows(report: dict) -> list[dict]:
-    pack, pass1, tree = report["pack"], report["pass1"], report["tree"]
-    size = f"{tree['bytes'] / 2**20:.0f} MiB"
-    facts = report["scan"]
+def measure(tree: Path, work: Path, runs: int) -> dict[str, object]:
+    """The section: both sides of a pack and of pass 1, and what the scan read and found."""
+    pass1, facts = measure_pass1(tree, runs)
+    log(f"pass 1: {facts['files']} files, {len(facts['findings'])} findings")
+    pack = measure_pack(tree, work, runs)
+    return {"pack": summary(pack), "pass1": summary(pass1), "scan": facts, "goal_ratio": GOAL_RATIO}
+
+
+def goal_met(section: dict) -> bool:
+    return section["pack"]["ratio"] >= GOAL_RATIO and not section["scan"]["findings"]
+
+
+def result_rows(section: dict, tree_bytes: int) -> list[dict]:
+    pack, pass1, facts = section["pack"], section["pass1"], section["scan"]
+    size = f"{tree_bytes / 2**20:.0f} MiB"
     return [
         comparisons.comparison(
             f"pack cpio.zst of a {size} tree, with the content scan", "pack, secrets by name only",
@@ -183,33 +195,35 @@ def main() -> None:
                                         check=True).stdout.split()[0])
         log(f"tree {source}: {tree_bytes / 2**20:.0f} MiB; warming the page cache")
         subprocess.run(["sh", "-c", "find . -type f -print0 | xargs -0 cat > /dev/null"], cwd=tree, check=False)
-        pass1, facts = measure_pass1(tree, args.runs)
-        log(f"pass 1: {facts['files']} files, {len(facts['findings'])} findings")
-        pack = measure_pack(tree, work, args.runs)
+        section = measure(tree, work, args.runs)
     finally:
         if container:
             subprocess.run(["buildah", "umount", container], env=ENV, capture_output=True, check=False)
             subprocess.run(["buildah", "rm", container], env=ENV, capture_output=True, check=False)
         shutil.rmtree(work, ignore_errors=True)
 
-    report = {
-        "image": source, "tree": {"source": source, "bytes": tree_bytes}, "cpus": os.cpu_count(), "runs": args.runs,
-        "pack": summary(pack), "pass1": summary(pass1), "scan": facts, "goal_ratio": GOAL_RATIO,
-        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }
-    report["comparisons"] = result_rows(report)
+    report = {"image": source, "tree": {"source": source, "bytes": tree_bytes}, "cpus": os.cpu_count(),
+              "runs": args.runs, **section, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    report["comparisons"] = result_rows(section, tree_bytes)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(report, indent=2) + "\n")
-
-    print(f"tree: {source} ({tree_bytes / 2**20:.0f} MiB, {facts['files']} files; {facts['files_opened']} opened, "
-          f"{facts['head_bytes_read'] / 2**20:.0f} MiB read by the content scan), {args.runs} runs each, medians")
-    for name in ("pack", "pass1"):
-        row = report[name]
-        print(f"{name:<6} names only {row['names_median']:>8.3f} s   + content {row['content_median']:>8.3f} s   "
-              f"ratio {row['ratio']:.3f}")
-    print(f"findings on the tree: {len(facts['findings'])}" + "".join(f"\n  {f}" for f in facts["findings"][:20]))
+    print(f"tree: {source} ({tree_bytes / 2**20:.0f} MiB), {args.runs} runs each, medians")
+    print(text(section))
     print("\n" + comparisons.text_table(report["comparisons"]))
     print(f"written: {args.output}")
+
+
+def text(section: dict) -> str:
+    """The section for people: both medians of each figure, what was read, what was found."""
+    facts = section["scan"]
+    lines = [f"secret scan: {facts['files_opened']} of {facts['files']} files opened, "
+             f"{facts['head_bytes_read'] / 2**20:.0f} MiB read"]
+    for name in ("pack", "pass1"):
+        row = section[name]
+        lines.append(f"  {name:<6} names only {row['names_median']:>8.3f} s   + content {row['content_median']:>8.3f} s"
+                     f"   ratio {row['ratio']:.3f}")
+    lines.append(f"  findings on the tree: {len(facts['findings'])}" + "".join(f"\n    {f}" for f in facts["findings"][:20]))
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
