@@ -5,8 +5,8 @@
 """SHA256SUMS of a version directory: hashing, the one writer and the one (strict) reader.
 
 The format is what ``sha256sum --check --strict`` accepts: ``<64 hex>  <name>`` per line, names
-relative to the version directory, sorted by name. Pack writes it, deploy reads it and writes the
-subset it publishes; both go through this module.
+relative to the version directory, sorted by name. Pack writes it, deploy reads it and publishes it
+unchanged (it may be signed: artifact/signature.py); both go through this module.
 """
 
 from __future__ import annotations
