@@ -68,7 +68,6 @@ class Signer:
 class _Sig:
     """What gpgv said about one signature (one NEWSIG block)."""
 
-    key_id: str = ""
     uid: str = ""
     valid: list[str] = field(default_factory=list)  # VALIDSIG fields
     problems: list[str] = field(default_factory=list)
@@ -92,12 +91,8 @@ def parse_status(text: str) -> tuple[list[_Sig], list[str]]:
             if problem:
                 general.append(problem)
             continue
-        if keyword in ("GOODSIG", "BADSIG", "EXPSIG", "EXPKEYSIG", "REVKEYSIG", "ERRSIG"):
-            current.key_id = current.key_id or args[0]
-            if keyword != "ERRSIG":
-                current.uid = rest.partition(" ")[2]
-        if keyword == "ERRSIG" and len(args) >= 7 and args[6] not in ("", "-"):
-            current.key_id = args[6]  # the issuer fingerprint, when the signature carries it
+        if keyword in ("GOODSIG", "BADSIG", "EXPSIG", "EXPKEYSIG", "REVKEYSIG"):
+            current.uid = rest.partition(" ")[2]
         if keyword == "VALIDSIG":
             current.valid = args
         if problem:
@@ -111,6 +106,7 @@ def _problem(keyword: str, args: list[str], rest: str) -> str:
         return (f"BAD signature by {who}: {SUMS_FILE} was changed after it was signed, or the signature was "
                 "damaged")
     if keyword == "ERRSIG":
+        # the issuer fingerprint, when the signature carries it; else the long key id
         issuer = args[6] if len(args) >= 7 and args[6] not in ("", "-") else args[0]
         reason = ERRSIG_REASONS.get(args[5] if len(args) >= 6 else "", f"cannot be checked (gpgv: ERRSIG {rest})")
         return f"signed by key {issuer}, which {reason}"
@@ -270,7 +266,7 @@ def _next_step(problems: list[str]) -> str:
     if any("not in the keyring" in problem for problem in problems):
         return ("sign it with the site's key, or add the signer's public key to the keyring if it is trusted")
     if any("BAD signature" in problem for problem in problems):
-        return "pack and sign it again (compare SHA256SUMS with the pack output first)"
+        return f"find out who changed {SUMS_FILE}; if the change is intended, sign it again (hpc.stateless.sign)"
     return "sign it again with the site's key (hpc.stateless.sign)"
 
 
