@@ -8,7 +8,8 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 name: project_dir
-author: hpc.stateless developers
+version_added: 0.1.0
+author: hpc.stateless developers (@hpc-stateless)
 short_description: The project directory the stages write their default outputs under
 description:
   - Returns one path, the project directory. Pack writes to C(<project>/build/images), deploy to

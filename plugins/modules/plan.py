@@ -280,9 +280,9 @@ git_commit:
   returned: always
   type: str
 project_dir:
-  description: The project directory (the rule of the lookup P(hpc.stateless.project_dir#lookup)).
+  description: The project directory (the rule of the lookup P(hpc.stateless.project_dir#lookup)), an absolute path.
   returned: always
-  type: path
+  type: str
 changes:
   description: The layers a change rebuilds (see docs/ci.md).
   returned: when O(since) or O(changed_files) is given

@@ -143,10 +143,10 @@ def remove_site_images() -> None:
 
 def read_only_bind(path: Path) -> bool:
     """Make ``path`` a read-only bind mount (root ignores file modes); False where mounts are not allowed."""
-    if subprocess.run(["mount", "--bind", str(path), str(path)], capture_output=True).returncode != 0:
+    if subprocess.run(["mount", "--bind", str(path), str(path)], capture_output=True, check=False).returncode != 0:
         return False
-    if subprocess.run(["mount", "-o", "remount,bind,ro", str(path)], capture_output=True).returncode != 0:
-        subprocess.run(["umount", str(path)], capture_output=True)
+    if subprocess.run(["mount", "-o", "remount,bind,ro", str(path)], capture_output=True, check=False).returncode != 0:
+        subprocess.run(["umount", str(path)], capture_output=True, check=False)
         return False
     return True
 
@@ -161,7 +161,7 @@ def site(tmp_path_factory):
         directory.mkdir()
     for _attempt in range(3):  # another writer in the checkout can change a file between build and install
         run([str(BIN / "ansible-galaxy"), "collection", "build", "--force", "--output-path", str(dist)], REPO)
-        tarball = next(dist.glob("hpc-stateless-*.tar.gz"))
+        tarball = sorted(dist.glob("hpc-stateless-*.tar.gz"))[0]
         # Offline, with dependencies: ansible.posix and community.general come from the `ansible` package.
         installed = run([str(BIN / "ansible-galaxy"), "collection", "install", "--offline", "--force", "-p", str(install),
                          str(tarball)], top, check=False)
@@ -181,7 +181,7 @@ def site(tmp_path_factory):
                "collection": install / "ansible_collections/hpc/stateless"}
     finally:
         if bound:
-            subprocess.run(["umount", str(install)], capture_output=True)
+            subprocess.run(["umount", str(install)], capture_output=True, check=False)
         subprocess.run(["chmod", "-R", "u+w", str(install)], check=False)
         remove_site_images()
 
