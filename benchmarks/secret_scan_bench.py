@@ -19,7 +19,7 @@ Goal (issue: the scan must not make pack noticeably slower): pack with the scan 
 10 % longer, i.e. ratio (without / with) >= 0.9. The pass-1 figure is reported, not judged.
 The findings on the tree are reported too: on the default images there must be none.
 
-    python benchmarks/secret_scan_bench.py [--image REF | --tree DIR] [--runs N] [--output FILE]
+    python benchmarks/secret_scan_bench.py --tree DIR [--runs N] [--output FILE]
 """
 
 from __future__ import annotations
@@ -33,25 +33,17 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 
 import comparisons
 
 REPO = Path(__file__).resolve().parents[1]
-CANDIDATE_IMAGES = ("localhost/hpc-stateless/compute:latest", "localhost/hpc-stateless/slurm:latest",
-                    "localhost/hpc-stateless/base:latest")
 GOAL_RATIO = 0.9
-ENV = {**os.environ, "LANG": "C", "LC_ALL": "C", "BUILDAH_ISOLATION": os.environ.get("BUILDAH_ISOLATION", "chroot"),
-       "PYTHONPATH": str(REPO / ".collections")}
+ENV = {**os.environ, "LANG": "C", "LC_ALL": "C", "PYTHONPATH": str(REPO / ".collections")}
 
 
 def log(message: str) -> None:
     print(f"[secret_scan_bench] {message}", file=sys.stderr, flush=True)
-
-
-def buildah(*args: str) -> str:
-    return subprocess.run(["buildah", *args], env=ENV, capture_output=True, text=True, check=True).stdout.strip()
 
 
 def child(tree: str, out: str, by_content: bool) -> None:
@@ -165,9 +157,8 @@ def summary(samples: dict[str, list[float]]) -> dict[str, object]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", maxsplit=1)[0])
-    parser.add_argument("--image", help="layer image to mount as the tree (default: first present of "
-                                        + ", ".join(CANDIDATE_IMAGES) + ")")
-    parser.add_argument("--tree", type=Path, help="measure on this directory instead of an image")
+    parser.add_argument("--tree", type=Path, required=True,
+                        help="the tree: a directory, or a layer image's mount point (buildah from; buildah mount)")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--output", type=Path, default=REPO / "benchmarks" / "results" / "secret_scan.json")
     parser.add_argument("--child", choices=("names", "content"), help=argparse.SUPPRESS)
@@ -177,37 +168,22 @@ def main() -> None:
         child(str(args.tree), args.child_out, args.child == "content")
         return
 
-    container = None
+    tree = args.tree.resolve()
+    tree_bytes = int(subprocess.run(["du", "-sb", "."], cwd=tree, capture_output=True, text=True,
+                                    check=True).stdout.split()[0])
+    log(f"tree {tree}: {tree_bytes / 2**20:.0f} MiB; warming the page cache")
+    subprocess.run(["sh", "-c", "find . -type f -print0 | xargs -0 cat > /dev/null"], cwd=tree, check=False)
     work = Path(tempfile.mkdtemp(prefix="secret-scan-bench-"))
     try:
-        if args.tree:
-            tree, source = args.tree.resolve(), str(args.tree)
-        else:
-            ref = args.image or next((r for r in CANDIDATE_IMAGES
-                                      if subprocess.run(["buildah", "inspect", "--type", "image", r], env=ENV,
-                                                        capture_output=True, check=False).returncode == 0), None)
-            if not ref:
-                raise SystemExit("no image to benchmark: build one (ansible-playbook site.yml) or pass --image/--tree")
-            container = f"hpc-stateless-secretbench-{uuid.uuid4().hex[:8]}"
-            buildah("from", "--pull=never", "--quiet", "--name", container, ref)
-            tree, source = Path(buildah("mount", container)), ref
-        tree_bytes = int(subprocess.run(["du", "-sb", "."], cwd=tree, capture_output=True, text=True,
-                                        check=True).stdout.split()[0])
-        log(f"tree {source}: {tree_bytes / 2**20:.0f} MiB; warming the page cache")
-        subprocess.run(["sh", "-c", "find . -type f -print0 | xargs -0 cat > /dev/null"], cwd=tree, check=False)
         section = measure(tree, work, args.runs)
     finally:
-        if container:
-            subprocess.run(["buildah", "umount", container], env=ENV, capture_output=True, check=False)
-            subprocess.run(["buildah", "rm", container], env=ENV, capture_output=True, check=False)
         shutil.rmtree(work, ignore_errors=True)
-
-    report = {"image": source, "tree": {"source": source, "bytes": tree_bytes}, "cpus": os.cpu_count(),
-              "runs": args.runs, **section, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    report = {"tree": {"source": str(tree), "bytes": tree_bytes}, "cpus": os.cpu_count(), "runs": args.runs,
+              **section, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     report["comparisons"] = result_rows(section, tree_bytes)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"tree: {source} ({tree_bytes / 2**20:.0f} MiB), {args.runs} runs each, medians")
+    print(f"tree: {tree} ({tree_bytes / 2**20:.0f} MiB), {args.runs} runs each, medians")
     print(text(section))
     print("\n" + comparisons.text_table(report["comparisons"]))
     print(f"written: {args.output}")
