@@ -215,6 +215,11 @@ def table(results: dict) -> str:
     ])
 
 
+def shown(path: Path) -> str:
+    """``path`` relative to the checkout when it is inside it (result files travel between hosts)."""
+    return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", maxsplit=1)[0])
     parser.add_argument("--src", type=Path, help="old version directory (default: newest pack of compute)")
@@ -227,7 +232,7 @@ def main() -> int:
     try:
         log(f"making the new version from {old}")
         new, changes = make_new_version(old, WORK / "images")
-        results = {"image": str(old), "old": str(old), "new": str(new), "changes_made": changes,
+        results = {"image": shown(old), "old": shown(old), "new": shown(new), "changes_made": changes,
                    "runs": args.runs, "host": {"cpus": os.cpu_count()}, "diff": run(old, new, args.runs)}
     finally:
         if not args.keep:

@@ -122,8 +122,9 @@ BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in (
     Benchmark("pack", "~26 min", lambda d: ["--image", d.image_ref], ["--runs", "1"], True, lambda d: [d.image_ref]),
     Benchmark("deploy", "~3 min", _deploy_args, ["--runs", "1"], True),
     Benchmark("plan", "~30 s", lambda d: [], ["--quick", "--runs", "3"]),
+    Benchmark("diff", "~2 min", _deploy_args, ["--runs", "1"], True),
 )}
-RUN_ORDER = ["plan", "deploy", "nspawn", "compliance", "build", "pack"]
+RUN_ORDER = ["plan", "deploy", "diff", "nspawn", "compliance", "build", "pack"]
 
 
 @dataclass
