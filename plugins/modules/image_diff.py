@@ -13,7 +13,7 @@ short_description: Compare two versions of a node image (packages, files, kernel
 version_added: 0.1.0
 author: hpc.stateless developers (@hpc-stateless)
 description:
-  - Answers "what changed since what the nodes run": packages added, removed, upgraded and downgraded (old -> new
+  - Answers "what changed since what the nodes run" - packages added, removed, upgraded and downgraded (old -> new
     version, from the C(packages) list of C(manifest.json), or from the package database of a layer image), files
     added, removed and changed (content, type, mode, owner, link target) with size deltas, the largest growths, the
     kernel version and command line, the layers whose content key changed (so were rebuilt), and
@@ -23,7 +23,7 @@ description:
     version the boot tree serves for O(image)).
   - The new version is one of O(new_dir), O(new_image), the newest pack of O(image) under O(output_dir) (or its
     O(new_version)), or O(new_version) published in O(boot_root).
-  - Artifacts are read in one pass each, both at once, without extracting them: a cpio artifact is decompressed
+  - Artifacts are read in one pass each, both at once, without extracting them. A cpio artifact is decompressed
     into a pipe and its newc headers parsed, a squashfs artifact is read through C(unsquashfs -pf) on a pipe, and
     every regular file's data is hashed (SHA-256) as it streams by. Entries are compared by type, permission bits,
     owner, size and content; modification times are not compared (pack clamps them).

@@ -84,8 +84,8 @@ def compare_versions(left: str, right: str) -> int:
     rpm versions (``[epoch:]version-release``) order the same way in all but corner cases.
     """
     def split(version: str) -> tuple[int, str, str]:
-        epoch, _, rest = version.rpartition(":") if ":" in version else ("0", "", version)
-        upstream, _, revision = rest.rpartition("-") if "-" in rest else (rest, "", "")
+        epoch, _colon, rest = version.partition(":") if ":" in version else ("0", "", version)
+        upstream, _dash, revision = rest.rpartition("-") if "-" in rest else (rest, "", "")
         return (int(epoch) if epoch.isdigit() else 0, upstream, revision)
     (ea, ua, ra), (eb, ub, rb) = split(left), split(right)
     if ea != eb:

@@ -96,7 +96,7 @@ class _Reader:
         data = self.stream.read(size)
         if len(data) != size:
             raise TruncatedError(f"{self.where}: the archive ends inside a member at byte {self.offset + len(data)} "
-                               "(truncated or not a newc cpio archive); re-run the pack step")
+                                 "(truncated or not a newc cpio archive); re-run the pack step")
         self.offset += size
         return data
 
@@ -107,7 +107,7 @@ class _Reader:
             data = self.stream.read(min(remaining, CHUNK))
             if not data:
                 raise TruncatedError(f"{self.where}: the archive ends inside file data at byte {self.offset}; "
-                                   "re-run the pack step")
+                                     "re-run the pack step")
             hasher.update(data)
             if keep is not None:
                 keep.append(data)
@@ -213,7 +213,8 @@ class _Pipe:
         except OSError as exc:
             self._stderr.close()
             raise ListingError(f"{' '.join(argv)} could not start: {exc.strerror}") from exc
-        assert self.proc.stdout is not None
+        if self.proc.stdout is None:  # cannot happen with stdout=PIPE; keeps type checkers honest
+            raise ListingError(f"{' '.join(argv)}: no stdout pipe")
         self.stdout: IO[bytes] = self.proc.stdout
 
     def error(self) -> str:

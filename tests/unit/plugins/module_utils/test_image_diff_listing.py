@@ -242,7 +242,7 @@ def test_list_artifact_picks_the_reader_by_format_and_squashfs_errors_name_the_f
 ])
 def test_compare_versions_orders_as_dpkg(left, right, expected):
     assert compare_versions(left, right) == expected
-    assert compare_versions(right, left) == -expected
+    assert compare_versions(right, left) == -expected  # pylint: disable=arguments-out-of-order
 
 
 def test_diff_packages_sorts_each_kind():

@@ -114,7 +114,7 @@ def test_two_pack_directories(run_module, versions, tmp_path):
     assert result["table"][:2] == ["old: compute v1", "new: compute v2"]
     assert dest.read_text() == result["markdown"]
     assert result["markdown_dest"] == str(dest)
-    again, _ = run_module({"old_dir": str(old), "new_dir": str(new), "markdown_dest": str(dest)})
+    again, _rc = run_module({"old_dir": str(old), "new_dir": str(new), "markdown_dest": str(dest)})
     assert again["changed"] is False
 
 
@@ -138,7 +138,7 @@ def test_served_version_against_the_newest_pack(run_module, versions, tmp_path):
     assert result["old"]["label"] == f"compute v1 (served) in {boot}"
     assert result["new"]["version"] == "v2"
     assert result["packages"]["added"] == [{"name": "htop", "version": "3.2.2-2"}]
-    same, _ = run_module({"boot_root": str(boot), "image": "compute", "output_dir": str(out), "new_version": "v1"})
+    same, _rc = run_module({"boot_root": str(boot), "image": "compute", "output_dir": str(out), "new_version": "v1"})
     assert same["differs"] is False and "no difference" in same["table"]
 
 
