@@ -35,7 +35,7 @@ attributes:
   check_mode:
     description: Can run in check mode and return changed status prediction without modifying target.
     support: full
-    details: The comparison only reads; in check mode O(markdown_dest) is not written, and RV(changed) says
+    details: The comparison only reads; in check mode O(markdown_dest) is not written, and C(changed) says
       whether it would be.
   diff_mode:
     description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
