@@ -108,7 +108,7 @@ def write_site(site: Path, collections: Path) -> None:
         "inventory/group_vars/all/layers.yml": yaml.safe_dump({
             "hpc_stateless_image_prefix": PREFIX,
             # The default base layer (same bootstrap spec and role: the same key) and the site's own.
-            "hpc_stateless_layers": {"base": base, "site": {"parent": "base", "roles": ["mysite_motd"]}},
+            "hpc_stateless_layers": {"base": base, "site": {"parent": "base", "roles": ["mysite_motd", "hpc.stateless.slurm"]}},
             "hpc_stateless_images": {"site": {"layer": "site", "formats": ["cpio.zst"], "kernel_args": "console=ttyS0"}},
             "hpc_stateless_site_stages": ["build", "pack", "deploy"],
         }),
@@ -196,10 +196,11 @@ def test_the_site_layer_alone_is_built_from_the_cached_base(site):
     assert plan_line(site["first"]) == "2 layers, 1 to build: site"
 
 
-def test_the_site_role_ran_in_the_layer_and_is_in_the_packed_archive(site):
+def test_the_site_role_and_our_role_ran_in_the_layer_and_are_in_the_packed_archive(site):
     refs = [r for r in sorted(layer_images(PREFIX)) if r.startswith(f"{PREFIX}/site:") and not r.endswith(":latest")]
     assert len(refs) == 1, refs
     assert read_from_image(refs[0], "/etc/mysite-motd") == MOTD + "\n"
+    assert "ClusterName=" in read_from_image(refs[0], "/etc/slurm/slurm.conf")  # hpc.stateless.slurm, by FQCN
     archive = site["repo"] / "build/images/site" / SITE_TAG / "site.cpio.zst"
     assert archive.is_file(), sorted(str(p) for p in (site["repo"] / "build").rglob("*"))
     assert read_from_cpio(archive, "/etc/mysite-motd") == MOTD + "\n"
