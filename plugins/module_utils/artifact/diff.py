@@ -33,6 +33,10 @@ from ansible_collections.hpc.stateless.plugins.module_utils.artifact.manifest im
 from ansible_collections.hpc.stateless.plugins.module_utils.artifact.names import RELEASE_PATH
 
 DEFAULT_TOP = 10
+# What pack puts into every packed copy (the release file, an empty machine-id and its dbus link,
+# and for cpio /dev/console and /init): not compared between a pack and a layer image, which has
+# not been through pack.
+PACK_ADDED = frozenset({RELEASE_PATH, "etc/machine-id", "var/lib/dbus/machine-id", "dev/console", "init"})
 
 
 @dataclass
@@ -49,6 +53,7 @@ class Side:
     kernel_args: str | None = None
     layer_keys: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    packed: bool = True  # False for a layer image (no pack overlay, see PACK_ADDED)
 
 
 # -- versions --------------------------------------------------------------------------------------
@@ -214,6 +219,13 @@ def diff_sides(old: Side, new: Side, top: int = DEFAULT_TOP) -> dict[str, Any]:
     with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
         futures = [pool.submit(_read, side, keep) for side in (old, new)]
         (old_members, old_kept), (new_members, new_kept) = [f.result() for f in futures]
+    notes = old.notes + [n for n in new.notes if n not in old.notes]
+    if old.packed != new.packed:
+        for table in (old_members, new_members):
+            for path in PACK_ADDED:
+                table.pop(path, None)
+        notes.append("a pack and a layer image: /" + ", /".join(sorted(PACK_ADDED)) + " are added by pack "
+                     "and not compared")
     files = diff_files(old_members, new_members, top)
     release_old, release_new = parse_release(old_kept.get(RELEASE_PATH)), parse_release(new_kept.get(RELEASE_PATH))
     release_keys = sorted(set(release_old or {}) | set(release_new or {}))
@@ -226,7 +238,7 @@ def diff_sides(old: Side, new: Side, top: int = DEFAULT_TOP) -> dict[str, Any]:
         "layers": diff_layers(old.layer_keys, new.layer_keys),
         "release": {"old": release_old, "new": release_new,
                     "changed": [k for k in release_keys if (release_old or {}).get(k) != (release_new or {}).get(k)]},
-        "notes": old.notes + [n for n in new.notes if n not in old.notes],
+        "notes": notes,
     }
     packages = result["packages"]
     result["differs"] = bool(

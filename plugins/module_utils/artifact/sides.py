@@ -195,7 +195,7 @@ class LayerImages:
         layer = labels.get(LABEL_PREFIX + "layer", "")
         return Side(label=f"{ref}", members=lambda: list_tree(root, KEEP), image=layer,
                     version=labels.get(LABEL_PREFIX + "key", "")[:12], source=ref, packages=packages, kernel=kernel,
-                    kernel_args=None, layer_keys=_layer_keys(self.buildah, ref, labels), notes=notes)
+                    kernel_args=None, layer_keys=_layer_keys(self.buildah, ref, labels), notes=notes, packed=False)
 
     def close(self) -> None:
         for name in self.containers:

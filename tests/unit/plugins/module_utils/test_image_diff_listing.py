@@ -355,3 +355,17 @@ def test_read_newc_from_a_byte_stream_without_trailer_is_an_error():
     data = io.BytesIO(b"070701" + b"0" * 104)
     with pytest.raises(ListingError, match="stream: the archive ends inside a member"):
         list(read_newc(data, "stream"))
+
+
+def test_a_pack_against_a_layer_image_leaves_out_what_pack_adds(tmp_path):
+    packed = side(compressed(newc(tmp_path / "old.cpio", OLD), "cpio.zst"), "compute 1", "1", [], "k", "", {})
+    tree = make_tree(tmp_path / "root")
+    (tree / "etc" / "content").write_bytes(b"bbbb")
+    layer = Side(label="layer", members=lambda: list_tree(str(tree), frozenset({"etc/image-release"})), packed=False)
+    result = diff_sides(packed, layer)
+    paths = {e["path"] for kind in ("added", "removed", "changed") for e in result["files"][kind]}
+    assert "/etc/image-release" not in paths and "/etc/gone" in paths and "/etc/content" in paths
+    assert any("are added by pack and not compared" in note for note in result["notes"])
+    both_packed = diff_sides(packed, side(compressed(newc(tmp_path / "new.cpio", NEW), "cpio.zst"), "compute 2",
+                                          "2", [], "k", "", {}))
+    assert "/etc/image-release" in {e["path"] for e in both_packed["files"]["changed"]}
