@@ -43,7 +43,12 @@ def test_tarball_installs_and_runs_elsewhere(tmp_path):
     tarball = next(tmp_path.glob("hpc-stateless-*.tar.gz"))
     names = tarfile.open(tarball).getnames()
     assert "plugins/modules/layer.py" in names and "plugins/action/plan.py" in names
-    assert not any(n.startswith((".venv", ".collections", "build/")) for n in names), "build_ignore missed files"
+    assert not any(n.startswith((".venv", ".collections", "build/", "benchmarks/")) for n in names), \
+        "build_ignore missed files"
+    # What a site imports by FQCN: the chain, each stage, Molecule's create/destroy and the scaffold.
+    for playbook in ("site", "build", "verify", "pack", "deploy", "plan", "layer", "rolling_update",
+                     "molecule_create", "molecule_destroy", "molecule_scaffold"):
+        assert f"playbooks/{playbook}.yml" in names
 
     collections = tmp_path / "collections"
     run([str(BIN / "ansible-galaxy"), "collection", "install", "--force", "--offline", "--no-deps", "-p", str(collections),
