@@ -2,20 +2,27 @@
 differ in real dpkg packages (installed with dpkg from .deb files built here) and in files, packed
 by hpc.stateless.pack (cpio.zst and squashfs), the first deployed with hpc.stateless.bootlink.
 The module and playbooks/diff.yml are run as a user runs them; each way of naming the two versions
-(boot tree + newest pack, two pack directories, two layer images) must give the same answer.
+(boot tree + newest pack, two pack directories, two layer images) must give the same answer. The
+diff job of the generated GitLab pipeline runs under gitlab-ci-local against the default compute
+image's current layer image (built by site.yml, as the pack tests need it).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import uuid
 from pathlib import Path
 
 import pytest
+import yaml
 from conftest import REPO, buildah, our_mounts, run_site
 from pack_support import pack_module, run_module
+
+from ansible_collections.hpc.stateless.plugins.module_utils.ci.gitlab import gitlab_pipeline, pipeline_yaml
+from ansible_collections.hpc.stateless.plugins.module_utils.layers.change_plan import REBUILD, ChangePlan, LayerDecision
 
 BASE = "localhost/hpc-stateless/base:latest"
 IMAGE = "difftest"
@@ -183,3 +190,51 @@ def test_a_version_not_published_is_named(versions):
     assert rc != 0
     assert result["msg"] == (f"{versions['boot']}/images/{IMAGE}/v0: version v0 of image {IMAGE} is not published "
                              f"in {versions['boot']} (published: v1)")
+
+
+GITLAB_CI_LOCAL = REPO / ".tools" / "gitlab-ci-local" / "node_modules" / ".bin" / "gitlab-ci-local"
+
+
+def git(root: Path, *args: str) -> None:
+    subprocess.run(["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@example.org", *args],
+                   check=True, capture_output=True)
+
+
+def test_gitlab_ci_local_runs_the_diff_job_and_keeps_the_markdown(versions, tmp_path):
+    """The served compute is our v1 pack (base + two test packages); the job diffs the default compute
+    image's layer image against it: the test packages are removed, the default layers' packages added."""
+    assert GITLAB_CI_LOCAL.exists(), "gitlab-ci-local is not installed in .tools/ (scripts/setup.sh installs it)"
+    layers = yaml.safe_load((REPO / "inventory" / "group_vars" / "all" / "layers.yml").read_text())
+    layer = layers["hpc_stateless_images"]["compute"]["layer"]
+    boot = tmp_path / "tftp"
+    rc, packed = pack_module(image="compute", source_image=versions["refs"]["v1"], output_dir=str(tmp_path / "out"),
+                             version="v1", layer=IMAGE, layer_keys=KEYS["v1"], dracut=False)
+    assert rc == 0, packed.get("msg")
+    rc, deployed = run_module("hpc.stateless.bootlink", boot_root=str(boot), image="compute",
+                              src=packed["version_dir"], state="switched", lock_timeout=0)
+    assert rc == 0, deployed.get("msg")
+    plan = ChangePlan(base="HEAD~1", variable_changes="values", files=[], images={"compute": {"layer": layer}},
+                      layers={layer: LayerDecision(layer, action=REBUILD, images=["compute"])})
+    project = tmp_path / "pipeline"
+    project.mkdir()
+    (project / ".gitlab-ci.yml").write_text(pipeline_yaml(gitlab_pipeline(plan, diff_boot_root=str(boot)), plan))
+    git(project, "init", "-q", "-b", "main")
+    git(project, "add", "-A")
+    git(project, "commit", "-qm", "child pipeline")
+    env = {**os.environ, "PATH": f"{REPO / '.venv' / 'bin'}:{os.environ['PATH']}",
+           "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "PYTHONPATH": str(REPO / ".collections"),
+           "BUILDAH_ISOLATION": os.environ.get("BUILDAH_ISOLATION", "chroot"), "ANSIBLE_NOCOLOR": "1"}
+    env.pop("CONTAINERS_STORAGE_CONF", None)
+    proc = subprocess.run([str(GITLAB_CI_LOCAL), "--shell-isolation=false", "--variable",
+                           f"HPC_STATELESS_PROJECT_DIR={REPO}", "diff:compute"], cwd=project, env=env,
+                          capture_output=True, text=True, check=False, timeout=600)
+    assert proc.returncode == 0 and "PASS  diff:compute" in proc.stdout, proc.stdout[-5000:] + proc.stderr[-2000:]
+    kept = list((project / ".gitlab-ci-local" / "artifacts").glob("*/image-diff/compute.md"))
+    assert len(kept) == 1, "the Markdown is not among the job's artifacts"
+    markdown = kept[0].read_text()
+    shown = str(boot).replace("_", "\\_")  # Markdown: underscores escaped in the heading
+    assert markdown.startswith(f"### Image diff: compute v1 (served) in {shown} → localhost/")
+    assert "<details><summary>Packages removed (2)</summary>" in markdown
+    assert "- `hpc-difftest` 1.0-1\n- `hpc-difftest-old` 2.0" in markdown
+    assert "Kernel command line: _empty_ → _unknown_" in markdown  # a layer image has none; not a change
+    assert "Layers rebuilt: base  \nLayers removed: difftest  \nLayers added: " in markdown

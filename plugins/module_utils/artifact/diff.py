@@ -386,7 +386,10 @@ def render_markdown(result: dict[str, Any], limit: int = 20) -> str:
                  else f"{_code(item['old'])} → {_code(item['new'])}")
         out.append(f"{title}: {value}  ")
     rebuilt = ", ".join(_md_escape(r["layer"]) for r in result["layers"]["rebuilt"]) or "none"
-    out.append(f"Layers rebuilt: {rebuilt}")
+    layer_lines = [f"Layers rebuilt: {rebuilt}"] + [
+        f"Layers {kind}: " + ", ".join(_md_escape(name) for name in result["layers"][kind])
+        for kind in ("removed", "added") if result["layers"][kind]]
+    out.append("  \n".join(layer_lines))  # Markdown line breaks
     sections: list[tuple[str, list[str]]] = [
         ("Packages added", [f"{_code(p['name'])} {_md_escape(p['version'])}" for p in packages["added"]]),
         ("Packages removed", [f"{_code(p['name'])} {_md_escape(p['version'])}" for p in packages["removed"]]),
