@@ -101,7 +101,7 @@ def main() -> None:
             version_dir=dict(type="path", required=True),
             key=dict(type="str", required=True, no_log=False),  # names a key, is none
             gnupghome=dict(type="path"),
-            passphrase_file=dict(type="path"),
+            passphrase_file=dict(type="path", no_log=False),  # a path to the secret, not the secret
         ),
         supports_check_mode=True,
     )
