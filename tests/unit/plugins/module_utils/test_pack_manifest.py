@@ -9,6 +9,7 @@ import pytest
 from ansible_collections.hpc.stateless.plugins.module_utils.artifact import manifest as pm
 from ansible_collections.hpc.stateless.plugins.module_utils.artifact.names import ArtifactError
 
+
 def test_image_release_lines():
     text = pm.image_release("compute", "v1.2-3-gabc", "slurm", "f" * 64, 1_700_000_000, {"SITE": "lab"})
     assert text.decode() == ("IMAGE=compute\nVERSION=v1.2-3-gabc\nLAYER=slurm\nLAYER_KEY=" + "f" * 64

@@ -118,7 +118,7 @@ def keytab(principal: tuple[str, ...] = ("host", "node1.example.org"), realm: st
 
 
 def openvpn_static() -> bytes:
-    lines = b"".join(os.urandom(16).hex().encode() + b"\n" for _ in range(16))
+    lines = b"".join(os.urandom(16).hex().encode() + b"\n" for _line in range(16))
     return (b"#\n# 2048 bit OpenVPN static key\n#\n-----BEGIN OpenVPN Static key V1-----\n" + lines
             + b"-----END OpenVPN Static key V1-----\n")
 
