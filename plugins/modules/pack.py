@@ -18,7 +18,8 @@ description:
   - "Writes C(<image>.cpio.zst), C(<image>.cpio.gz), C(<image>.cpio.xz) (the SVR4 newc cpio format the
     Linux kernel unpacks as its root file system) and/or C(<image>.squashfs), the kernel as C(vmlinuz),
     for squashfs an C(initrd.img) that mounts it when the image can make one (dracut with its live
-    modules, or Debian live-boot), C(SHA256SUMS) and C(manifest.json)."
+    modules, or Debian live-boot), the SBOM C(sbom.cdx.json) (CycloneDX 1.6, from the image's dpkg or
+    rpm database), C(SHA256SUMS) and C(manifest.json)."
   - "C(/etc/image-release) is added to the packed copy only: C(IMAGE=), C(VERSION=), C(LAYER=),
     C(LAYER_KEY=), C(BUILD_TIME=) lines."
   - Reproducible - packing the same image twice gives byte-identical artifacts. Entries are sorted,
@@ -238,6 +239,11 @@ kernel:
   description: Path of the published kernel.
   returned: always
   type: str
+sbom:
+  description: Path of the SBOM, C(sbom.cdx.json) (CycloneDX 1.6 JSON), listed in C(SHA256SUMS).
+  returned: always
+  type: str
+  sample: /work/build/images/compute/v1.2-3-gabc123/sbom.cdx.json
 uncompressed_size:
   description: Bytes of the packed tree (file data and symlink targets).
   returned: always

@@ -78,6 +78,7 @@ def _pack(ref: str, out: Path, force: bool = False) -> tuple[Path, dict]:
 def test_pack_writes_a_valid_reproducible_sbom_listed_in_sha256sums(kernel_image, tmp_path):
     version_dir, result = _pack(kernel_image, tmp_path)
     first = (version_dir / "sbom.cdx.json").read_bytes()
+    assert result["sbom"] == str(version_dir / "sbom.cdx.json")
     doc = validate(first)
     manifest = result["manifest"]
     listed = subprocess.run(["sha256sum", "--check", "--strict", "SHA256SUMS"], cwd=version_dir,

@@ -673,6 +673,7 @@ class Packer:
             "manifest": data,
             "artifacts": [os.path.join(final, a["file"]) for a in data.get("artifacts", [])],
             "kernel": os.path.join(final, names.KERNEL_FILE),
+            "sbom": os.path.join(final, names.SBOM_FILE),
             "uncompressed_size": uncompressed,
             "size_report": report,
             "size_report_text": pm.format_size_report(report),
