@@ -201,6 +201,7 @@ from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.hpc.stateless.plugins.module_utils import _process
+from ansible_collections.hpc.stateless.plugins.module_utils._paths import write_atomic
 from ansible_collections.hpc.stateless.plugins.module_utils.build.bootstrap import (
     DISTRO_FAMILIES,
     RECORD_RELPATH,
@@ -413,12 +414,7 @@ class RootfsBootstrap:
         """Write the record atomically (temp file in the same directory, then rename)."""
         directory = os.path.dirname(self.record_path)
         os.makedirs(directory, mode=0o755, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".rootfs.json.")
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(record, handle, indent=2, sort_keys=True)
-            handle.write("\n")
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, self.record_path)
+        write_atomic(self.record_path, json.dumps(record, indent=2, sort_keys=True) + "\n")
 
     def apply(self) -> dict[str, Any]:
         """Bootstrap if needed and return the module result."""

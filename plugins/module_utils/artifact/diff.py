@@ -23,11 +23,10 @@ import contextlib
 import heapq
 import os
 import re
-import tempfile
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator
 
-from ansible_collections.hpc.stateless.plugins.module_utils._paths import fsync_dir
+from ansible_collections.hpc.stateless.plugins.module_utils._paths import write_atomic
 from ansible_collections.hpc.stateless.plugins.module_utils.artifact.listing import Member
 from ansible_collections.hpc.stateless.plugins.module_utils.artifact.manifest import human_size
 from ansible_collections.hpc.stateless.plugins.module_utils.artifact.names import RELEASE_PATH
@@ -422,17 +421,5 @@ def write_markdown(path: str, text: str, check_mode: bool = False) -> bool:
         return True
     if not os.path.isdir(directory):
         raise OSError(f"directory {directory} does not exist; create it first")
-    fd, temp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(temp, 0o644)
-        os.replace(temp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temp)
-        raise
-    fsync_dir(directory)
+    write_atomic(path, text)
     return True

@@ -27,11 +27,10 @@ import os
 import re
 import shutil
 import tempfile
-import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
-from ansible_collections.hpc.stateless.plugins.module_utils._paths import fsync_dir
+from ansible_collections.hpc.stateless.plugins.module_utils._paths import replacing
 from ansible_collections.hpc.stateless.plugins.module_utils._process import ProcessError, run, which
 from ansible_collections.hpc.stateless.plugins.module_utils.artifact.names import SIGNATURE_FILE, SUMS_FILE
 
@@ -396,22 +395,16 @@ def sign(version_dir: str, key: str, gnupghome: str | None = None, passphrase_fi
 
 def _write_signature(gpg: Gpg, fingerprint: str, sums_path: str, target: str, ring: str, data: bytes) -> None:
     """Sign into a temp file next to ``target``, check it, sync it, rename it over ``target``."""
-    directory = os.path.dirname(target)
-    temp = os.path.join(directory, f".{SIGNATURE_FILE}.new-{uuid.uuid4().hex[:8]}")
     try:
-        gpg.detach_sign(fingerprint, sums_path, temp)
-        with open(temp, "rb") as handle:
-            made = handle.read()
-            os.fsync(handle.fileno())
-        if read_optional(sums_path) != data:
-            raise SignatureError(f"{sums_path} changed while it was being signed; is a pack still running? "
-                                 "Sign again when it is done")
-        verify(data, made, ring, [fingerprint], sums_path)
-        os.replace(temp, target)
-        fsync_dir(directory)
+        with replacing(target) as temp:
+            gpg.detach_sign(fingerprint, sums_path, temp)
+            with open(temp, "rb") as handle:
+                made = handle.read()
+                os.fsync(handle.fileno())
+            if read_optional(sums_path) != data:
+                raise SignatureError(f"{sums_path} changed while it was being signed; is a pack still running? "
+                                     "Sign again when it is done")
+            verify(data, made, ring, [fingerprint], sums_path)
     except OSError as exc:
-        raise SignatureError(f"writing {target} failed ({exc.strerror}); check that {directory} is writable") \
-            from None
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temp)
+        raise SignatureError(f"writing {target} failed ({exc.strerror}); check that {os.path.dirname(target)} "
+                             "is writable") from None

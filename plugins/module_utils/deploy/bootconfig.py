@@ -31,11 +31,11 @@ import json
 import math
 import os
 import re
-import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ansible_collections.hpc.stateless.plugins.module_utils._paths import TEMP_INFIX, write_atomic
 from ansible_collections.hpc.stateless.plugins.module_utils.artifact.manifest import read_manifest
 from ansible_collections.hpc.stateless.plugins.module_utils.artifact.names import (
     CPIO_FORMATS,
@@ -406,19 +406,6 @@ def _is_ours(path: str) -> bool:
     return f"Managed by {MARKER}" in head
 
 
-def _write_atomic(path: str, content: str) -> None:
-    temp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{uuid.uuid4().hex[:8]}")
-    try:
-        with open(temp, "x", encoding="utf-8") as handle:
-            handle.write(content)
-        os.chmod(temp, 0o644)
-        os.replace(temp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temp)
-        raise
-
-
 def _stale(root: str, directory: str, wanted: set[str], pattern: re.Pattern[str]) -> list[str]:
     found: list[str] = []
     with contextlib.suppress(FileNotFoundError):
@@ -436,8 +423,9 @@ _STALE_PATTERNS = ((PXE_DIR, re.compile(r"^01-[0-9a-f]{2}(-[0-9a-f]{2}){5}$")),
 
 
 STATE_FILE = ".hpc-stateless-bootconfig.state"
-# The temp name _write_atomic gives a file before renaming it into place.
-_TEMP_NAME = re.compile(r"^\.(?P<name>.+)\.[0-9a-f]{8}$")
+# The temp name write_atomic gives a file before renaming it into place (``.<name>.new-<8 hex>``;
+# releases before it used ``.<name>.<8 hex>``, still removed after an upgrade).
+_TEMP_NAME = re.compile(r"^\.(?P<name>.+)\.(?:" + re.escape(TEMP_INFIX[1:]) + r")?[0-9a-f]{8}$")
 # Where this module writes, and the names it writes there (temp files of other names are not ours).
 _MANAGED_NAMES = (("", re.compile("^" + re.escape(STATE_FILE) + "$")),
                   (PXE_DIR, re.compile(r"^(default|01-[0-9a-f]{2}(-[0-9a-f]{2}){5})$")),
@@ -474,7 +462,8 @@ def _load_state(root: str) -> dict[str, list]:
 
 
 def _save_state(root: str, state: dict[str, list]) -> None:
-    _write_atomic(os.path.join(root, STATE_FILE), json.dumps({"version": 1, "files": state}, separators=(",", ":")))
+    write_atomic(os.path.join(root, STATE_FILE), json.dumps({"version": 1, "files": state}, separators=(",", ":")),
+                 sync=False)
 
 
 def _stamp(st: os.stat_result, digest: str) -> list:
@@ -522,7 +511,7 @@ def sync_files(root: str, files: Mapping[str, str], check_mode: bool = False, re
         if directory not in made_dirs:
             os.makedirs(directory, exist_ok=True)
             made_dirs.add(directory)
-        _write_atomic(path, content)
+        write_atomic(path, content, sync=False)  # rendered in bulk; a crash is repaired by the next render
         new_state[rel] = _stamp(os.lstat(path), digest)
     if remove_stale:
         wanted = set(files)

@@ -63,7 +63,13 @@ from ansible_collections.hpc.stateless.plugins.module_utils.artifact.names impor
 )
 from ansible_collections.hpc.stateless.plugins.module_utils.artifact.signature import Signer, read_optional, verify
 from ansible_collections.hpc.stateless.plugins.module_utils.artifact.sums import parse_sums, read_sums, sha256_file
-from ansible_collections.hpc.stateless.plugins.module_utils._paths import fsync_dir, nearest_existing
+from ansible_collections.hpc.stateless.plugins.module_utils._paths import (
+    TEMP_INFIX,
+    fsync_dir,
+    nearest_existing,
+    replacing,
+    write_atomic,
+)
 
 LOCK_NAME = ".hpc-stateless.lock"
 INITRD_LINK = "initrd"
@@ -286,16 +292,8 @@ class VersionInfo:
 
 def replace_symlink(target: str, link: str) -> None:
     """Point ``link`` at ``target`` by renaming a fresh symlink over it: never absent, never half-made."""
-    directory = os.path.dirname(link)
-    temp = os.path.join(directory, f".{os.path.basename(link)}.new-{uuid.uuid4().hex[:8]}")
-    os.symlink(target, temp)
-    try:
-        os.replace(temp, link)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temp)
-        raise
-    fsync_dir(directory)
+    with replacing(link) as temp:
+        os.symlink(target, temp)
 
 
 class BootTree:
@@ -376,11 +374,11 @@ class BootTree:
             with contextlib.suppress(FileNotFoundError):
                 names.extend(os.path.join(directory, name) for name in os.listdir(directory)
                              if name.startswith((PUBLISH_PREFIX, REMOVE_PREFIX))
-                             or (name.startswith(".") and ".new-" in name))
+                             or (name.startswith(".") and TEMP_INFIX in name))
         for info in self.versions(image):  # a signature being replaced in a published version
             with contextlib.suppress(FileNotFoundError):
                 names.extend(os.path.join(info.path, name) for name in os.listdir(info.path)
-                             if name.startswith(f".{SIGNATURE_FILE}.new-"))
+                             if name.startswith(f".{SIGNATURE_FILE}{TEMP_INFIX}"))
         return sorted(names)
 
     def check_complete(self, image: str, version: str) -> dict[str, Any]:
@@ -503,14 +501,9 @@ def _check_same(tree: BootTree, packed: PackedVersion) -> bool:
 def _replace_signature(tree: BootTree, packed: PackedVersion) -> None:
     """Put ``packed``'s SHA256SUMS.asc into its published version (same files, signed now or again)."""
     directory = tree.version_dir(packed.image, packed.version)
-    temp = os.path.join(directory, f".{SIGNATURE_FILE}.new-{uuid.uuid4().hex[:8]}")
     try:
-        _write_file(temp, packed.signature or b"")
-        os.replace(temp, os.path.join(directory, SIGNATURE_FILE))
-        fsync_dir(directory)
+        write_atomic(os.path.join(directory, SIGNATURE_FILE), packed.signature or b"")
     except OSError as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(temp)
         raise BootlinkError(f"writing {directory}/{SIGNATURE_FILE} failed ({exc.strerror}); the served version "
                             "is unchanged: check that the boot root is writable") from None
 

@@ -14,6 +14,8 @@ import json
 import os
 from typing import Any, Dict, Iterator, Optional
 
+from ansible_collections.hpc.stateless.plugins.module_utils._paths import write_atomic
+
 DEFAULT_RUNTIME_DIR = "/var/tmp/hpc-nspawn"
 STATUS_STARTING = "starting"
 STATUS_READY = "ready"
@@ -23,10 +25,7 @@ STATUS_STOPPED = "stopped"
 
 def write_json(path: str, data: Dict[str, Any]) -> None:
     """Replace ``path`` with ``data`` at once: a reader sees the old file or the new one."""
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as handle:
-        json.dump(data, handle, indent=1, sort_keys=True)
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(data, indent=1, sort_keys=True), sync=False)  # runtime state, not kept
 
 
 def read_json(path: str) -> Optional[Dict[str, Any]]:
