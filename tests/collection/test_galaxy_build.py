@@ -46,8 +46,9 @@ def test_tarball_installs_and_runs_elsewhere(tmp_path):
     assert not any(n.startswith((".venv", ".collections", "build/", "benchmarks/")) for n in names), \
         "build_ignore missed files"
     # What a site imports by FQCN: the chain, each stage, Molecule's create/destroy and the scaffold.
-    for playbook in ("site", "build", "verify", "pack", "deploy", "plan", "layer", "rolling_update",
-                     "molecule_create", "molecule_destroy", "molecule_scaffold"):
+    fqcn_playbooks = ("site", "build", "verify", "pack", "deploy", "diff", "plan", "layer", "rolling_update",
+                      "molecule_create", "molecule_destroy", "molecule_scaffold")
+    for playbook in fqcn_playbooks:
         assert f"playbooks/{playbook}.yml" in names
 
     collections = tmp_path / "collections"
@@ -63,5 +64,9 @@ def test_tarball_installs_and_runs_elsewhere(tmp_path):
     (elsewhere / "site.yml").write_text("- name: Build our layers\n  ansible.builtin.import_playbook: hpc.stateless.build\n")
     listed = run([str(BIN / "ansible-playbook"), "-i", "localhost,", "--list-tasks", "site.yml"], elsewhere, env)
     assert "Compute the content keys with each layer host's variables" in listed.stdout
+    # Every other playbook a site may import resolves by its FQCN from the install and parses.
+    (elsewhere / "all.yml").write_text("".join(
+        f"- name: Import {name}\n  ansible.builtin.import_playbook: hpc.stateless.{name}\n" for name in fqcn_playbooks))
+    run([str(BIN / "ansible-playbook"), "-i", "localhost,", "--syntax-check", "all.yml"], elsewhere, env)
     doc = run([str(BIN / "ansible-doc"), "hpc.stateless.layer"], elsewhere, env)
     assert "creates a working container from the parent image" in " ".join(doc.stdout.split())
