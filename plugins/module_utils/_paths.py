@@ -43,7 +43,7 @@ def fsync_dir(path: str) -> None:
 
 
 def temp_name(path: str) -> str:
-    """A fresh hidden name in ``path``'s directory: ``.<name>.new-<8 hex>`` (same file system, so a rename is atomic)."""
+    """A fresh hidden name next to ``path``: ``.<name>.new-<8 hex>`` (same file system: a rename is atomic)."""
     directory, name = os.path.split(path)
     return os.path.join(directory, f".{name}{TEMP_INFIX}{uuid.uuid4().hex[:8]}")
 
