@@ -43,6 +43,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils.build.buildah import
     BuildahError,
     container_name,
     image_prefix_of,
+    layer_keys_of,
     owner_instance,
 )
 from ansible_collections.hpc.stateless.plugins.module_utils.deploy.bootlink import BootTree
@@ -50,7 +51,6 @@ from ansible_collections.hpc.stateless.plugins.module_utils.pack.kernel import K
 
 # purpose part of the names of the diff's throw-away working containers (see buildah.container_name)
 CONTAINER_PURPOSE = "diff"
-_MAX_PARENTS = 64
 KEEP = frozenset({RELEASE_PATH})  # files whose content the diff shows
 
 
@@ -138,26 +138,6 @@ def boot_tree_side(boot_root: str, image: str, version: str | None, fmt: str | N
     return version_dir_side(path, label=f"{image} {version}{mark} in {tree.root}", fmt=fmt)
 
 
-def _layer_keys(buildah: Buildah, ref: str, labels: dict[str, str]) -> dict[str, str]:
-    """``{layer: content key}`` along the parent chain of a layer image, from its labels."""
-    keys: dict[str, str] = {}
-    prefix = image_prefix_of(ref)
-    for _depth in range(_MAX_PARENTS):
-        layer, key = labels.get(LABEL_PREFIX + "layer"), labels.get(LABEL_PREFIX + "key")
-        if not layer or not key:
-            break
-        keys[layer] = key
-        parent, parent_key = labels.get(LABEL_PREFIX + "parent"), labels.get(LABEL_PREFIX + "parent-key")
-        if not parent or not parent_key:
-            break
-        try:
-            labels = buildah.image_labels(f"{prefix}/{parent}:{parent_key}" if prefix else f"{parent}:{parent_key}")
-        except (_process.ProcessError, ValueError):
-            keys[parent] = parent_key
-            break
-    return keys
-
-
 class LayerImages:
     """Opens layer images read-only for a diff; :meth:`close` (or the with block) removes every container."""
 
@@ -195,7 +175,7 @@ class LayerImages:
         layer = labels.get(LABEL_PREFIX + "layer", "")
         return Side(label=f"{ref}", members=lambda: list_tree(root, KEEP), image=layer,
                     version=labels.get(LABEL_PREFIX + "key", "")[:12], source=ref, packages=packages, kernel=kernel,
-                    kernel_args=None, layer_keys=_layer_keys(self.buildah, ref, labels), notes=notes, packed=False)
+                    kernel_args=None, layer_keys=layer_keys_of(self.buildah, ref, labels), notes=notes, packed=False)
 
     def close(self) -> None:
         for name in self.containers:

@@ -244,3 +244,31 @@ class Buildah:
     def push(self, ref: str, remote: str, tls_verify: bool = True, authfile: str | None = None) -> None:
         """``buildah push`` local ``ref`` to ``remote`` (``host/repo:tag``)."""
         self.run("push", "--quiet", *self._registry_args(tls_verify, authfile), ref, f"docker://{remote}")
+
+
+# Parents followed at most from a layer image to its root layer (a guard against a label loop).
+MAX_PARENTS = 64
+
+
+def layer_keys_of(buildah: Buildah | None, ref: str, labels: Mapping[str, str]) -> dict[str, str]:
+    """``{layer: content key}`` of layer image ``ref`` (whose ``labels`` are given) and its parents, up the
+    chain of parent labels; a parent that cannot be read (or with no ``buildah``) is named with its key
+    and ends the walk."""
+    keys: dict[str, str] = {}
+    prefix = image_prefix_of(ref)
+    for _depth in range(MAX_PARENTS):
+        layer, key = labels.get(LABEL_PREFIX + "layer"), labels.get(LABEL_PREFIX + "key")
+        if not layer or not key:
+            break
+        keys[layer] = key
+        parent, parent_key = labels.get(LABEL_PREFIX + "parent"), labels.get(LABEL_PREFIX + "parent-key")
+        if not parent or not parent_key:
+            break
+        try:
+            if buildah is None:
+                raise ValueError("no buildah client to read the parent with")
+            labels = buildah.image_labels(image_ref(prefix, parent, parent_key) if prefix else f"{parent}:{parent_key}")
+        except (ProcessError, ValueError):
+            keys[parent] = parent_key
+            break
+    return keys

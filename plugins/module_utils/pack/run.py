@@ -39,6 +39,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils.build.buildah import
     container_name,
     container_owner,
     image_prefix_of,
+    layer_keys_of,
     owner_instance,
 )
 from ansible_collections.hpc.stateless.plugins.module_utils.pack.compress import (
@@ -298,35 +299,13 @@ class Packer:
             if pid is not None and (pid == os.getpid() or not _pid_alive(pid)):
                 self.buildah.remove(name)
 
-    def _layer_keys(self, source: Source) -> dict[str, str]:
-        """``{layer: key}`` along the parent chain, from the image labels."""
-        keys: dict[str, str] = {}
-        labels = source.labels
-        ref = self.req.source_image or ""
-        prefix = image_prefix_of(ref)
-        for _depth in range(64):
-            layer, key = labels.get(LABEL_PREFIX + "layer"), labels.get(LABEL_PREFIX + "key")
-            if not layer or not key:
-                break
-            keys[layer] = key
-            parent, parent_key = labels.get(LABEL_PREFIX + "parent"), labels.get(LABEL_PREFIX + "parent-key")
-            if not parent or not parent_key or self.buildah is None or not prefix:
-                if parent and parent_key:
-                    keys[parent] = parent_key
-                break
-            try:
-                labels = self.buildah.image_labels(f"{prefix}/{parent}:{parent_key}")
-            except (_process.ProcessError, ValueError):
-                keys[parent] = parent_key
-                break
-        return keys
-
     # -- packing -------------------------------------------------------------------------
     def _pack(self, source: Source, image_dir: str, check_mode: bool) -> dict[str, Any]:
         req = self.req
         root = source.root
         layer = req.layer or source.labels.get(LABEL_PREFIX + "layer") or ""
-        layer_keys = dict(req.layer_keys) if req.layer_keys else self._layer_keys(source)
+        layer_keys = (dict(req.layer_keys) if req.layer_keys
+                      else layer_keys_of(self.buildah, req.source_image or "", source.labels))
         layer_key = layer_keys.get(layer, source.labels.get(LABEL_PREFIX + "key", ""))
         version = req.version or source.labels.get(LABEL_PREFIX + "git-commit") or (layer_key[:12] if layer_key else "")
         if not version:

@@ -25,6 +25,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils.build.buildah import
     container_stem,
     image_prefix_of,
     image_ref,
+    layer_keys_of,
     owner_instance,
 )
 
@@ -198,3 +199,45 @@ def test_image_reference_and_its_prefix():
     assert image_ref("localhost/hpc-stateless/", "compute", KEY) == f"localhost/hpc-stateless/compute:{KEY}"
     assert image_prefix_of("localhost/p/base:k") == "localhost/p"
     assert image_prefix_of("base:k") == ""
+
+
+class Labels:
+    """Stands in for the buildah client's image_labels: the chain of layer images is a dict here."""
+
+    def __init__(self, images: dict[str, dict[str, str]]) -> None:
+        self.images = images
+        self.asked: list[str] = []
+
+    def image_labels(self, ref: str) -> dict[str, str]:
+        self.asked.append(ref)
+        if ref not in self.images:
+            raise _process.ProcessError(["buildah", "inspect", ref], 125, "", "image not known")
+        return self.images[ref]
+
+
+def layer(name: str, key: str, parent: str = "", parent_key: str = "") -> dict[str, str]:
+    labels = {LABEL_PREFIX + "layer": name, LABEL_PREFIX + "key": key}
+    if parent:
+        labels.update({LABEL_PREFIX + "parent": parent, LABEL_PREFIX + "parent-key": parent_key})
+    return labels
+
+
+def test_layer_keys_walk_the_parent_labels_to_the_root_layer():
+    images = Labels({"localhost/p/hsn:k2": layer("hsn", "k2", "base", "k1"), "localhost/p/base:k1": layer("base", "k1")})
+    keys = layer_keys_of(images, "localhost/p/compute:k3", layer("compute", "k3", "hsn", "k2"))
+    assert keys == {"compute": "k3", "hsn": "k2", "base": "k1"}
+    assert images.asked == ["localhost/p/hsn:k2", "localhost/p/base:k1"]
+
+
+def test_a_parent_that_cannot_be_read_is_named_with_its_key_and_ends_the_walk():
+    images = Labels({})
+    assert layer_keys_of(images, "localhost/p/compute:k3", layer("compute", "k3", "hsn", "k2")) == \
+        {"compute": "k3", "hsn": "k2"}
+    assert layer_keys_of(None, "compute:k3", layer("compute", "k3", "hsn", "k2")) == {"compute": "k3", "hsn": "k2"}
+    assert layer_keys_of(images, "x:y", {LABEL_PREFIX + "layer": "compute"}) == {}  # no key: not a layer image
+
+
+def test_a_loop_of_parent_labels_ends():
+    images = Labels({"localhost/p/a:k": layer("a", "k", "a", "k")})
+    assert layer_keys_of(images, "localhost/p/a:k", layer("a", "k", "a", "k")) == {"a": "k"}
+    assert len(images.asked) == 64
