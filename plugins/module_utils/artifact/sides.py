@@ -195,22 +195,25 @@ def list_errors() -> tuple[type[Exception], ...]:
 
 
 # -- the module's entry point --------------------------------------------------------------------
-def _old_side(params: dict[str, Any], images: LayerImages) -> Side:
-    if params.get("old_dir"):
-        return version_dir_side(params["old_dir"], fmt=params.get("format"))
-    if params.get("old_image"):
-        return images.side(params["old_image"], "old")
+def _side(params: dict[str, Any], images: LayerImages, role: str) -> Side:
+    """The ``role`` (old/new) side: its version directory, its layer image, or what that role defaults to."""
+    if params.get(f"{role}_dir"):
+        return version_dir_side(params[f"{role}_dir"], fmt=params.get("format"))
+    if params.get(f"{role}_image"):
+        return images.side(params[f"{role}_image"], role)
+    return _old_default(params) if role == "old" else _new_default(params)
+
+
+def _old_default(params: dict[str, Any]) -> Side:
+    """The version a boot tree serves (or ``old_version`` of it)."""
     if params.get("boot_root") and params.get("image"):
         return boot_tree_side(params["boot_root"], params["image"], params.get("old_version"), params.get("format"))
     raise DiffError("nothing to compare against: give old_dir, old_image, or boot_root and image "
                     "(old_version defaults to the version the boot tree serves)")
 
 
-def _new_side(params: dict[str, Any], images: LayerImages) -> Side:
-    if params.get("new_dir"):
-        return version_dir_side(params["new_dir"], fmt=params.get("format"))
-    if params.get("new_image"):
-        return images.side(params["new_image"], "new")
+def _new_default(params: dict[str, Any]) -> Side:
+    """The newest pack in ``output_dir`` (or ``new_version`` of it, or of a boot tree)."""
     if params.get("output_dir") and params.get("image"):
         image, version = params["image"], params.get("new_version")
         if version:
@@ -231,6 +234,6 @@ def _new_side(params: dict[str, Any], images: LayerImages) -> Side:
 def compare(params: dict[str, Any], buildah: Buildah | None = None) -> dict[str, Any]:
     """Resolve both sides from the module parameters and diff them; layer images are always released."""
     with LayerImages(buildah) as images:
-        old = _old_side(params, images)
-        new = _new_side(params, images)
+        old = _side(params, images, "old")
+        new = _side(params, images, "new")
         return diff_sides(old, new, top=params.get("top") or DEFAULT_TOP)
