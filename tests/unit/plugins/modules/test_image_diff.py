@@ -13,7 +13,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from ansible.module_utils import basic
 
 from ansible_collections.hpc.stateless.plugins.module_utils import _process
 from ansible_collections.hpc.stateless.plugins.module_utils.artifact import manifest as pm
@@ -34,6 +33,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils.deploy.bootlink impo
 from ansible_collections.hpc.stateless.plugins.module_utils.pack.newc import NewcWriter
 from ansible_collections.hpc.stateless.plugins.modules import image_diff
 
+MODULE = image_diff  # what the run_module fixture (conftest.py) runs
 FILE, DIR = stat.S_IFREG, stat.S_IFDIR
 
 
@@ -83,17 +83,6 @@ def versions(tmp_path):
                        {"base": "a" * 64, "compute": "c" * 64}, kernel_args="console=ttyS0 quiet")
     os.utime(old / MANIFEST_FILE, (1, 1))  # packed first
     return out, old, new
-
-
-@pytest.fixture
-def run_module(monkeypatch, capsys):
-    def run(args: dict, check_mode: bool = False) -> tuple[dict, int]:
-        payload = {"ANSIBLE_MODULE_ARGS": {**args, "_ansible_check_mode": check_mode}}
-        monkeypatch.setattr(basic, "_ANSIBLE_ARGS", json.dumps(payload).encode())
-        with pytest.raises(SystemExit) as exc:
-            image_diff.main()
-        return json.loads(capsys.readouterr().out), exc.value.code
-    return run
 
 
 def test_two_pack_directories(run_module, versions, tmp_path):

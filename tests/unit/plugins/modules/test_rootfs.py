@@ -19,7 +19,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from ansible.module_utils import basic
 
 from ansible_collections.hpc.stateless.plugins.module_utils import _process
 from ansible_collections.hpc.stateless.plugins.module_utils.build.bootstrap import (
@@ -29,6 +28,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils.build.bootstrap impo
 )
 from ansible_collections.hpc.stateless.plugins.modules import rootfs
 
+MODULE = rootfs  # what the run_module fixture (conftest.py) runs
 REPO = Path(__file__).resolve().parents[4]
 SEARCH_PATH = os.pathsep.join([os.environ.get("PATH", ""), "/sbin", "/usr/sbin", "/usr/local/sbin"])
 
@@ -52,20 +52,6 @@ def ran():
     _process.set_executor(spy)
     yield calls
     _process.set_executor(real)
-
-
-@pytest.fixture
-def run_module(monkeypatch, capsys, ran):
-    """Run rootfs.main() with `args`; return (result, exit code)."""
-
-    def run(args: dict, check_mode: bool = False) -> tuple[dict, int]:
-        payload = {"ANSIBLE_MODULE_ARGS": {**args, "_ansible_check_mode": check_mode}}
-        monkeypatch.setattr(basic, "_ANSIBLE_ARGS", json.dumps(payload).encode())
-        with pytest.raises(SystemExit) as exc:
-            rootfs.main()
-        return json.loads(capsys.readouterr().out), exc.value.code
-
-    return run
 
 
 @pytest.fixture
