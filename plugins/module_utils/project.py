@@ -10,12 +10,14 @@ The one rule, used by the plan action and the hpc.stateless.project_dir lookup a
 1. ``hpc_stateless_project_dir`` when it is set;
 2. else the directory of the first playbook file named on the ansible-playbook command line (the
    site's own site.yml, even when it imports our playbooks by FQCN, where Ansible's playbook_dir
-   is the collection's playbooks/ directory);
+   is the collection's playbooks/ directory) unless that file lies inside an installed collection;
 3. else ``playbook_dir`` unless it lies inside an installed collection;
 4. else the current directory (``ansible-playbook hpc.stateless.site`` run by its FQCN).
 
 A playbook directory named ``playbooks`` stands for its parent, so ``ansible-playbook
-playbooks/pack.yml`` of a checkout writes where ``ansible-playbook site.yml`` does.
+playbooks/pack.yml`` of a checkout writes where ``ansible-playbook site.yml`` does; unless it is a
+project root itself (holds ``.git`` or ``ansible.cfg``: a site repository cloned as ``playbooks``).
+A relative ``hpc_stateless_project_dir`` is taken from the current directory.
 """
 
 from __future__ import annotations
@@ -24,11 +26,17 @@ import os
 from typing import Iterable
 
 PLAYBOOKS_DIR_NAME = "playbooks"
+# A directory holding one of these is a project root even when it is named ``playbooks``.
+PROJECT_ROOT_MARKERS = (".git", "ansible.cfg")
 
 
 def _project_of(directory: str) -> str:
     directory = os.path.abspath(directory)
-    return os.path.dirname(directory) if os.path.basename(directory) == PLAYBOOKS_DIR_NAME else directory
+    if os.path.basename(directory) != PLAYBOOKS_DIR_NAME:
+        return directory
+    if any(os.path.lexists(os.path.join(directory, marker)) for marker in PROJECT_ROOT_MARKERS):
+        return directory
+    return os.path.dirname(directory)
 
 
 def inside_collection(path: str) -> bool:
@@ -38,13 +46,15 @@ def inside_collection(path: str) -> bool:
 
 
 def command_line_playbook_dir(playbooks: Iterable[str], cwd: str) -> str | None:
-    """Directory of the first playbook file named on the command line (None for FQCNs or none)."""
+    """Directory of the first playbook file named on the command line (None for FQCNs or none, and
+    for a file inside an installed collection: that is never a project)."""
     for entry in playbooks:
         if not isinstance(entry, str) or not entry:
             continue
         path = os.path.join(cwd, os.path.expanduser(entry))
         if os.path.isfile(path):
-            return os.path.dirname(os.path.abspath(path))
+            directory = os.path.dirname(os.path.abspath(path))
+            return None if inside_collection(directory) else directory
     return None
 
 

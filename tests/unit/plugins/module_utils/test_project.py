@@ -61,3 +61,23 @@ def test_role_search_skips_the_collections_playbook_directory(tmp_path):
     paths = tree(tmp_path)
     found = role_search_paths(str(paths["site"]), ["playbooks/pack.yml"], str(paths["installed"]), str(paths["site"]))
     assert found == [str(paths["site"] / "playbooks/roles"), str(paths["site"] / "roles")]
+
+
+def test_a_playbook_file_inside_a_collection_install_never_names_the_project(tmp_path):
+    # ansible-playbook <install>/ansible_collections/hpc/stateless/playbooks/pack.yml, by its path.
+    paths = tree(tmp_path)
+    work = tmp_path / "work"
+    work.mkdir()
+    (paths["installed"] / "pack.yml").write_text("---\n")
+    assert project_dir(None, [str(paths["installed"] / "pack.yml")], str(paths["installed"]), str(work)) == str(work)
+
+
+def test_a_site_repository_named_playbooks_is_its_own_project(tmp_path):
+    # git clone .../playbooks: the directory named playbooks is the repository, not a part of one.
+    for marker in (".git", "ansible.cfg"):
+        repo = tmp_path / marker.strip(".") / "playbooks"
+        repo.mkdir(parents=True)
+        (repo / "site.yml").write_text("---\n")
+        (repo / marker).mkdir() if marker == ".git" else (repo / marker).write_text("[defaults]\n")
+        assert project_dir(None, ["site.yml"], str(repo), str(repo)) == str(repo)
+        assert role_search_paths(str(repo), ["site.yml"], str(repo), str(repo)) == [str(repo / "roles")]
