@@ -235,6 +235,23 @@ def test_a_site_role_missing_from_every_search_path_names_the_setting(site, tmp_
     assert f"put the role in {repo}/roles or add its directory to roles_path" in " ".join(proc.stdout.split())
 
 
+def test_check_mode_of_a_stale_site_reports_and_writes_nothing(site, tmp_path):
+    # A changed site role makes its layer stale: --check names it and stops each later stage cleanly
+    # instead of starting a working container it cannot create in check mode.
+    repo = tmp_path / "stale"
+    shutil.copytree(site["repo"], repo, ignore=shutil.ignore_patterns("build"))
+    tasks = repo / "roles/mysite_motd/tasks/main.yml"
+    tasks.write_text(tasks.read_text().replace("mode: \"0644\"", "mode: \"0640\""))
+    images = sorted(layer_images(PREFIX))
+    proc = run([str(BIN / "ansible-playbook"), "--check", "site.yml"], repo, check=False)
+    assert proc.returncode == 0, proc.stdout[-6000:]
+    assert plan_line(proc) == "2 layers, 1 to build: site (check mode: not built)"
+    assert "check mode: layers site are not built yet, nothing is packed" in proc.stdout
+    assert "check mode: site not packed yet, nothing is deployed" in proc.stdout
+    assert not (repo / "build").exists()
+    assert sorted(layer_images(PREFIX)) == images and our_containers(PREFIX) == []
+
+
 def test_the_site_molecule_scenario_converges_is_idempotent_and_passes_testinfra(site):
     repo = site["repo"]
     run([str(BIN / "ansible-playbook"), "hpc.stateless.molecule_scaffold", "-e", "hpc_stateless_scaffold_role=mysite_motd",
