@@ -17,13 +17,14 @@ description:
     C(<project>/roles) for a layer's roles and names the version after the project's git repository.
   - The rule, in order - O(hpc_stateless_project_dir) when set; the directory of the first playbook
     file named on the C(ansible-playbook) command line (a site's own C(site.yml), also when it imports
-    C(hpc.stateless.site) or a stage by FQCN); C(playbook_dir) unless it lies inside an installed
-    collection; the current directory.
-  - A playbook directory named C(playbooks) stands for its parent.
+    C(hpc.stateless.site) or a stage by FQCN) unless that file lies inside an installed collection;
+    C(playbook_dir) unless it lies inside an installed collection; the current directory.
+  - A playbook directory named C(playbooks) stands for its parent, unless it holds C(.git) or
+    C(ansible.cfg) (a site repository cloned as C(playbooks) is its own project).
   - The path is never inside the installed collection unless O(hpc_stateless_project_dir) says so.
 options:
   hpc_stateless_project_dir:
-    description: The project directory, instead of the rule.
+    description: The project directory, instead of the rule; a relative path is taken from the current directory.
     type: path
     vars:
       - name: hpc_stateless_project_dir
