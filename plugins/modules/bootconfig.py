@@ -24,17 +24,16 @@ description:
   - Writes only files whose content changes, each through a temporary file renamed into place; removes
     per-node files it wrote earlier for nodes no longer listed. Files without its marker line are never touched.
   - Holds the boot root's deploy lock while writing, like M(hpc.stateless.bootlink).
+extends_documentation_fragment:
+  - hpc.stateless.attributes
 attributes:
   check_mode:
-    description: Can run in check mode and return changed status prediction without modifying target.
     support: full
     details: Renders everything and reports which files would be written or removed; writes nothing.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: full
     details: Shows up to O(diff_limit) changed files.
   idempotent:
-    description: When run twice in a row outside check mode, with the same arguments, the second invocation indicates no change.
     support: full
     details: Files whose content is already right are not written.
 options:

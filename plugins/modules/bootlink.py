@@ -30,18 +30,17 @@ description:
   - With O(keyring), the release signature (M(hpc.stateless.sign)) is checked with C(gpgv) before anything in the
     boot tree changes; an unsigned release, a signature by another key, a damaged signature or a C(SHA256SUMS)
     changed after signing is refused, naming the file and the key(s) expected.
+extends_documentation_fragment:
+  - hpc.stateless.attributes
 attributes:
   check_mode:
-    description: Can run in check mode and return changed status prediction without modifying target.
     support: full
     details: Verifies the checksums (and with O(keyring) the signature) of O(src) and reports what would be
       published, switched and removed.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: full
     details: Shows the served and previous link targets and the published versions, before and after.
   idempotent:
-    description: When run twice in a row outside check mode, with the same arguments, the second invocation indicates no change.
     support: full
     details: An identical published version is reused; a served version is not switched again.
 options:

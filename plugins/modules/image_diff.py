@@ -31,17 +31,16 @@ description:
     pack adds the kernel command line, so a layer image has none (the result says so in RV(notes)).
   - Returns JSON (the result itself), a table as text lines (RV(table)) and a short Markdown summary for a
     merge-request comment (RV(markdown)), which O(markdown_dest) writes to a file atomically.
+extends_documentation_fragment:
+  - hpc.stateless.attributes
 attributes:
   check_mode:
-    description: Can run in check mode and return changed status prediction without modifying target.
     support: full
     details: The comparison only reads; in check mode O(markdown_dest) is not written, and C(changed) says
       whether it would be.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
   idempotent:
-    description: When run twice in a row outside check mode, with the same arguments, the second invocation indicates no change.
     support: full
 options:
   old_dir:

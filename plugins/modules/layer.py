@@ -24,17 +24,16 @@ description:
     O(state=committed) create nothing and report C(changed=false).
   - On failure no working container and no mount of the layer is left behind.
   - buildah runs with C(BUILDAH_ISOLATION=chroot) unless O(isolation) or the environment says otherwise.
+extends_documentation_fragment:
+  - hpc.stateless.attributes
 attributes:
   check_mode:
-    description: Can run in check mode and return changed status prediction without modifying target.
     support: full
     details: Returns what would be created, committed or removed; changes nothing.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
     details: Working containers and images are not files Ansible can diff.
   idempotent:
-    description: When run twice in a row outside check mode, with the same arguments, the second invocation indicates no change.
     support: full
     details: A cache hit, a second commit or removing what is gone reports no change.
 options:

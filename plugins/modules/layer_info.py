@@ -16,17 +16,16 @@ description:
   - Lists the images built by M(hpc.stateless.layer) (those labelled C(hpc.stateless.layer)) with their
     names, content keys and parents, and the layer working containers that exist.
   - M(hpc.stateless.plan) uses it to tell cached layers from stale ones.
+extends_documentation_fragment:
+  - hpc.stateless.attributes
 attributes:
   check_mode:
-    description: Can run in check mode and return changed status prediction without modifying target.
     support: full
     details: Read-only; runs the same in check mode.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
     details: Reads only.
   idempotent:
-    description: When run twice in a row outside check mode, with the same arguments, the second invocation indicates no change.
     support: full
     details: Reads only.
 options:

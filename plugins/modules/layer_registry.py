@@ -22,16 +22,15 @@ description:
   - O(state=pushed) pushes the local image; it fails when the layer has not been built.
   - Uses C(buildah pull)/C(buildah push); the storage is the one buildah uses (set C(CONTAINERS_STORAGE_CONF)
     to use another one). Registry credentials come from O(authfile) or C(buildah login).
+extends_documentation_fragment:
+  - hpc.stateless.attributes
 attributes:
   check_mode:
-    description: Can run in check mode and return changed status prediction without modifying target.
     support: full
     details: A pull reports whether the image is missing locally; a push reports a change.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
   idempotent:
-    description: When run twice in a row outside check mode, with the same arguments, the second invocation indicates no change.
     support: partial
     details: A pull of a present image changes nothing; a push always reports a change (the registry
       stores blobs it already has once).

@@ -30,17 +30,16 @@ description:
   - With O(check_storage=true), asks M(hpc.stateless.layer_info) which layer images exist; a layer whose
     keyed image is missing is stale.
   - Runs on the controller (action plugin); only the storage look-up runs on the host.
+extends_documentation_fragment:
+  - hpc.stateless.attributes
 attributes:
   check_mode:
-    description: Can run in check mode and return changed status prediction without modifying target.
     support: full
     details: Read-only; runs the same in check mode.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
     details: Plans only; nothing to diff.
   idempotent:
-    description: When run twice in a row outside check mode, with the same arguments, the second invocation indicates no change.
     support: full
     details: Plans only; the same inputs give the same plan.
 options:

@@ -23,17 +23,16 @@ description:
   - The build host's C(/etc) is never changed; its repositories are never read or used. Only
     O(path) and O(cache_dir) are written.
   - If the bootstrap command fails, no record is written and O(path) is left as is for inspection.
+extends_documentation_fragment:
+  - hpc.stateless.attributes
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: Runs no command; returns the command lines that would run in RV(cmd) and RV(commands).
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: full
     details: Before and after are the bootstrap records.
   idempotent:
-    description: When run twice in a row outside check mode, with the same arguments, the second invocation indicates no change.
     support: full
     details: A rerun with the same options finds the bootstrap record and runs nothing.
 options:

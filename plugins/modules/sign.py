@@ -22,16 +22,15 @@ description:
     repository or in an image.
   - The signature is written to a temporary file, checked with C(gpgv) against the signing key's public key, synced
     and renamed into place; a failed run leaves the previous signature (or none) untouched.
+extends_documentation_fragment:
+  - hpc.stateless.attributes
 attributes:
   check_mode:
-    description: Can run in check mode and return changed status prediction without modifying target.
     support: full
     details: Checks the key and an existing signature; reports whether a signature would be written.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
   idempotent:
-    description: When run twice in a row outside check mode, with the same arguments, the second invocation indicates no change.
     support: full
     details: A C(SHA256SUMS.asc) that already verifies with the key over the current C(SHA256SUMS) is kept.
 options:
