@@ -328,6 +328,9 @@ class Gpg:
 
     def secret_key(self, key: str) -> tuple[str, str]:
         """(primary fingerprint, first user id) of the one secret key ``key`` names; SignatureError otherwise."""
+        if self.gnupghome and not os.path.isdir(self.gnupghome):
+            raise SignatureError(f"GnuPG home {self.gnupghome}: does not exist; set hpc_stateless_sign_gnupghome "
+                                 "(gnupghome) to the directory that holds the site's release key")
         result = run(self._argv("--with-colons", "--list-secret-keys", "--", key), check=False, timeout=60)
         found: list[list[str]] = []
         for line in result.stdout.splitlines():

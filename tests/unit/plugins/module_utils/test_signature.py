@@ -79,6 +79,15 @@ def test_sign_with_a_key_not_in_the_gnupg_home_names_key_and_home(tmp_path, keys
     assert not (directory / SIGNATURE_FILE).exists()
 
 
+def test_sign_with_a_gnupg_home_that_does_not_exist_says_so(tmp_path, keys):
+    """A mistyped hpc_stateless_sign_gnupghome is named as missing, not as a home without the key."""
+    directory = make_pack(tmp_path / "out", version="v1")
+    home = tmp_path / "no-such-home"
+    with pytest.raises(SignatureError, match=rf"GnuPG home {home}: does not exist; set hpc_stateless_sign_gnupghome"):
+        sign(str(directory), keys["site"].fingerprint, str(home))
+    assert not home.exists() and not (directory / SIGNATURE_FILE).exists()
+
+
 def test_sign_without_sha256sums_is_refused(tmp_path, keys):
     tmp_path.joinpath("empty").mkdir()
     with pytest.raises(SignatureError, match=r"empty/SHA256SUMS: missing"):
