@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import re
 import sys
-from pathlib import Path
 
 from conftest import REPO, run_site
 
