@@ -33,16 +33,15 @@ description:
     its files match C(SHA256SUMS), nothing is done (C(changed=false)) unless O(force=true).
   - The cpio stream is written by the module itself from a sorted walk and piped into zstd, pigz or xz, so
     memory use does not grow with the image.
+extends_documentation_fragment:
+  - hpc.stateless.attributes
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: Mounts the source and runs every check (kernel, secrets, sizes); writes nothing.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
   idempotent:
-    description: When run twice in a row outside check mode, with the same arguments, the second invocation indicates no change.
     support: full
     details: Up to date when the manifest records the same source image ID and options; a O(source_path) is always packed.
 options:
