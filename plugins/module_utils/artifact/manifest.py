@@ -19,11 +19,13 @@ from __future__ import annotations
 import datetime
 import heapq
 import json
+import os
 import re
 from typing import Any, Iterable
 
 from ansible_collections.hpc.stateless.plugins.module_utils.artifact.names import (
     KERNEL_FILE,
+    MANIFEST_FILE,
     ArtifactError,
     check_file_name,
     check_name,
@@ -196,3 +198,24 @@ def read_manifest(path: str) -> dict[str, Any]:
     except (OSError, ValueError) as exc:
         raise ArtifactError(f"{path}: unreadable manifest ({exc}); re-run the pack step") from None
     return check_manifest(data, path)
+
+
+def newest_version_dir(image_dir: str) -> str | None:
+    """The version directory under ``image_dir`` packed last, or None when it holds none.
+
+    The one rule deploy and image_diff pick "the newest pack" by: the manifest's ``created`` (the
+    build time of the layer), then the manifest file's modification time (two packs of one layer
+    image), then the name. Raises FileNotFoundError when ``image_dir`` does not exist.
+    """
+    candidates = []
+    for entry in os.scandir(image_dir):
+        path = os.path.join(entry.path, MANIFEST_FILE)
+        if entry.name.startswith(".") or not entry.is_dir() or not os.path.isfile(path):
+            continue
+        try:
+            with open(path, encoding="utf-8") as handle:
+                created = str(json.load(handle).get("created") or "")
+        except (OSError, ValueError, AttributeError):
+            created = ""
+        candidates.append((created, os.stat(path).st_mtime, entry.name, entry.path))
+    return max(candidates)[3] if candidates else None

@@ -27,7 +27,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils.artifact.listing imp
     list_artifact,
     list_tree,
 )
-from ansible_collections.hpc.stateless.plugins.module_utils.artifact.manifest import kernel_file, read_manifest
+from ansible_collections.hpc.stateless.plugins.module_utils.artifact.manifest import kernel_file, newest_version_dir, read_manifest
 from ansible_collections.hpc.stateless.plugins.module_utils.artifact.names import (
     CPIO_FORMATS,
     FORMATS,
@@ -102,20 +102,16 @@ def version_dir_side(version_dir: str, label: str = "", fmt: str | None = None) 
 
 
 def newest_pack(output_dir: str, image: str) -> str:
-    """The version directory of ``image`` under ``output_dir`` that was packed last (by manifest time)."""
+    """The version directory of ``image`` under ``output_dir`` that was packed last (deploy's rule too)."""
     check_name("image", image)
     image_dir = os.path.join(os.path.abspath(output_dir), image)
-    candidates = []
+    newest = None
     with contextlib.suppress(FileNotFoundError):
-        for entry in os.scandir(image_dir):
-            if entry.name.startswith(".") or not entry.is_dir(follow_symlinks=False):
-                continue
-            if os.path.isfile(os.path.join(entry.path, MANIFEST_FILE)):
-                candidates.append((os.stat(os.path.join(entry.path, MANIFEST_FILE)).st_mtime, entry.name, entry.path))
-    if not candidates:
+        newest = newest_version_dir(image_dir)
+    if newest is None:
         raise DiffError(f"{image_dir}: no packed version of image {image} (no <version>/{MANIFEST_FILE}); "
                         "pack it first (ansible-playbook hpc.stateless.pack)")
-    return max(candidates)[2]
+    return newest
 
 
 def boot_tree_side(boot_root: str, image: str, version: str | None, fmt: str | None = None) -> Side:

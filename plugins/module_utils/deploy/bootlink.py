@@ -34,7 +34,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import json
 import os
 import shutil
 import stat
@@ -44,7 +43,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ansible_collections.hpc.stateless.plugins.module_utils.artifact.manifest import kernel_file, read_manifest
+from ansible_collections.hpc.stateless.plugins.module_utils.artifact.manifest import kernel_file, newest_version_dir, read_manifest
 from ansible_collections.hpc.stateless.plugins.module_utils.artifact.names import (
     FORMATS,
     IMAGES_DIR,
@@ -217,23 +216,12 @@ def find_packed(src: str, version: str | None) -> str:
             raise BootlinkError(f"src {src}: no packed version {version!r} (no {candidate}/{MANIFEST_FILE}); pack it first")
         return candidate
     try:
-        entries = [entry for entry in os.scandir(src)
-                   if entry.is_dir() and not entry.name.startswith(".")
-                   and os.path.isfile(os.path.join(entry.path, MANIFEST_FILE))]
+        newest = newest_version_dir(src)
     except FileNotFoundError:
         raise BootlinkError(f"src {src}: does not exist; run the pack step (playbooks/pack.yml) first") from None
-    if not entries:
+    if newest is None:
         raise BootlinkError(f"src {src}: holds no packed version (no */{MANIFEST_FILE}); run the pack step first")
-
-    def created(entry: os.DirEntry) -> tuple[str, float]:
-        try:
-            with open(os.path.join(entry.path, MANIFEST_FILE), encoding="utf-8") as handle:
-                stamp = str(json.load(handle).get("created") or "")
-        except (OSError, ValueError):
-            stamp = ""
-        return stamp, os.stat(os.path.join(entry.path, MANIFEST_FILE)).st_mtime
-
-    return max(entries, key=created).path
+    return newest
 
 
 # --------------------------------------------------------------------------- lock

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -91,3 +92,39 @@ def test_read_manifest_names_the_file_and_key(tmp_path, content, message):
     (tmp_path / "manifest.json").write_text(content)
     with pytest.raises(ArtifactError, match=message):
         pm.read_manifest(str(tmp_path / "manifest.json"))
+
+
+def _version(image_dir, name, created, mtime):
+    path = image_dir / name
+    path.mkdir(parents=True)
+    (path / "manifest.json").write_text(json.dumps({"created": created}))
+    os.utime(path / "manifest.json", (mtime, mtime))
+    return str(path)
+
+
+def test_newest_version_dir_is_one_rule_for_deploy_and_diff(tmp_path):
+    """Layer build time first, then the pack's own time; partial, hidden and manifest-less dirs never count."""
+    assert pm.newest_version_dir(str(tmp_path)) is None
+    with pytest.raises(FileNotFoundError):
+        pm.newest_version_dir(str(tmp_path / "missing"))
+    older_layer = _version(tmp_path, "b-old-layer", "2026-11-01T00:00:00Z", 2_000_000_000)
+    assert pm.newest_version_dir(str(tmp_path)) == older_layer
+    first = _version(tmp_path, "a-first", "2026-11-20T00:00:00Z", 1_000_000_000)
+    second = _version(tmp_path, "c-second", "2026-11-20T00:00:00Z", 1_000_000_100)
+    assert pm.newest_version_dir(str(tmp_path)) == second
+    os.utime(os.path.join(first, "manifest.json"), (1_000_000_200, 1_000_000_200))  # packed again later
+    assert pm.newest_version_dir(str(tmp_path)) == first
+    _version(tmp_path, ".partial-z", "2027-01-01T00:00:00Z", 1_000_000_300)
+    (tmp_path / "z-no-manifest").mkdir()
+    assert pm.newest_version_dir(str(tmp_path)) == first
+
+
+def test_deploy_and_diff_pick_the_same_newest_pack(tmp_path):
+    from ansible_collections.hpc.stateless.plugins.module_utils.artifact import sides
+    from ansible_collections.hpc.stateless.plugins.module_utils.deploy import bootlink
+
+    image_dir = tmp_path / "compute"
+    newest = _version(image_dir, "v2", "2026-11-21T00:00:00Z", 1_000_000_000)  # the newer layer
+    _version(image_dir, "v1", "2026-11-20T00:00:00Z", 1_000_000_500)  # copied later with cp -r
+    assert bootlink.find_packed(str(image_dir), None) == newest
+    assert sides.newest_pack(str(tmp_path), "compute") == newest
