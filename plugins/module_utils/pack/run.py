@@ -423,7 +423,9 @@ class Packer:
         if scan.secrets:
             listed = "; ".join(str(s) for s in scan.secrets)
             problems.append(f"refusing to pack secrets: {listed}. Remove them in a layer role, exclude them "
-                            "(exclude: [...]), or allow them explicitly (allowed_secrets: [...] or allow_secrets: true)")
+                            "(the image's exclude: [...] or hpc_stateless_pack_exclude), or allow them by path "
+                            "(the image's allowed_secrets: [...] or hpc_stateless_pack_allowed_secrets; "
+                            "the module's allow_secrets: true allows all)")
         for secret in scan.allowed_secrets:
             self._warn(f"packing an allowed secret: {secret}")
         if scan.too_large and any(f.startswith("cpio.") for f in req.formats):

@@ -344,6 +344,7 @@ def test_a_refused_pack_names_the_file_and_leaves_no_empty_image_directory(tmp_p
     with pytest.raises(PackError) as refused:
         Packer(request).run(check_mode=False)
     assert f"refusing to pack secrets: /{INNOCENT} (OpenSSH private key block at byte 0)" in str(refused.value)
+    assert "hpc_stateless_pack_allowed_secrets" in str(refused.value)  # the playbook's variable, not only the option
     if existing == "versions":
         assert sorted(p.name for p in image_dir.iterdir()) == ["v0"]
     else:
