@@ -462,7 +462,7 @@ def published_difference(tree: BootTree, packed: PackedVersion) -> str | None:
         return f"its {SUMS_FILE} is unusable: {exc}"
     if published == packed.sums:
         names = [name for name in packed.files if name != SIGNATURE_FILE]
-    elif packed.signature is None and published.items() <= packed.sums.items():
+    elif published.items() <= packed.sums.items():
         names = packed.boot_files + [MANIFEST_FILE, SUMS_FILE]
     else:
         return f"{SUMS_FILE} differs"
@@ -470,7 +470,7 @@ def published_difference(tree: BootTree, packed: PackedVersion) -> str | None:
     if missing:
         return f"{', '.join(missing)} missing"
     if packed.signature is not None and _read_bytes(os.path.join(path, SIGNATURE_FILE)) != packed.signature:
-        return SIGNATURE_DIFFERS
+        return SIGNATURE_DIFFERS  # with a rewritten SHA256SUMS too: _replace_signature puts back the signed one
     return None
 
 
@@ -489,10 +489,17 @@ def _check_same(tree: BootTree, packed: PackedVersion) -> bool:
 def _replace_signature(tree: BootTree, packed: PackedVersion) -> None:
     """Put ``packed``'s SHA256SUMS.asc into its published version (same files, signed now or again)."""
     directory = tree.version_dir(packed.image, packed.version)
+    sums_path = os.path.join(directory, SUMS_FILE)
+    name = SUMS_FILE
     try:
+        if _read_bytes(sums_path) != packed.sums_data:
+            # Published by a deploy that still rewrote SHA256SUMS to the published files: the same
+            # files, so the signed list goes back first, then the signature that covers it.
+            write_atomic(sums_path, packed.sums_data)
+        name = SIGNATURE_FILE
         write_atomic(os.path.join(directory, SIGNATURE_FILE), packed.signature or b"")
     except OSError as exc:
-        raise BootlinkError(f"writing {directory}/{SIGNATURE_FILE} failed ({exc.strerror}); the served version "
+        raise BootlinkError(f"writing {directory}/{name} failed ({exc.strerror}); the served version "
                             "is unchanged: check that the boot root is writable") from None
 
 

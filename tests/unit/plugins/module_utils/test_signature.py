@@ -264,3 +264,21 @@ def test_a_signature_left_half_replaced_is_cleaned_by_the_next_run(signed, keys,
     stray.write_bytes(b"partial")
     result = deploy(root, signed, keyring=str(keys["site"].armored))
     assert result["cleaned"] == [str(stray)] and not stray.exists()
+
+
+def test_version_published_by_an_older_deploy_then_signed_gets_the_signed_list(tmp_path, keys):
+    """An old two-format pack, published when deploy still rewrote SHA256SUMS, signed after the upgrade: the same
+    files, so deploying (or rolling back to) it with the keyring puts back the signed SHA256SUMS and its signature."""
+    v1 = make_pack(tmp_path / "out", version="v1", squashfs=True)
+    root = tmp_path / "tftp"
+    deploy(root, v1)
+    published = root / "images/compute/v1"
+    sums = read_sums(str(published / SUMS_FILE))
+    (published / SUMS_FILE).write_text(sums_text({name: sums[name] for name in ("vmlinuz", "compute.cpio.zst")}))
+    sign(str(v1), keys["site"].fingerprint, str(keys["site"].home))
+    result = deploy(root, v1, keyring=str(keys["site"].armored))
+    assert result["published"], result
+    assert (published / SUMS_FILE).read_bytes() == (v1 / SUMS_FILE).read_bytes()
+    assert gpgv(keys["site"].binary, published).returncode == 0
+    before = tree_snapshot(root)
+    assert not deploy(root, v1, keyring=str(keys["site"].armored))["changed"] and tree_snapshot(root) == before
