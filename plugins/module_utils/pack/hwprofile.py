@@ -47,15 +47,17 @@ NODE_CHECK_SCRIPT = r"""#!/bin/sh
 # hpc-hwprofile-check [MODALIASES_FILE]: name the modules this node's devices need that the image's
 # hardware profile left out. Reads the node's modaliases (default: /sys/devices/**/modalias), the
 # unpruned alias table the pack kept (modules.alias.unpruned) and the packed modules.dep.
+# HPC_HWPROFILE_MODULES=<dir> checks another modules directory (an unpacked image on the build host).
 # Exit 0: nothing missing; 1: modules missing (listed); 2: cannot check.
 set -eu
-dir=/usr/lib/modules/$(uname -r)
+dir=${HPC_HWPROFILE_MODULES:-/usr/lib/modules/$(uname -r)}
 [ -r "$dir/modules.alias.unpruned" ] || { echo "no $dir/modules.alias.unpruned: not a pruned image" >&2; exit 2; }
 if [ $# -gt 0 ]; then aliases=$1; else
   aliases=$(mktemp); trap 'rm -f "$aliases"' EXIT
   find /sys/devices -name modalias -exec cat {} + 2>/dev/null | sort -u > "$aliases"
 fi
-awk -v dep="$dir/modules.dep" '
+rc=0
+out=$(awk -v dep="$dir/modules.dep" '
 function glob2re(g,   r, i, c) {
   r = "^"
   for (i = 1; i <= length(g); i++) {
@@ -72,10 +74,21 @@ BEGIN {
     sub(/:.*/, "", line); n = split(line, p, "/"); m = p[n]; sub(/\.ko.*$/, "", m); gsub(/-/, "_", m); kept[m] = 1
   }
 }
-FNR == NR { if ($1 == "alias") { pat[++np] = glob2re($2); mod[np] = $3 } ; next }
-{ for (k = 1; k <= np; k++) if ($0 ~ pat[k] && !(mod[k] in kept) && !(mod[k] in seen)) { seen[mod[k]] = $0 } }
+FNR == NR {
+  if ($1 == "alias") { pat[++np] = $2; m = $3; gsub(/-/, "_", m); mod[np] = m; lit[np] = $2; sub(/[*?[].*/, "", lit[np]) }
+  next
+}
+{
+  for (k = 1; k <= np; k++) {
+    if (substr($0, 1, length(lit[k])) != lit[k] || (mod[k] in kept) || (mod[k] in seen)) continue
+    if (!(k in re)) re[k] = glob2re(pat[k])
+    if ($0 ~ re[k]) seen[mod[k]] = $0
+  }
+}
 END { for (m in seen) { print "missing module " m " (needed by " seen[m] ")"; bad = 1 } ; exit bad }
-' "$dir/modules.alias.unpruned" "$aliases" | sort
+' "$dir/modules.alias.unpruned" "$aliases") || rc=$?
+[ -z "$out" ] || printf '%s\n' "$out" | sort
+exit "$rc"
 """
 
 

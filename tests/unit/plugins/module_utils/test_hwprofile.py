@@ -7,6 +7,7 @@ import lzma
 import os
 import stat
 import struct
+import subprocess
 
 import pytest
 
@@ -267,3 +268,30 @@ def _cpio_listing(path) -> dict:
     members = parse_newc(gzip.decompress(path.read_bytes()))
     return {**{m["name"].decode(): m["data"] for m in members},
             **{m["name"].decode() + ":mode": m["mode"] for m in members}}
+
+
+def test_node_check_names_modules_left_out_for_the_nodes_devices(tmp_path):
+    moddir = tmp_path / "modules"
+    moddir.mkdir()
+    (moddir / "modules.dep").write_text("kernel/drivers/net/ethernet/intel/e1000/e1000.ko:\n")
+    (moddir / "modules.alias.unpruned").write_text("\n".join(ALIASES) + "\nalias usb:v0BDAp8179d*dc*dsc*dp*ic*isc*ip*in* "
+                                                   "r8188eu\nalias of:N*T*Cfsl,imx[0-9]*-uart r-imx\n")
+    script = tmp_path / "hpc-hwprofile-check"
+    script.write_text(hw.NODE_CHECK_SCRIPT)
+    script.chmod(0o755)
+    devices = tmp_path / "node.modaliases"
+
+    def check(*lines):
+        devices.write_text("".join(line + "\n" for line in lines))
+        return subprocess.run(["sh", str(script), str(devices)], env={**os.environ, "HPC_HWPROFILE_MODULES": str(moddir)},
+                              capture_output=True, text=True, check=False)
+
+    clean = check("pci:v00008086d0000100Esv00001AF4sd00001100bc02sc00i00", "acpi:PNP0501:")
+    assert (clean.returncode, clean.stdout) == (0, "")
+    missing = check("pci:v000014E4d0000164Asv00000000sd00000000bc02sc00i00",
+                    "usb:v0BDAp8179d0000dc00dsc00dp00icFFiscFFipFFin00", "of:NuartT(null)Cfsl,imx6q-uart")
+    assert missing.returncode == 1
+    assert missing.stdout.splitlines() == [
+        "missing module bnx2 (needed by pci:v000014E4d0000164Asv00000000sd00000000bc02sc00i00)",
+        "missing module r8188eu (needed by usb:v0BDAp8179d0000dc00dsc00dp00icFFiscFFipFFin00)",
+        "missing module r_imx (needed by of:NuartT(null)Cfsl,imx6q-uart)"]
