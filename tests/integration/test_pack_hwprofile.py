@@ -20,6 +20,7 @@ import pytest
 
 from hwprofile_support import FIXTURE, KEPT_PROBE, PRUNED_PROBE, boot_and_probe, qemu_profile
 from pack_support import DEFAULT_INVENTORY, OUTPUT_ROOT, mounted_image, pack_module, run_pack_playbook
+from test_pack import _cpio_names  # noqa: E402 - sibling test module (rootdir-relative import)
 
 
 @pytest.fixture(scope="module")
@@ -36,13 +37,6 @@ def pruned():
     version_dir = next(p for p in (output / "compute").iterdir() if not p.name.startswith("."))
     yield version_dir, json.loads((version_dir / "manifest.json").read_text()), proc.stdout
     shutil.rmtree(output, ignore_errors=True)
-
-
-def _cpio_names(archive: Path) -> list[str]:
-    decompress = subprocess.Popen(["zstd", "-dc", str(archive)], stdout=subprocess.PIPE)
-    listing = subprocess.run(["cpio", "-t", "--quiet"], stdin=decompress.stdout, capture_output=True, check=True)
-    assert decompress.wait() == 0
-    return [os.fsdecode(n) for n in listing.stdout.split(b"\n") if n]
 
 
 def test_manifest_records_the_profile_and_what_it_removed(pruned):

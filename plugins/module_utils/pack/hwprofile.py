@@ -284,6 +284,7 @@ class PrunePlan:
     unmatched_modaliases: list[str]
     builtin_named: list[str]
     firmware_kept: list[str]
+    kept_paths: dict[str, str] = field(default_factory=dict)  # name -> path below the modules directory
     excluded: set[str] = field(default_factory=set)  # paths relative to the root
     removed: dict[str, dict[str, int]] = field(default_factory=dict)
     kept_size: dict[str, dict[str, int]] = field(default_factory=dict)
@@ -404,7 +405,8 @@ def plan_pruning(root: str, kernel_version: str, profile: HardwareProfile,
             removed_fw.append(path)
     fw_kept = _with_link_targets(root, fw_rel, fw_kept) if fw_rel else []
     removed_fw = [p for p in removed_fw if os.path.relpath(p, fw_rel) not in fw_kept]
-    plan = PrunePlan(kernel_version, rel, kept, matched, unmatched, builtin_named, sorted(fw_kept))
+    plan = PrunePlan(kernel_version, rel, kept, matched, unmatched, builtin_named, sorted(fw_kept),
+                     {name: data.paths[name] for name in kept})
     plan.excluded = _exclusions(rel, removed_modules, sorted(kept_paths)) | (
         _exclusions(fw_rel, removed_fw, [f"{fw_rel}/{f}" for f in fw_kept]) if fw_rel else set())
     plan.removed = {"modules": _count(root, removed_modules), "firmware": _count(root, removed_fw)}
@@ -439,17 +441,16 @@ def stage_modules(root: str, plan: PrunePlan, staging: str) -> str:
     """``staging/lib/modules/<version>/`` with the kept modules and depmod's inputs; returns that path."""
     source = os.path.join(root, plan.modules_rel)
     target = os.path.join(staging, "lib", "modules", plan.kernel_version)
-    data = ModuleData.read(source)
-    for name in plan.kept:
-        rel = data.paths[name]
+    for rel in plan.kept_paths.values():
         os.makedirs(os.path.dirname(os.path.join(target, rel)), exist_ok=True)
         shutil.copyfile(os.path.join(source, rel), os.path.join(target, rel))
-    kept = {data.paths[n] for n in plan.kept}
+    kept = {_uncompressed_name(rel) for rel in plan.kept_paths.values()}
     for name in DEPMOD_INPUTS:
         if not os.path.isfile(os.path.join(source, name)):
             continue
         if name == "modules.order":
-            lines = [line for line in _read_lines(os.path.join(source, name)) if _order_kept(line, kept)]
+            lines = [line for line in _read_lines(os.path.join(source, name))
+                     if _uncompressed_name(line.strip()) in kept]
             with open(os.path.join(target, name), "w", encoding="utf-8", errors="surrogateescape") as handle:
                 handle.write("".join(line + "\n" for line in lines))
         else:
@@ -457,9 +458,9 @@ def stage_modules(root: str, plan: PrunePlan, staging: str) -> str:
     return target
 
 
-def _order_kept(line: str, kept: set[str]) -> bool:
-    line = line.strip()
-    return bool(line) and any(line == k or re.sub(r"\.ko(\.\w+)?$", ".ko", k) == line for k in kept)
+def _uncompressed_name(rel: str) -> str:
+    """``x.ko`` for ``x.ko.xz``: modules.order lists modules without the compression suffix."""
+    return re.sub(r"\.ko\.\w+$", ".ko", rel)
 
 
 def depmod_outputs(root: str, plan: PrunePlan, staged: str) -> dict[str, bytes]:

@@ -163,6 +163,7 @@ class PackRequest:
                             f"{', '.join(SQUASHFS_COMPRESSION)}")
         if not 0 < self.size_warn_ratio <= 1:
             raise PackError("size_warn_ratio must be in (0, 1]")
+        self.profile()  # a bad hardware_profile costs nothing: refused before the source is opened
 
     def profile(self) -> HardwareProfile | None:
         try:
