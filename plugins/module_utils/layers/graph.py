@@ -297,11 +297,8 @@ def _normalise_image(path: str, raw: object, layers: Mapping[str, Any]) -> dict[
             formats.append(fmt)
     profile = spec.get("hardware_profile")
     if profile is not None:
-        profile = _expect_mapping(f"{path}.hardware_profile", profile)
-        unknown = sorted(set(profile) - set(HARDWARE_PROFILE_KEYS))
-        if unknown:
-            raise LayerSpecError(f"{path}.hardware_profile", f"unknown key(s) {', '.join(map(str, unknown))} "
-                                 f"(known: {', '.join(HARDWARE_PROFILE_KEYS)})")
+        _check_known_keys(f"{path}.hardware_profile", _expect_mapping(f"{path}.hardware_profile", profile),
+                          HARDWARE_PROFILE_KEYS)
     result = copy.deepcopy(dict(spec))  # extra keys are owned by later consumers
     result.update(
         layer=layer,

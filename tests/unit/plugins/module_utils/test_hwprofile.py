@@ -295,3 +295,14 @@ def test_node_check_names_modules_left_out_for_the_nodes_devices(tmp_path):
         "missing module bnx2 (needed by pci:v000014E4d0000164Asv00000000sd00000000bc02sc00i00)",
         "missing module r8188eu (needed by usb:v0BDAp8179d0000dc00dsc00dp00icFFiscFFipFFin00)",
         "missing module r_imx (needed by of:NuartT(null)Cfsl,imx6q-uart)"]
+
+
+def test_the_plan_refuses_unknown_keys_of_an_images_hardware_profile():
+    from ansible_collections.hpc.stateless.plugins.module_utils.layers.graph import LayerGraph, LayerSpecError
+    layers = {"base": {"bootstrap": {"distro": "debian", "release": "bookworm"}}}
+    graph = LayerGraph.from_spec(layers, {"node": {"layer": "base", "hardware_profile": {"modules": ["e1000"]}}})
+    assert graph.images["node"]["hardware_profile"] == {"modules": ["e1000"]}
+    with pytest.raises(LayerSpecError, match=r"hpc_stateless_images\.node\.hardware_profile.*modaliasfile"):
+        LayerGraph.from_spec(layers, {"node": {"layer": "base", "hardware_profile": {"modaliasfile": "x"}}})
+    with pytest.raises(LayerSpecError, match=r"hardware_profile"):
+        LayerGraph.from_spec(layers, {"node": {"layer": "base", "hardware_profile": ["e1000"]}})
