@@ -48,6 +48,9 @@ PROBE_ARGS = ("systemd.unit=multi-user.target systemd.wants=kernel-command-line.
               "systemd.run_success_action=none")
 
 
+_JOURNAL_PREFIX = re.compile(r"^\[\s*[0-9.]+\]\s+[\w.@-]+\[\d+\]:\s?", re.M)
+
+
 @dataclass
 class GuestProbe:
     console: str
@@ -60,17 +63,22 @@ class GuestProbe:
         return self.mem_total - self.mem_available
 
     def section(self) -> str:
+        """What the probe printed, without the journal's ``[  76.5] sh[231]: `` line prefixes."""
         match = re.search(r"HWP-BEGIN(.*?)HWP-END", self.console, re.S)
-        return match.group(1) if match else ""
+        return _JOURNAL_PREFIX.sub("", match.group(1).replace("\r", "")) if match else ""
 
 
 def boot_and_probe(kernel: Path, initrd: Path, timeout: float = 600, machine: str = "pc") -> GuestProbe:
     """Boot the cpio image (as test_pack.py does) and read the probe's output from the console."""
     console = boot_qemu(kernel, initrd, f"console=ttyS0 panic=-1 {NO_SECRET_DELIVERY} {PROBE_ARGS}",
                         [MULTI_USER, r"HWP-END"], timeout, extra=("-machine", machine))
-    match = re.search(r"HWP-BEGIN\s+([0-9.]+)\s", console)
-    total = re.search(r"MemTotal:\s+(\d+) kB", console)
-    available = re.search(r"MemAvailable:\s+(\d+) kB", console)
-    if not (match and total and available):
+    probe = GuestProbe(console, 0.0, 0, 0)
+    section = probe.section()
+    uptime = re.search(r"^([0-9.]+) [0-9.]+$", section, re.M)
+    total = re.search(r"^MemTotal:\s+(\d+) kB", section, re.M)
+    available = re.search(r"^MemAvailable:\s+(\d+) kB", section, re.M)
+    if not (uptime and total and available):
         raise AssertionError(f"the guest printed no probe (multi-user not reached?): {console[-4000:]}")
-    return GuestProbe(console, float(match.group(1)), int(total.group(1)) * 1024, int(available.group(1)) * 1024)
+    probe.uptime_at_multi_user = float(uptime.group(1))
+    probe.mem_total, probe.mem_available = int(total.group(1)) * 1024, int(available.group(1)) * 1024
+    return probe
