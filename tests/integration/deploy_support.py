@@ -142,14 +142,15 @@ def install_pxelinux(boot_root: Path) -> None:
 
 def pxe_boot(boot_root: Path, mac: str, log: Path, bootfile: str = "pxelinux.0", timeout: float = 180.0,
              memory_mib: int = 512, until: str = f"{MARKER} end",
-             stamps: dict[str, float] | None = None) -> tuple[str, float]:
+             stamps: dict[str, float] | None = None, stamp_files: tuple[Path, ...] = ()) -> tuple[str, float]:
     """Boot a qemu TCG guest over PXE from ``boot_root`` (qemu's built-in TFTP); return (console, seconds).
 
     ``bootfile`` is a path in ``boot_root`` or a URL (``http://10.0.2.2:<port>/...``, which the
     NIC's iPXE ROM fetches itself). The guest stops at ``until`` (a regex on the console) or is
     killed at ``timeout``; the console text is returned either way. With ``stamps``
     (``{regex: 0.0}``), each regex's value becomes the seconds after qemu's start at which it
-    first appeared on the console (-1 if never).
+    first appeared on the console or in one of ``stamp_files`` (e.g. an HTTP server's access log;
+    -1 if never).
     """
     argv = ["qemu-system-x86_64", "-accel", "tcg", "-m", str(memory_mib), "-nodefaults", "-no-reboot",
             "-display", "none", "-serial", f"file:{log}", "-boot", "n",
@@ -161,7 +162,8 @@ def pxe_boot(boot_root: Path, mac: str, log: Path, bootfile: str = "pxelinux.0",
     try:
         while proc.poll() is None and time.monotonic() - start < timeout:
             text = log.read_text(errors="replace") if log.exists() else ""
-            for regex in [r for r, seen in pending.items() if seen < 0 and re.search(r, text)]:
+            watched = text + "".join(f.read_text(errors="replace") for f in stamp_files if f.exists())
+            for regex in [r for r, seen in pending.items() if seen < 0 and re.search(r, watched)]:
                 pending[regex] = round(time.monotonic() - start, 2)
             if re.search(until, text):
                 if until == f"{MARKER} end":

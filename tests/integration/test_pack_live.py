@@ -38,10 +38,11 @@ pytestmark = pytest.mark.skipif(shutil.which("qemu-system-x86_64") is None or sh
 
 
 def mounts_of(console: str) -> list[tuple[str, str, str, str]]:
-    """(device, mount point, type, options) of the /proc/mounts the probe printed."""
-    block = console.split("MOUNTS-BEGIN", 2)[-1].split("MOUNTS-END", 1)[0]
+    """(device, mount point, type, options) of the /proc/mounts the probe printed (between lines of
+    their own: the kernel also echoes the command line, markers included)."""
+    block = re.search(r"^MOUNTS-BEGIN\s*$(.*?)^MOUNTS-END\s*$", console, re.MULTILINE | re.DOTALL)
     found = []
-    for line in block.splitlines():
+    for line in (block.group(1) if block else "").splitlines():
         fields = line.split()
         if len(fields) >= 4 and fields[1].startswith("/"):
             found.append((fields[0], fields[1], fields[2], fields[3]))
@@ -84,7 +85,7 @@ def test_dracut_initrd_boots_the_squashfs_over_http_with_writes_in_ram(tmp_path)
         append = (f"console=ttyS0 panic=-1 {args.replace(URL_PLACEHOLDER, url)} "
                   f"{IMAGE_RELEASE_TO_CONSOLE} {OVERLAY_PROBE}")
         console = boot_qemu(version_dir / "vmlinuz", version_dir / "initrd.img", append,
-                            ["IMAGE=packlive", re.escape(f"VERSION={manifest['version']}"), "MOUNTS-END",
+                            ["IMAGE=packlive", re.escape(f"VERSION={manifest['version']}"), r"(?m)^MOUNTS-END\s*$",
                              rf"\d+ {UPPER}{PROBE}", MULTI_USER], timeout=420,
                             extra=("-netdev", "user,id=n0", "-device", "e1000,netdev=n0"))
         access = (tmp_path / "lighttpd" / "lighttpd-access.log").read_text()
@@ -92,6 +93,7 @@ def test_dracut_initrd_boots_the_squashfs_over_http_with_writes_in_ram(tmp_path)
     log = REPO / "build" / "test-logs"
     log.mkdir(parents=True, exist_ok=True)
     (log / "pack-live-times.json").write_text(json.dumps(times, indent=2) + "\n")
+    (log / "pack-live-console.log").write_text(console)
     print("\nsquashfs live boot (seconds; size in MiB):", json.dumps(times))
     shutil.rmtree(version_dir, ignore_errors=True)
 
