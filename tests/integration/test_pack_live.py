@@ -37,10 +37,15 @@ pytestmark = pytest.mark.skipif(shutil.which("qemu-system-x86_64") is None or sh
                                 reason="needs qemu-system-x86 and lighttpd (scripts/setup.sh)")
 
 
+# The probe's output reaches the console through the journal: "[   79.1] sh[770]: <line>".
+JOURNAL_PREFIX = r"^(?:\[\s*[0-9.]+\]\s+)?\S+\[\d+\]: "
+
+
 def mounts_of(console: str) -> list[tuple[str, str, str, str]]:
-    """(device, mount point, type, options) of the /proc/mounts the probe printed (between lines of
-    their own: the kernel also echoes the command line, markers included)."""
-    block = re.search(r"^MOUNTS-BEGIN\s*$(.*?)^MOUNTS-END\s*$", console, re.MULTILINE | re.DOTALL)
+    """(device, mount point, type, options) of the /proc/mounts the probe printed (between marker
+    lines of their own: the kernel also echoes the command line, markers included)."""
+    text = re.sub(JOURNAL_PREFIX, "", console.replace("\r", ""), flags=re.MULTILINE)
+    block = re.search(r"^MOUNTS-BEGIN\s*$(.*?)^MOUNTS-END\s*$", text, re.MULTILINE | re.DOTALL)
     found = []
     for line in (block.group(1) if block else "").splitlines():
         fields = line.split()
@@ -85,8 +90,8 @@ def test_dracut_initrd_boots_the_squashfs_over_http_with_writes_in_ram(tmp_path)
         append = (f"console=ttyS0 panic=-1 {args.replace(URL_PLACEHOLDER, url)} "
                   f"{IMAGE_RELEASE_TO_CONSOLE} {OVERLAY_PROBE}")
         console = boot_qemu(version_dir / "vmlinuz", version_dir / "initrd.img", append,
-                            ["IMAGE=packlive", re.escape(f"VERSION={manifest['version']}"), r"(?m)^MOUNTS-END\s*$",
-                             rf"\d+ {UPPER}{PROBE}", MULTI_USER], timeout=420,
+                            ["IMAGE=packlive", re.escape(f"VERSION={manifest['version']}"),
+                             rf"(?m){JOURNAL_PREFIX}MOUNTS-END\s*$", rf"\d+ {UPPER}{PROBE}", MULTI_USER], timeout=420,
                             extra=("-netdev", "user,id=n0", "-device", "e1000,netdev=n0"))
         access = (tmp_path / "lighttpd" / "lighttpd-access.log").read_text()
     times["boot"] = round(time.monotonic() - start, 1)
@@ -110,4 +115,4 @@ def test_dracut_initrd_boots_the_squashfs_over_http_with_writes_in_ram(tmp_path)
     assert mount_holding(options["upperdir"], mounts)[2] == "tmpfs", mounts
     assert mount_holding(options["lowerdir"].split(":")[0], mounts)[2] == "squashfs", mounts
     # The file written through / is in the upper directory: len("written-on-the-node\n") bytes.
-    assert re.search(rf"^\s*20 {UPPER}{PROBE}\s*$", console, re.MULTILINE), console[-4000:]
+    assert re.search(rf"{JOURNAL_PREFIX}20 {UPPER}{PROBE}\s*$", console, re.MULTILINE), console[-4000:]
