@@ -263,7 +263,6 @@ def test_pack_with_a_profile_records_it_and_overlays_depmod_data(image, tmp_path
     assert f"{MODDIR}/{MODULES['bnx2'][0]}" not in listing
 
 
-
 def _cpio_listing(path) -> dict:
     members = parse_newc(gzip.decompress(path.read_bytes()))
     return {**{m["name"].decode(): m["data"] for m in members},
