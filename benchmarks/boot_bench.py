@@ -13,8 +13,8 @@ qemu starts):
 
 * transfer: from the loader asking for the kernel to the kernel's first console line
   (``Linux version``): TFTP from pxelinux's ``Loading <image>/vmlinuz`` on the console, HTTP from
-  lighttpd logging the node's iPXE script (the request just before the kernel's). Polled every
-  0.2 s; goal: HTTP >= 5x faster.
+  lighttpd logging the arrival of the request for the node's iPXE script (the one just before the
+  kernel's). Polled every 0.2 s; goal: HTTP >= 5x faster.
 * load: from qemu's start to the kernel's first line (firmware, DHCP and the loader included).
 * multi-user: until a unit ordered after multi-user.target reports the target active.
 
@@ -58,7 +58,7 @@ WORK = REPO / "build" / "bench-boot"
 NODE_MAC = "52:54:00:12:34:58"
 KERNEL_LINE = r"Linux version \d"
 TFTP_KERNEL_REQUEST = r"Loading \S+/vmlinuz"
-HTTP_KERNEL_REQUEST = r'"GET /ipxe/nodes/\S+ HTTP'  # in lighttpd's access log
+HTTP_KERNEL_REQUEST = r"rqst: GET /ipxe/nodes/\S+ HTTP"  # in lighttpd's error log, as the request arrives
 GOAL_TRANSFER_RATIO = 5.0
 MEMORY_MIB = 3072
 
@@ -97,13 +97,13 @@ def publish(src: Path, url: str) -> tuple[str, Path]:
 
 
 def one_boot(name: str, tftp_root: Path, bootfile: str, timeout: float, request: str,
-             access_log: Path | None = None) -> dict[str, float]:
+             server_log: Path | None = None) -> dict[str, float]:
     stamps = {request: 0.0, KERNEL_LINE: 0.0, MULTI_USER: 0.0}
-    if access_log is not None:
-        access_log.write_text("")  # lighttpd appends (O_APPEND): only this boot's requests are in it
+    if server_log is not None:
+        server_log.write_text("")  # lighttpd appends (O_APPEND): only this boot's requests are in it
     console, seconds = pxe_boot(tftp_root, NODE_MAC, WORK / f"{name}.log", bootfile=bootfile, timeout=timeout,
                                 memory_mib=MEMORY_MIB, until=MULTI_USER, stamps=stamps,
-                                stamp_files=(access_log,) if access_log else ())
+                                stamp_files=(server_log,) if server_log else ())
     if min(stamps.values()) < 0:
         raise SystemExit(f"{name}: not seen within {seconds:.0f} s: {[r for r, t in stamps.items() if t < 0]}; "
                          f"console {WORK / (name + '.log')}:\n{console[-2000:]}")
@@ -125,7 +125,7 @@ def run(src: Path, runs: int, timeout: float) -> dict:
         for index in range(runs):
             samples["tftp"].append(one_boot(f"tftp-{index}", root, "pxelinux.0", timeout, TFTP_KERNEL_REQUEST))
             samples["http"].append(one_boot(f"http-{index}", WORK / "no-tftp", f"{url}/ipxe/boot.ipxe", timeout,
-                                            HTTP_KERNEL_REQUEST, WORK / "lighttpd" / "lighttpd-access.log"))
+                                            HTTP_KERNEL_REQUEST, WORK / "lighttpd" / "lighttpd-error.log"))
     artifact = cpio_artifact(src)
     return {"image": image, "artifact_bytes": artifact.stat().st_size,
             "kernel_bytes": (src / "vmlinuz").stat().st_size, "samples": samples,

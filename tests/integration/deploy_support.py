@@ -180,6 +180,18 @@ def pxe_boot(boot_root: Path, mac: str, log: Path, bootfile: str = "pxelinux.0",
     return (log.read_text(errors="replace") if log.exists() else ""), seconds
 
 
+def access_log(log_dir: Path, expect: list[tuple[str, str]], wait: float = 10.0) -> list[tuple[str, str]]:
+    """(path, status) of every GET in :func:`http_server`'s access log, once every ``expect`` pair
+    is in it or ``wait`` seconds passed (lighttpd flushes the log about once a second)."""
+    deadline = time.monotonic() + wait
+    while True:
+        path = log_dir / "lighttpd-access.log"
+        served = re.findall(r'"GET (\S+) HTTP/[0-9.]+" (\d{3})', path.read_text() if path.exists() else "")
+        if all(pair in served for pair in expect) or time.monotonic() > deadline:
+            return served
+        time.sleep(0.2)
+
+
 GUEST_HOST_ADDRESS = "10.0.2.2"  # the host as qemu's user networking shows it to the guest
 LIGHTTPD_CONF = """server.document-root = "{root}"
 server.bind = "127.0.0.1"
@@ -187,6 +199,7 @@ server.port = {port}
 server.errorlog = "{log}/lighttpd-error.log"
 server.modules = ("mod_accesslog")
 accesslog.filename = "{log}/lighttpd-access.log"
+debug.log-request-header = "enable"
 """
 
 
@@ -201,7 +214,9 @@ def http_server(root: Path, log_dir: Path) -> Iterator[int]:
     """lighttpd (Debian package, scripts/setup.sh) serving ``root`` on 127.0.0.1; yields its port.
 
     A guest on qemu's user network reaches it as ``http://10.0.2.2:<port>``. Symlinks are
-    followed (the boot root's ``<image>`` links). Its logs stay in ``log_dir``.
+    followed (the boot root's ``<image>`` links). Its logs stay in ``log_dir``: the access log
+    (``lighttpd-access.log``, written in batches, within about a second: see :func:`access_log`)
+    and the error log, which also gets each request line as it arrives (``rqst: GET /path ...``).
     """
     log_dir.mkdir(parents=True, exist_ok=True)
     port = _free_port()

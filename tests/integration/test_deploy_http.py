@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 
 import pytest
@@ -20,6 +19,7 @@ from conftest import REPO, run_site
 from deploy_support import (
     GUEST_HOST_ADDRESS,
     MARKER,
+    access_log,
     find_kernel,
     http_server,
     pxe_boot,
@@ -58,22 +58,17 @@ def site(tmp_path_factory):
         write_pack(base / "out", IMAGE, VERSION, find_kernel(), created="2026-03-01T00:00:00Z")
         proc = run_site(inventory=inventory, playbook="playbooks/deploy.yml")
         assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-2000:]
-        yield {"base": base, "root": root, "url": url, "access": base / "lighttpd" / "lighttpd-access.log"}
+        yield {"base": base, "root": root, "url": url, "logs": base / "lighttpd"}
 
 
-def boot(site, name: str, mac: str) -> tuple[dict[str, str], str]:
+def boot(site, name: str, mac: str) -> dict[str, str]:
     console, seconds = pxe_boot(site["base"] / "no-tftp", mac, site["base"] / f"{name}.log",
                                 bootfile=f"{site['url']}/ipxe/boot.ipxe", timeout=240)
     assert f"{MARKER} end" in console, console[-3000:]
     log = REPO / "build" / "test-logs"
     log.mkdir(parents=True, exist_ok=True)
     (log / f"http-boot-{name}.json").write_text(json.dumps({"seconds": round(seconds, 1)}) + "\n")
-    return release_of(console), site["access"].read_text()
-
-
-def requested(access: str) -> list[tuple[str, str]]:
-    """(path, status) of every request in lighttpd's access log."""
-    return re.findall(r'"GET (\S+) HTTP/[0-9.]+" (\d{3})', access)
+    return release_of(console)
 
 
 def test_node_script_loads_kernel_and_initrd_over_http(site):
@@ -81,20 +76,22 @@ def test_node_script_loads_kernel_and_initrd_over_http(site):
     assert f"kernel {site['url']}/{IMAGE}/vmlinuz " in script
     assert f"initrd --name initrd {site['url']}/{IMAGE}/initrd" in script
 
-    release, access = boot(site, "ipxe-http-node", NODE_MAC)
+    release = boot(site, "ipxe-http-node", NODE_MAC)
     assert release["IMAGE"] == IMAGE and release["VERSION"] == VERSION
     cmdline = release["CMDLINE"].split()
     assert "hpc_node=n1" in cmdline and "initrd=initrd" in cmdline and "rdinit=/sbin/init" in cmdline
-    served = requested(access)
     node_script = f"/ipxe/nodes/{NODE_MAC.replace(':', '-')}.ipxe"
-    for path in ("/ipxe/boot.ipxe", node_script, f"/{IMAGE}/vmlinuz", f"/{IMAGE}/initrd"):
-        assert (path, "200") in served, (path, served)
+    expected = [(path, "200") for path in ("/ipxe/boot.ipxe", node_script, f"/{IMAGE}/vmlinuz", f"/{IMAGE}/initrd")]
+    served = access_log(site["logs"], expected)
+    for pair in expected:
+        assert pair in served, (pair, served)
 
 
 def test_unknown_mac_falls_back_to_the_default_image_script(site):
-    release, access = boot(site, "ipxe-http-default", OTHER_MAC)
+    release = boot(site, "ipxe-http-default", OTHER_MAC)
     assert release["VERSION"] == VERSION
     assert "hpc_node=n1" not in release["CMDLINE"].split()  # the image's script, not n1's
-    served = requested(access)
-    assert (f"/ipxe/nodes/{OTHER_MAC.replace(':', '-')}.ipxe", "404") in served, served
-    assert (f"/ipxe/images/{IMAGE}.ipxe", "200") in served, served
+    expected = [(f"/ipxe/nodes/{OTHER_MAC.replace(':', '-')}.ipxe", "404"), (f"/ipxe/images/{IMAGE}.ipxe", "200")]
+    served = access_log(site["logs"], expected)
+    for pair in expected:
+        assert pair in served, (pair, served)
