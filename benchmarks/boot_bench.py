@@ -27,7 +27,6 @@ Writes benchmarks/results/boot.json (with the uniform ``comparisons`` block) and
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
@@ -171,11 +170,7 @@ def main() -> int:
         if not args.keep:
             shutil.rmtree(WORK, ignore_errors=True)
     results["comparisons"] = derive(results)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(results, indent=2) + "\n")
-    print("\n" + comparisons.text_table(results["comparisons"]))
-    print(f"\nJSON: {args.output}")
-    return 0 if all(row["met"] is not False for row in results["comparisons"]) else 1
+    return comparisons.write_results(results, args.output)
 
 
 if __name__ == "__main__":
