@@ -26,6 +26,8 @@ written before the block existed) and prints them with :func:`text_table`.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
 BUDGET = "budget"
@@ -247,3 +249,13 @@ def text_table(rows: list[dict[str, Any]]) -> str:
     out = ["  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip() for line in lines]
     out.insert(1, "  ".join("-" * width for width in widths))
     return "comparisons (ratio = A/B, judged against the goal):\n" + "\n".join(out)
+
+
+def write_results(results: dict[str, Any], output: Path) -> int:
+    """Write a benchmark's ``results`` (with its ``comparisons`` block) to ``output``, print the
+    table, and return the benchmark's exit status: 0 when no judged goal is missed, else 1."""
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(results, indent=2) + "\n")
+    print("\n" + text_table(results["comparisons"]))
+    print(f"\nJSON: {output}")
+    return 0 if all(row["met"] is not False for row in results["comparisons"]) else 1

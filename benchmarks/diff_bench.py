@@ -238,12 +238,8 @@ def main() -> int:
         if not args.keep:
             shutil.rmtree(WORK, ignore_errors=True)
     results["comparisons"] = derive(results)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(results, indent=2) + "\n")
     print(table(results))
-    print("\n" + comparisons.text_table(results["comparisons"]))
-    print(f"\nJSON: {args.output}")
-    return 0 if all(row["met"] is not False for row in results["comparisons"]) else 1
+    return comparisons.write_results(results, args.output)
 
 
 if __name__ == "__main__":

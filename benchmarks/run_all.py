@@ -123,8 +123,9 @@ BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in (
     Benchmark("deploy", "~3 min", _deploy_args, ["--runs", "1"], True),
     Benchmark("plan", "~30 s", lambda d: [], ["--quick", "--runs", "3"]),
     Benchmark("diff", "~2 min", _deploy_args, ["--runs", "1"], True),
+    Benchmark("boot", "~15 min", _deploy_args, ["--runs", "1"], True),
 )}
-RUN_ORDER = ["plan", "deploy", "diff", "nspawn", "compliance", "build", "pack"]
+RUN_ORDER = ["plan", "deploy", "diff", "boot", "nspawn", "compliance", "build", "pack"]
 
 
 @dataclass

@@ -176,6 +176,45 @@ options:
     description: Pack even when the version directory is up to date.
     type: bool
     default: false
+  hardware_profile:
+    description:
+      - Prune the kernel modules and firmware of the packed copy to the hardware the nodes have; the cached
+        layer is never changed. Without it (the default) nothing is pruned.
+      - "Kept: the modules named in C(modules) and C(force), the modules whose C(modules.alias) patterns match a
+        line of C(modaliases) or C(modaliases_file), what systemd and the squashfs boot path load (autofs4,
+        configfs, dm_mod, efi_pstore, fuse, loop, overlay, squashfs), their dependencies and soft dependencies,
+        transitively, and the firmware files they name (C(modinfo -F firmware)) plus the globs of C(firmware)."
+      - "C(modules.dep) and the other depmod files are regenerated for the kept modules (with the image's depmod),
+        so C(modprobe) works on the node. The unpruned C(modules.alias) is kept as C(modules.alias.unpruned) and
+        C(/usr/local/sbin/hpc-hwprofile-check) on the node names the modules its devices need that were left out."
+      - "Capture a node's modaliases with C(find /sys/devices -name modalias -exec cat {} + | sort -u > node.modaliases)."
+      - An unknown module name fails, naming the key; modalias lines that match no module are reported as a warning.
+      - "The manifest records the profile, the kept modules and firmware, and what was removed (files, bytes)."
+    type: dict
+    suboptions:
+      modules:
+        description: Module names (C(-) and C(_) are the same).
+        type: list
+        elements: str
+        default: []
+      modaliases:
+        description: Modalias lines, as read from C(/sys/devices/**/modalias) on a node.
+        type: list
+        elements: str
+        default: []
+      modaliases_file:
+        description: File on the build host with one modalias line per line (C(#) comments allowed).
+        type: path
+      force:
+        description: Module names kept whatever the hardware (for example a file system or a protocol module).
+        type: list
+        elements: str
+        default: []
+      firmware:
+        description: Further firmware files to keep, as globs relative to C(/usr/lib/firmware).
+        type: list
+        elements: str
+        default: []
 notes:
   - Runs on the build host as root (it mounts images). Needs buildah for O(source_image), zstd, pigz (or gzip), xz
     and mksquashfs for the formats asked for.
@@ -200,6 +239,16 @@ EXAMPLES = r"""
 - name: Show the size report
   ansible.builtin.debug:
     msg: "{{ packed.size_report_text }}"
+
+- name: Pack the compute image for virtual machines only (modules pruned to the qemu profile)
+  hpc.stateless.pack:
+    image: compute-vm
+    source_image: localhost/hpc-stateless/slurm:{{ plan.layers.slurm.key }}
+    output_dir: build/images
+    hardware_profile:
+      modules: [virtio_net, virtio_blk]
+      modaliases_file: files/qemu-q35.modaliases
+      force: [nfs]
 
 - name: Pack a directory, dropping documentation, with the munge key allowed
   hpc.stateless.pack:
@@ -259,6 +308,11 @@ excluded:
   description: Number of excluded paths (pruned subtrees count once).
   returned: when the tree was scanned (not when up to date)
   type: int
+hardware_profile:
+  description: What the hardware profile kept and removed (the manifest's C(hardware_profile)).
+  returned: when hardware_profile is set and the tree was packed or checked
+  type: dict
+  sample: {"kept_modules": ["e1000", "virtio_net"], "removed": {"modules": {"files": 4004, "bytes": 394265868}}}
 allowed_secrets:
   description: Secrets packed because they were allowed.
   returned: always
@@ -306,6 +360,13 @@ def main() -> None:
             reset_machine_id=dict(type="bool", default=True),
             release_extra=dict(type="dict", default={}),
             force=dict(type="bool", default=False),
+            hardware_profile=dict(type="dict", options=dict(
+                modules=dict(type="list", elements="str", default=[]),
+                modaliases=dict(type="list", elements="str", default=[]),
+                modaliases_file=dict(type="path"),
+                force=dict(type="list", elements="str", default=[]),
+                firmware=dict(type="list", elements="str", default=[]),
+            )),
         ),
         mutually_exclusive=[("source_image", "source_path")],
         required_one_of=[("source_image", "source_path")],
@@ -331,6 +392,7 @@ def main() -> None:
         source_date_epoch=p["source_date_epoch"], size_ceiling=ceiling, size_warn_ratio=p["size_warn_ratio"],
         size_ceiling_action=p["size_ceiling_action"], reset_machine_id=p["reset_machine_id"],
         release_extra={str(k): str(v) for k, v in p["release_extra"].items()}, force=p["force"],
+        hardware_profile=p["hardware_profile"],
     )
     packer = Packer(request, Buildah() if p["source_image"] else None)
     try:
@@ -341,6 +403,8 @@ def main() -> None:
         module.fail_json(msg=f"pack {p['image']}: {exc}")
     for warning in packer.warnings:
         module.warn(warning)
+    if result["manifest"].get("hardware_profile"):
+        result["hardware_profile"] = result["manifest"]["hardware_profile"]
     module.exit_json(**result)
 
 

@@ -9,13 +9,16 @@ through the artifact contract (manifest.json, SHA256SUMS), so bootlink treats it
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import re
 import shutil
+import socket
 import stat
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from ansible_collections.hpc.stateless.plugins.module_utils.artifact import manifest as pm
@@ -138,21 +141,33 @@ def install_pxelinux(boot_root: Path) -> None:
 
 
 def pxe_boot(boot_root: Path, mac: str, log: Path, bootfile: str = "pxelinux.0", timeout: float = 180.0,
-             memory_mib: int = 512) -> tuple[str, float]:
+             memory_mib: int = 512, until: str = f"{MARKER} end",
+             stamps: dict[str, float] | None = None, stamp_files: tuple[Path, ...] = ()) -> tuple[str, float]:
     """Boot a qemu TCG guest over PXE from ``boot_root`` (qemu's built-in TFTP); return (console, seconds).
 
-    The guest is killed at ``timeout``; the console text is returned either way.
+    ``bootfile`` is a path in ``boot_root`` or a URL (``http://10.0.2.2:<port>/...``, which the
+    NIC's iPXE ROM fetches itself). The guest stops at ``until`` (a regex on the console) or is
+    killed at ``timeout``; the console text is returned either way. With ``stamps``
+    (``{regex: 0.0}``), each regex's value becomes the seconds after qemu's start at which it
+    first appeared on the console or in one of ``stamp_files`` (e.g. an HTTP server's access log;
+    -1 if never).
     """
     argv = ["qemu-system-x86_64", "-accel", "tcg", "-m", str(memory_mib), "-nodefaults", "-no-reboot",
             "-display", "none", "-serial", f"file:{log}", "-boot", "n",
             "-netdev", f"user,id=n0,tftp={boot_root},bootfile={bootfile}",
             "-device", f"e1000,netdev=n0,mac={mac}"]
+    pending = dict.fromkeys(stamps or {}, -1.0)
     start = time.monotonic()
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         while proc.poll() is None and time.monotonic() - start < timeout:
-            if log.exists() and f"{MARKER} end" in log.read_text(errors="replace"):
-                proc.wait(timeout=20)  # poweroff -f follows the marker
+            text = log.read_text(errors="replace") if log.exists() else ""
+            watched = text + "".join(f.read_text(errors="replace") for f in stamp_files if f.exists())
+            for regex in [r for r, seen in pending.items() if seen < 0 and re.search(r, watched)]:
+                pending[regex] = round(time.monotonic() - start, 2)
+            if re.search(until, text):
+                if until == f"{MARKER} end":
+                    proc.wait(timeout=20)  # poweroff -f follows the marker
                 break
             time.sleep(0.2)
     finally:
@@ -160,7 +175,74 @@ def pxe_boot(boot_root: Path, mac: str, log: Path, bootfile: str = "pxelinux.0",
             proc.kill()
         proc.wait()
     seconds = time.monotonic() - start
+    if stamps is not None:
+        stamps.update(pending)
     return (log.read_text(errors="replace") if log.exists() else ""), seconds
+
+
+def access_log(log_dir: Path, expect: list[tuple[str, str]], wait: float = 10.0) -> list[tuple[str, str]]:
+    """(path, status) of every GET in :func:`http_server`'s access log, once every ``expect`` pair
+    is in it or ``wait`` seconds passed (lighttpd flushes the log about once a second)."""
+    deadline = time.monotonic() + wait
+    while True:
+        path = log_dir / "lighttpd-access.log"
+        served = re.findall(r'"GET (\S+) HTTP/[0-9.]+" (\d{3})', path.read_text() if path.exists() else "")
+        if all(pair in served for pair in expect) or time.monotonic() > deadline:
+            return served
+        time.sleep(0.2)
+
+
+GUEST_HOST_ADDRESS = "10.0.2.2"  # the host as qemu's user networking shows it to the guest
+LIGHTTPD_CONF = """server.document-root = "{root}"
+server.bind = "127.0.0.1"
+server.port = {port}
+server.errorlog = "{log}/lighttpd-error.log"
+server.modules = ("mod_accesslog")
+accesslog.filename = "{log}/lighttpd-access.log"
+debug.log-request-header = "enable"
+"""
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextlib.contextmanager
+def http_server(root: Path, log_dir: Path) -> Iterator[int]:
+    """lighttpd (Debian package, scripts/setup.sh) serving ``root`` on 127.0.0.1; yields its port.
+
+    A guest on qemu's user network reaches it as ``http://10.0.2.2:<port>``. Symlinks are
+    followed (the boot root's ``<image>`` links). Its logs stay in ``log_dir``: the access log
+    (``lighttpd-access.log``, written in batches, within about a second: see :func:`access_log`)
+    and the error log, which also gets each request line as it arrives (``rqst: GET /path ...``).
+    """
+    log_dir.mkdir(parents=True, exist_ok=True)
+    port = _free_port()
+    conf = log_dir / "lighttpd.conf"
+    conf.write_text(LIGHTTPD_CONF.format(root=root, port=port, log=log_dir))
+    proc = subprocess.Popen(["lighttpd", "-D", "-f", str(conf)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 15
+        while True:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+                break
+            if proc.poll() is not None or time.monotonic() > deadline:
+                errors = (log_dir / "lighttpd-error.log")
+                raise RuntimeError(f"lighttpd did not listen on 127.0.0.1:{port} ({conf}): "
+                                   f"{proc.stderr.read().decode() if proc.stderr and proc.poll() is not None else ''}"
+                                   f"{errors.read_text() if errors.exists() else ''}")
+            time.sleep(0.1)
+        yield port
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def release_of(console: str) -> dict[str, str]:

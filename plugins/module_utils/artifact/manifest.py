@@ -76,8 +76,9 @@ def largest_packages(packages: Iterable[dict[str, Any]], count: int = 20) -> lis
 
 def size_report(uncompressed: int, files: int, packages: list[dict[str, Any]],
                 directories: list[dict[str, Any]], largest_files: list[tuple[int, str]],
-                count: int = 20) -> dict[str, Any]:
-    return {
+                count: int = 20, pruned: dict[str, dict[str, int]] | None = None) -> dict[str, Any]:
+    """``pruned``: what a hardware profile left out, ``{category: {files, bytes}}`` (the key is absent without one)."""
+    report: dict[str, Any] = {
         "uncompressed_size": uncompressed,
         "files": files,
         "largest_packages": largest_packages(packages, count),
@@ -85,6 +86,9 @@ def size_report(uncompressed: int, files: int, packages: list[dict[str, Any]],
         "largest_files": [{"path": "/" + rel, "bytes": size}
                           for size, rel in sorted(largest_files, key=lambda t: (-t[0], t[1]))[:count]],
     }
+    if pruned is not None:
+        report["pruned_by_hardware_profile"] = pruned
+    return report
 
 
 def human_size(value: int) -> str:
@@ -99,6 +103,9 @@ def human_size(value: int) -> str:
 def format_size_report(report: dict[str, Any]) -> str:
     """The size report as the text table printed to the user."""
     lines = [f"uncompressed: {human_size(report['uncompressed_size'])} in {report['files']} files"]
+    for category, removed in (report.get("pruned_by_hardware_profile") or {}).items():
+        lines.append(f"removed by the hardware profile: {category} {removed['files']} files, "
+                     f"{human_size(removed['bytes'])}")
     if report["largest_packages"]:
         lines.append("largest packages:")
         lines += [f"  {human_size(p['bytes']):>10}  {p['name']} {p['version']}" for p in report["largest_packages"]]
@@ -112,7 +119,8 @@ def build_manifest(*, image: str, version: str, created: int, layer: str, layer_
                    kernel: dict[str, Any], artifacts: list[dict[str, Any]], uncompressed_size: int,
                    packages: list[dict[str, Any]], kernel_args: str = "", initrd: dict[str, Any] | None = None,
                    source: dict[str, Any] | None = None, options: dict[str, Any] | None = None,
-                   report: dict[str, Any] | None = None) -> dict[str, Any]:
+                   report: dict[str, Any] | None = None,
+                   hardware_profile: dict[str, Any] | None = None) -> dict[str, Any]:
     """The manifest deploy reads (checked by :func:`check_manifest`); keys beyond the shared contract are
     additions, never renames."""
     data: dict[str, Any] = {
@@ -134,6 +142,8 @@ def build_manifest(*, image: str, version: str, created: int, layer: str, layer_
         data["options"] = options
     if report is not None:
         data["size_report"] = report
+    if hardware_profile is not None:
+        data["hardware_profile"] = hardware_profile
     return check_manifest(data, "the manifest pack writes")
 
 

@@ -24,6 +24,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils.artifact.names impor
     ArtifactError,
     check_name as check_artifact_name,
 )
+from ansible_collections.hpc.stateless.plugins.module_utils.pack.hwprofile import PROFILE_KEYS as HARDWARE_PROFILE_KEYS
 
 try:
     import networkx as nx
@@ -294,6 +295,10 @@ def _normalise_image(path: str, raw: object, layers: Mapping[str, Any]) -> dict[
             )
         if fmt not in formats:
             formats.append(fmt)
+    profile = spec.get("hardware_profile")
+    if profile is not None:
+        _check_known_keys(f"{path}.hardware_profile", _expect_mapping(f"{path}.hardware_profile", profile),
+                          HARDWARE_PROFILE_KEYS)
     result = copy.deepcopy(dict(spec))  # extra keys are owned by later consumers
     result.update(
         layer=layer,

@@ -25,6 +25,7 @@ import json
 import os
 import shutil
 import stat
+import tempfile
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,6 +67,16 @@ from ansible_collections.hpc.stateless.plugins.module_utils.pack.kernel import (
     image_initrd,
     squashfs_boot_method,
 )
+from ansible_collections.hpc.stateless.plugins.module_utils.pack.hwprofile import (
+    NODE_CHECK_PATH,
+    NODE_CHECK_SCRIPT,
+    HardwareProfile,
+    HardwareProfileError,
+    PrunePlan,
+    depmod_outputs,
+    plan_pruning,
+    stage_modules,
+)
 from ansible_collections.hpc.stateless.plugins.module_utils.pack.newc import MAX_FILE_SIZE, NewcError
 from ansible_collections.hpc.stateless.plugins.module_utils.pack.tree import (
     DEFAULT_EXCLUDES,
@@ -82,6 +93,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils.pack.tree import (
 # purpose part of the names of pack's throw-away working containers (see buildah.container_name)
 CONTAINER_PURPOSE = "pack"
 _DRACUT_OUT = "/run/hpc-stateless-pack-out"
+_DEPMOD_BASE = "/run/hpc-stateless-depmod"
 
 
 class PackError(Exception):
@@ -126,6 +138,7 @@ class PackRequest:
     reset_machine_id: bool = True
     release_extra: dict[str, str] = field(default_factory=dict)
     force: bool = False
+    hardware_profile: dict[str, Any] | None = None
 
     def validate(self) -> None:
         try:
@@ -150,6 +163,13 @@ class PackRequest:
                             f"{', '.join(SQUASHFS_COMPRESSION)}")
         if not 0 < self.size_warn_ratio <= 1:
             raise PackError("size_warn_ratio must be in (0, 1]")
+        self.profile()  # a bad hardware_profile costs nothing: refused before the source is opened
+
+    def profile(self) -> HardwareProfile | None:
+        try:
+            return HardwareProfile.from_option(self.hardware_profile)
+        except HardwareProfileError as exc:
+            raise PackError(str(exc)) from exc
 
 
 @dataclass
@@ -186,6 +206,7 @@ class Packer:
         self.warnings: list[str] = []
         self._partial: str | None = None
         self._made_dirs: list[str] = []  # created by this run for its output, deepest first
+        self._profile: HardwareProfile | None = None
 
     # -- public ------------------------------------------------------------------------
     def run(self, check_mode: bool) -> dict[str, Any]:
@@ -322,7 +343,8 @@ class Packer:
             self._warn(f"the kernel {req.kernel} ({kernel.version}) has no /lib/modules/{kernel.version} in the "
                        "image: modules will not load on the node")
 
-        rules = ExcludeRules([*(DEFAULT_EXCLUDES if req.exclude_defaults else ()), *req.exclude])
+        profile = req.profile()
+        self._profile = profile
         secrets = SecretRules(req.secret_patterns, ["*"] if req.allow_secrets else req.allowed_secrets)
         source_info = ({"image": req.source_image, "image_id": source.image_id} if req.source_image
                        else {"path": os.path.abspath(req.source_path or "")})
@@ -334,11 +356,17 @@ class Packer:
                 current = json.load(handle)
             return self._result(False, final, current, None, current.get("uncompressed_size", 0), up_to_date=True)
 
+        plan = self._plan_pruning(root, kernel.version, profile) if profile else None
+        depmod_files = self._depmod(source, plan) if plan else {}
+        # The regenerated files replace the image's: left out of the walk, added back by the overlay.
+        replaced = {rel for rel in depmod_files if os.path.lexists(os.path.join(root, rel))}
+        rules = ExcludeRules([*(DEFAULT_EXCLUDES if req.exclude_defaults else ()), *req.exclude],
+                             (plan.excluded | replaced) if plan else frozenset())
         scan = scan_tree(root, rules, secrets)
         if sde is None:
             sde = scan.newest_mtime
         options = self._options_fingerprint(kernel, sde)
-        overlay = self._overlay(root, req.image, version, layer, layer_key, sde)
+        overlay = self._overlay(root, req.image, version, layer, layer_key, sde, depmod_files)
         uncompressed = scan.total_bytes + sum(len(f.data) for f in overlay.files.values()
                                               if stat.S_ISREG(f.mode))
         self._preflight(scan, uncompressed)
@@ -346,6 +374,8 @@ class Packer:
             would = {"image": req.image, "version": version, "layer": layer, "layer_keys": layer_keys,
                      "artifacts": [{"file": names.artifact_file(req.image, fmt), "format": fmt} for fmt in req.formats],
                      "kernel": {"file": names.KERNEL_FILE, "version": kernel.version}}
+            if plan and profile:
+                would["hardware_profile"] = plan.manifest_entry(profile)
             return self._result(True, final, would, scan, uncompressed)
 
         self._partial = os.path.join(image_dir, f".{version}.partial-{os.getpid()}")
@@ -364,11 +394,12 @@ class Packer:
             db = self._package_db(root)
             packages = [p.summary() for p in db.packages]
             report = pm.size_report(uncompressed, scan.files, packages, scan.largest_directories(),
-                                    scan.largest_files)
+                                    scan.largest_files, pruned=plan.removed if plan else None)
             data = pm.build_manifest(image=req.image, version=version, created=sde, layer=layer, layer_keys=layer_keys,
                                      kernel=kernel_entry, artifacts=artifacts, uncompressed_size=uncompressed,
                                      packages=packages, kernel_args=req.kernel_args, initrd=initrd_entry,
-                                     source=source_info, options=options, report=report)
+                                     source=source_info, options=options, report=report,
+                                     hardware_profile=plan.manifest_entry(profile) if plan and profile else None)
             self._write_small(names.MANIFEST_FILE, pm.manifest_bytes(data))
             files[names.MANIFEST_FILE] = sums.sha256_bytes(pm.manifest_bytes(data))
             bom = sbom.sbom_bytes(sbom.build_sbom(image=req.image, version=version, created=sde, layer=layer,
@@ -394,12 +425,48 @@ class Packer:
             return int(env)
         return source.created
 
-    def _overlay(self, root: str, image: str, version: str, layer: str, layer_key: str, sde: int) -> Overlay:
+    def _plan_pruning(self, root: str, kernel_version: str, profile: HardwareProfile) -> PrunePlan:
+        try:
+            plan = plan_pruning(root, kernel_version, profile)
+        except (HardwareProfileError, OSError) as exc:
+            raise PackError(str(exc)) from exc
+        if plan.unmatched_modaliases:
+            listed = "; ".join(plan.unmatched_modaliases[:5])
+            more = f" (and {len(plan.unmatched_modaliases) - 5} more)" if len(plan.unmatched_modaliases) > 5 else ""
+            self._warn(f"hardware_profile: {len(plan.unmatched_modaliases)} modalias line(s) match no module of "
+                       f"kernel {kernel_version} (devices without a driver module, or builtin): {listed}{more}")
+        return plan
+
+    def _depmod(self, source: Source, plan: PrunePlan) -> dict[str, bytes]:
+        """depmod data of the kept modules only: depmod of the image (else of the build host) on a staging tree."""
+        staging = tempfile.mkdtemp(prefix="hpc-stateless-depmod-")
+        try:
+            staged = stage_modules(source.root, plan, staging)
+            if source.container and self.buildah is not None:
+                self.buildah.run_in(source.container, ["depmod", "-b", _DEPMOD_BASE, plan.kernel_version],
+                                    volumes={staging: _DEPMOD_BASE})
+            else:
+                depmod = find_binary("depmod")
+                if not depmod:
+                    raise PackError("hardware_profile: depmod is not installed on the build host (Debian: apt-get "
+                                    "install kmod); it regenerates modules.dep for the kept modules")
+                _process.run([depmod, "-b", staging, plan.kernel_version])
+            return depmod_outputs(source.root, plan, staged)
+        except (_process.ProcessError, HardwareProfileError, OSError) as exc:
+            raise PackError(f"hardware_profile: depmod of the kept modules failed: {exc}") from exc
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+
+    def _overlay(self, root: str, image: str, version: str, layer: str, layer_key: str, sde: int,
+                 extra: dict[str, bytes]) -> Overlay:
         try:
             release = pm.image_release(image, version, layer, layer_key, sde, self.req.release_extra)
         except ValueError as exc:
             raise PackError(str(exc)) from exc
         files = [OverlayFile(names.RELEASE_PATH, stat.S_IFREG | 0o644, release)]
+        files += [OverlayFile(rel, stat.S_IFREG | 0o644, data) for rel, data in sorted(extra.items())]
+        if extra:
+            files.append(OverlayFile(NODE_CHECK_PATH, stat.S_IFREG | 0o755, NODE_CHECK_SCRIPT.encode()))
         if self.req.reset_machine_id:
             # Every node must make its own machine-id at first boot (systemd does when the file is empty).
             files.append(OverlayFile("etc/machine-id", stat.S_IFREG | 0o444, b""))
@@ -465,6 +532,7 @@ class Packer:
             "size_ceiling": req.size_ceiling,
             "size_ceiling_action": req.size_ceiling_action,
             "release_extra": dict(sorted(req.release_extra.items())),
+            **({"hardware_profile": self._profile.fingerprint()} if self._profile else {}),
         }
 
     def _up_to_date(self, final: str, source_info: dict[str, Any], options: dict[str, Any]) -> bool:

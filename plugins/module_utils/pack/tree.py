@@ -91,14 +91,18 @@ class ExcludeRules:
 
     ``*`` also matches ``/``: ``var/tmp/*`` drops everything below ``var/tmp`` and keeps the
     directory itself; ``usr/share/doc`` drops the directory and its contents.
+
+    ``paths`` are exact relative paths left out as well (a hardware profile's pruned modules and
+    firmware: thousands of names, looked up in a set rather than matched as globs).
     """
 
-    def __init__(self, patterns: list[str] | tuple[str, ...] = ()) -> None:
+    def __init__(self, patterns: list[str] | tuple[str, ...] = (), paths: set[str] | frozenset[str] = frozenset()) -> None:
         self.patterns = [_normalise_pattern(p) for p in patterns if _normalise_pattern(p)]
         self._regex = _compile(self.patterns)
+        self.paths = frozenset(paths)
 
     def excluded(self, rel: str) -> bool:
-        return bool(self._regex and self._regex.match(rel))
+        return rel in self.paths or bool(self._regex and self._regex.match(rel))
 
 
 @dataclass(frozen=True)
