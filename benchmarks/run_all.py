@@ -124,8 +124,10 @@ BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in (
     Benchmark("plan", "~30 s", lambda d: [], ["--quick", "--runs", "3"]),
     Benchmark("diff", "~2 min", _deploy_args, ["--runs", "1"], True),
     Benchmark("boot", "~15 min", _deploy_args, ["--runs", "1"], True),
+    Benchmark("hwprofile", "~10 min", lambda d: ["--image", d.image_ref], ["--boots", "1"], True,
+              lambda d: [d.image_ref]),
 )}
-RUN_ORDER = ["plan", "deploy", "diff", "boot", "nspawn", "compliance", "build", "pack"]
+RUN_ORDER = ["plan", "deploy", "diff", "boot", "hwprofile", "nspawn", "compliance", "build", "pack"]
 
 
 @dataclass

@@ -3,7 +3,7 @@
 The fixtures in tests/unit/fixtures/bench are real result files: build, compliance, nspawn and
 pack from the full runs of session 2 (written before the uniform ``comparisons`` block existed),
 deploy and plan from runs through run_all.py (with the block), diff from a run of diff_bench.py,
-boot from a run of boot_bench.py. The end-to-end test runs the real
+boot from a run of boot_bench.py, hwprofile from a run of hwprofile_bench.py (which missed its size goal). The end-to-end test runs the real
 plan benchmark through the runner; the exit-status tests use stand-in benchmark scripts (a test
 double of a benchmark process: the runner's contract is only an exit status and a JSON file,
 and a real benchmark cannot be made to fail on demand).
@@ -24,7 +24,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 import comparisons  # noqa: E402  pylint: disable=wrong-import-position,import-error
 import run_all  # noqa: E402  pylint: disable=wrong-import-position,import-error
 
-NAMES = ["build", "compliance", "nspawn", "pack", "deploy", "plan", "diff", "boot"]
+NAMES = ["build", "compliance", "nspawn", "pack", "deploy", "plan", "diff", "boot", "hwprofile"]
 
 
 BOOT_ROWS = 3  # transfer (judged), qemu start to kernel, boot to multi-user (reported)
@@ -139,17 +139,19 @@ def run_report(results_dir: Path, out: Path, *extra: str) -> tuple[int, dict, st
 
 def test_report_of_every_benchmark(results_dir, tmp_path):
     status, report, markdown = run_report(results_dir, tmp_path / "bench")
-    assert status == 0
+    # The recorded hwprofile run missed its size goal (pruned cpio.zst 48.5 % of the full one, goal <= 40 %).
+    assert status == run_all.EXIT_GOAL_NOT_MET
     assert [o["name"] for o in report["benchmarks"]] == NAMES
-    assert [o["derived"] for o in report["benchmarks"]] == [True, True, True, True, False, False, False, False]
+    assert [o["derived"] for o in report["benchmarks"]] == [True, True, True, True, False, False, False, False, False]
     rows = report["comparisons"]
     assert [row["benchmark"] for row in rows] == ["build"] * 2 + ["compliance"] + ["nspawn"] * 3 + ["pack"] * 4 \
-        + ["deploy"] * 4 + ["plan"] + ["diff"] * 3 + ["boot"] * BOOT_ROWS
+        + ["deploy"] * 4 + ["plan"] + ["diff"] * 3 + ["boot"] * BOOT_ROWS + ["hwprofile"] * 4
     for row in rows:
         assert {"benchmark", "name", "a_label", "a_median", "b_label", "b_median", "ratio", "goal", "goal_min_ratio",
                 "met", "unit", "results_written"} <= set(row)
-    assert report["summary"] == {"comparisons": 18 + BOOT_ROWS, "judged": 13, "met": 13, "not_met": 0,
-                                 "not_met_names": [], "benchmarks_failed": [], "exit_status": 0}
+    assert report["summary"] == {"comparisons": 22 + BOOT_ROWS, "judged": 15, "met": 14, "not_met": 1,
+                                 "not_met_names": ["hwprofile: cpio.zst of the compute image"],
+                                 "benchmarks_failed": [], "exit_status": run_all.EXIT_GOAL_NOT_MET}
     table = [line for line in markdown.splitlines() if line.startswith("| ")]
     assert table[0] == "| benchmark | comparison | A median | B median | ratio | goal | met |"
     assert ("| pack | cpio.zst of a 844 MiB tree | find \\| cpio -o -H newc \\| gzip: 72.1 s | "
@@ -160,8 +162,10 @@ def test_report_of_every_benchmark(results_dir, tmp_path):
     assert "| compliance | localhost/h1-dev/slurm:latest | recorded |" in markdown
     assert ("| boot | kernel + image transfer (168 MiB), first request to the image loaded | pxelinux over TFTP: "
             "40.4 s | iPXE over HTTP (lighttpd): 2.20 s | 18.3x | >= 5x | yes |") in table
-    assert markdown.rstrip().endswith(f"{18 + BOOT_ROWS} comparisons, 13 judged: 13 goals met, 0 not met; "
-                                      "0 benchmark(s) failed")
+    assert ("| hwprofile | cpio.zst of the compute image | full: 160 MiB | pruned to the qemu profile: 77.5 MiB | "
+            "2.06x | pruned <= 40 % of full | **NO** |") in table
+    assert markdown.rstrip().endswith(f"{22 + BOOT_ROWS} comparisons, 15 judged: 14 goals met, 1 not met "
+                                      "(hwprofile: cpio.zst of the compute image); 0 benchmark(s) failed")
 
 
 def test_a_goal_not_met_fails_unless_report_only(results_dir, tmp_path):
