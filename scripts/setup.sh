@@ -7,7 +7,7 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
 
 host_packages=(
-  buildah podman systemd-container debootstrap squashfs-tools cpio zstd pigz
+  buildah podman systemd-container debootstrap mmdebstrap squashfs-tools cpio zstd pigz
   qemu-system-x86 git rsync fuse-overlayfs uidmap
   dnf zypper rpm createrepo-c gpg gpg-agent
   docker-registry graphviz pxelinux syslinux-common busybox-static ipxe-qemu
