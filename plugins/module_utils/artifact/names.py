@@ -62,6 +62,16 @@ SBOM_FILE = "sbom.cdx.json"
 SIGNATURE_FILE = SUMS_FILE + ".asc"
 RELEASE_PATH = "etc/image-release"  # inside the packed tree
 
+# Verification records (verify/record.py): <project>/build/VERIFY_DIR/<layer>-<content key>.json, one per
+# layer image verified; pack and deploy read them, verify writes them.
+VERIFY_DIR = "verify"
+VERIFY_RECORD_SUFFIX = ".json"
+
+
+def verify_record_file(layer: str, key: str) -> str:
+    """File name of the verification record of ``layer`` at content key ``key``."""
+    return f"{layer}-{key}{VERIFY_RECORD_SUFFIX}"
+
 
 class ArtifactError(ValueError):
     """Pack output that breaks the contract; the message names the file, line or key and what to do."""
