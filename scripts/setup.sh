@@ -21,7 +21,10 @@ missing=()
 for pkg in "${host_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing+=("$pkg")
 done
-if ((${#missing[@]})); then
+if ((${#missing[@]})) && ((EUID != 0)); then
+  echo "host packages missing: ${missing[*]}; install them as root (sudo make setup) and run this again" >&2
+  exit 1
+elif ((${#missing[@]})); then
   step "installing host packages: ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
@@ -30,7 +33,33 @@ else
   step "host packages present"
 fi
 
-python="${PYTHON:-python3}"
+# True when every user can run interpreter $1: the file and each directory above it are
+# executable by others (a Python under /root/.pyenv is not, so a build user could not start Ansible).
+runnable_by_all() {
+  local path
+  path="$(readlink -f "$1" 2>/dev/null)" && [[ -x $path ]] || return 1
+  while [[ $path != / ]]; do
+    [[ "$(stat -c %A "$path")" == *[xt] ]] || return 1
+    path="$(dirname "$path")"
+  done
+}
+
+# The .venv is built on an interpreter every user can run (the distribution's python3, installed
+# with python3-venv above), so an unprivileged build user can use a checkout set up by root.
+python="${PYTHON:-/usr/bin/python3}"
+runnable_by_all "$python" || { echo "$python cannot be run by every user; set PYTHON to one that can" >&2; exit 1; }
+if [[ -e .venv/bin/python ]] && ! runnable_by_all .venv/bin/python; then
+  if [[ "$(.venv/bin/python -c 'import sys; print(sys.version_info[:2])' 2>/dev/null)" == \
+        "$("$python" -c 'import sys; print(sys.version_info[:2])')" ]]; then
+    # Same Python version: point the venv at $python in place; the installed packages stay valid.
+    step "pointing .venv at $python (its interpreter $(readlink -f .venv/bin/python) is private)"
+    rm -f .venv/bin/python .venv/bin/python3 .venv/bin/python3.*[0-9]
+    "$python" -m venv --upgrade --without-pip .venv
+  else
+    step "rebuilding .venv on $python (its interpreter $(readlink -f .venv/bin/python) is private)"
+    rm -rf .venv
+  fi
+fi
 if [[ ! -x .venv/bin/python ]]; then
   step "creating .venv"
   "$python" -m venv .venv
