@@ -215,6 +215,25 @@ options:
         type: list
         elements: str
         default: []
+  verify_dir:
+    description:
+      - The verification gate. Directory of the verification records C(playbooks/verify.yml) writes
+        (C(<project>/build/verify) in C(playbooks/pack.yml), which always sets it).
+      - When set, a O(source_image) is packed only when its layer and content key have a record there
+        whose checks all passed for the image's current ID. Otherwise nothing is written and the error
+        names the checks that failed, or says verify never ran (or ran on an image since built again),
+        with the command that runs it.
+      - "The verdict is recorded in the manifest as C(verification): C(status) C(passed), C(overridden)
+        (O(unverified_ok)) or, without O(verify_dir) or for a O(source_path), C(not-checked).
+        C(playbooks/deploy.yml) serves only C(passed) and C(overridden) packs."
+    type: path
+  unverified_ok:
+    description:
+      - Emergencies only. The reason to pack an image that the gate refuses (C(hpc_stateless_unverified_ok) in
+        the playbooks); it is reported as a warning and recorded in the manifest's C(verification.override_reason).
+      - Empty or blank means no override.
+    type: str
+    default: ""
 notes:
   - Runs on the build host as root (it mounts images). Needs buildah for O(source_image), zstd, pigz (or gzip), xz
     and mksquashfs for the formats asked for.
@@ -261,6 +280,11 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+verification:
+  description: The manifest's C(verification) - the gate's verdict (C(status), the record and its checks, an override reason).
+  returned: always
+  type: dict
+  sample: {"status": "passed", "layer": "slurm", "key": "3f2a9c", "record": "slurm-3f2a9c.json"}
 version_dir:
   description: The version directory.
   returned: always
@@ -367,6 +391,8 @@ def main() -> None:
                 force=dict(type="list", elements="str", default=[]),
                 firmware=dict(type="list", elements="str", default=[]),
             )),
+            verify_dir=dict(type="path"),
+            unverified_ok=dict(type="str", default=""),
         ),
         mutually_exclusive=[("source_image", "source_path")],
         required_one_of=[("source_image", "source_path")],
@@ -392,7 +418,7 @@ def main() -> None:
         source_date_epoch=p["source_date_epoch"], size_ceiling=ceiling, size_warn_ratio=p["size_warn_ratio"],
         size_ceiling_action=p["size_ceiling_action"], reset_machine_id=p["reset_machine_id"],
         release_extra={str(k): str(v) for k, v in p["release_extra"].items()}, force=p["force"],
-        hardware_profile=p["hardware_profile"],
+        hardware_profile=p["hardware_profile"], verify_dir=p["verify_dir"], unverified_ok=p["unverified_ok"],
     )
     packer = Packer(request, Buildah() if p["source_image"] else None)
     try:
@@ -403,6 +429,7 @@ def main() -> None:
         module.fail_json(msg=f"pack {p['image']}: {exc}")
     for warning in packer.warnings:
         module.warn(warning)
+    result["verification"] = result["manifest"].get("verification") or {}
     if result["manifest"].get("hardware_profile"):
         result["hardware_profile"] = result["manifest"]["hardware_profile"]
     module.exit_json(**result)

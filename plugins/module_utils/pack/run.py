@@ -78,6 +78,13 @@ from ansible_collections.hpc.stateless.plugins.module_utils.pack.hwprofile impor
     stage_modules,
 )
 from ansible_collections.hpc.stateless.plugins.module_utils.pack.newc import MAX_FILE_SIZE, NewcError
+from ansible_collections.hpc.stateless.plugins.module_utils.verify.record import (
+    NOT_CHECKED,
+    OVERRIDDEN,
+    OVERRIDE_VARIABLE,
+    UnverifiedError,
+    gate,
+)
 from ansible_collections.hpc.stateless.plugins.module_utils.pack.tree import (
     DEFAULT_EXCLUDES,
     ExcludeRules,
@@ -139,6 +146,10 @@ class PackRequest:
     release_extra: dict[str, str] = field(default_factory=dict)
     force: bool = False
     hardware_profile: dict[str, Any] | None = None
+    # The verification gate (verify/record.py): with verify_dir, a source_image is packed only when its
+    # layer key has a passing record there for its image ID, or unverified_ok gives the reason to pack anyway.
+    verify_dir: str | None = None
+    unverified_ok: str = ""
 
     def validate(self) -> None:
         try:
@@ -335,6 +346,7 @@ class Packer:
             names.check_name("version", version)
         except ValueError as exc:
             raise PackError(str(exc)) from exc
+        verification = self._verification(layer, layer_key, source.image_id or "")
         try:
             kernel = find_kernel(root, req.kernel_version, req.kernel)
         except KernelError as exc:
@@ -351,7 +363,8 @@ class Packer:
         final = os.path.join(image_dir, version)
         sde = self._source_date_epoch(source)
         if sde is not None and not req.force and self._up_to_date(final, source_info,
-                                                                  self._options_fingerprint(kernel, sde)):
+                                                                  self._options_fingerprint(kernel, sde),
+                                                                  verification):
             with open(os.path.join(final, names.MANIFEST_FILE), "rb") as handle:
                 current = json.load(handle)
             return self._result(False, final, current, None, current.get("uncompressed_size", 0), up_to_date=True)
@@ -373,7 +386,8 @@ class Packer:
         if check_mode:
             would = {"image": req.image, "version": version, "layer": layer, "layer_keys": layer_keys,
                      "artifacts": [{"file": names.artifact_file(req.image, fmt), "format": fmt} for fmt in req.formats],
-                     "kernel": {"file": names.KERNEL_FILE, "version": kernel.version}}
+                     "kernel": {"file": names.KERNEL_FILE, "version": kernel.version},
+                     "verification": verification}
             if plan and profile:
                 would["hardware_profile"] = plan.manifest_entry(profile)
             return self._result(True, final, would, scan, uncompressed)
@@ -400,6 +414,7 @@ class Packer:
                                      packages=packages, kernel_args=req.kernel_args, initrd=initrd_entry,
                                      source=source_info, options=options, report=report,
                                      hardware_profile=plan.manifest_entry(profile) if plan and profile else None)
+            data["verification"] = verification
             self._write_small(names.MANIFEST_FILE, pm.manifest_bytes(data))
             files[names.MANIFEST_FILE] = sums.sha256_bytes(pm.manifest_bytes(data))
             bom = sbom.sbom_bytes(sbom.build_sbom(image=req.image, version=version, created=sde, layer=layer,
@@ -415,6 +430,24 @@ class Packer:
             raise PackError(f"writing {where} failed: {exc.strerror or exc}; nothing was published "
                             f"(free space or permissions of {image_dir}?)") from exc
         return self._result(True, final, data, scan, uncompressed)
+
+    def _verification(self, layer: str, key: str, image_id: str) -> dict[str, Any]:
+        """The manifest's ``verification``; PackError when the gate refuses the image."""
+        req = self.req
+        if not req.verify_dir or not req.source_image:
+            return {"status": NOT_CHECKED}  # a directory, or the module used without the gate
+        if not layer or not key:
+            raise PackError(f"source_image {req.source_image} carries no layer name and content key (labels "
+                            f"hpc.stateless.layer, hpc.stateless.key): its verification cannot be looked up; pack "
+                            f"a layer image built by site.yml, or set {OVERRIDE_VARIABLE} with the reason")
+        try:
+            verdict = gate(req.verify_dir, layer, key, image_id, req.unverified_ok)
+        except UnverifiedError as exc:
+            raise PackError(f"image {req.image} ({req.source_image}): {exc}") from exc
+        if verdict.status == OVERRIDDEN:
+            self._warn(f"packing image {req.image} UNVERIFIED on override ({OVERRIDE_VARIABLE}: "
+                       f"{verdict.reason!r}): {verdict.message}")
+        return verdict.manifest_entry()
 
     def _source_date_epoch(self, source: Source) -> int | None:
         """SOURCE_DATE_EPOCH: the option, the environment, the image's creation time; None for a directory."""
@@ -535,7 +568,8 @@ class Packer:
             **({"hardware_profile": self._profile.fingerprint()} if self._profile else {}),
         }
 
-    def _up_to_date(self, final: str, source_info: dict[str, Any], options: dict[str, Any]) -> bool:
+    def _up_to_date(self, final: str, source_info: dict[str, Any], options: dict[str, Any],
+                    verification: dict[str, Any]) -> bool:
         if "image_id" not in source_info or not source_info.get("image_id"):
             return False  # a directory may have changed in place: always pack it
         try:
@@ -546,6 +580,10 @@ class Packer:
             return False
         if current.get("source") != source_info or current.get("options") != options:
             return False
+        recorded = current.get("verification") or {}
+        if (recorded.get("status"), recorded.get("override_reason")) != (verification.get("status"),
+                                                                         verification.get("override_reason")):
+            return False  # e.g. packed on an override, verified since: the manifest must say so
         expected = {a["file"] for a in current.get("artifacts", [])}
         expected |= {names.KERNEL_FILE, names.MANIFEST_FILE, names.SBOM_FILE}
         if not expected <= set(listed):

@@ -1,0 +1,163 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026 hpc.stateless developers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: verify_record
+short_description: Write or read the verification record of a layer image
+version_added: 0.1.0
+author: hpc.stateless developers (@hpc-stateless)
+description:
+  - "Verification records are what C(playbooks/verify.yml) found when it booted a layer image under
+    systemd-nspawn: one file C(<dir>/<layer>-<key>.json) per layer and content key, holding the image
+    reference, the image ID booted, the time and every check with its result."
+  - With O(state=present) the record is written (atomically, under its final name only once complete).
+  - With O(state=query) the record is read and judged against the image's current ID, the same verdict
+    M(hpc.stateless.pack) applies before it packs.
+extends_documentation_fragment:
+  - hpc.stateless.attributes
+attributes:
+  check_mode:
+    support: full
+    details: With O(state=present), reports the record it would write and writes nothing.
+  diff_mode:
+    support: none
+  idempotent:
+    support: none
+    details: Each O(state=present) run records a new verification time.
+options:
+  dir:
+    description: Directory of the records, by default C(<project>/build/verify) in the playbooks.
+    type: path
+    required: true
+  layer:
+    description: Layer name.
+    type: str
+    required: true
+  key:
+    description: Content key of the layer.
+    type: str
+    required: true
+  image:
+    description: Layer image in local containers-storage that was booted; its image ID goes into the record.
+    type: str
+    required: true
+  state:
+    description: Write the record (V(present)) or read and judge it (V(query)).
+    type: str
+    choices: [present, query]
+    default: query
+  checks:
+    description: With O(state=present), the checks verify ran, each C({name, passed, detail}).
+    type: list
+    elements: dict
+    default: []
+notes:
+  - Runs on the build host, which holds the layer images (buildah inspects the image ID).
+seealso:
+  - module: hpc.stateless.pack
+"""
+
+EXAMPLES = r"""
+- name: Record that the slurm layer booted and its units are active
+  hpc.stateless.verify_record:
+    dir: build/verify
+    layer: slurm
+    key: "{{ plan.layers.slurm.key }}"
+    image: "{{ plan.layers.slurm.image }}"
+    state: present
+    checks:
+      - {name: systemd state, passed: true, detail: running}
+      - {name: units enabled by roles are active, passed: true, detail: munge.service active (running)}
+
+- name: Is the slurm layer verified for its current image?
+  hpc.stateless.verify_record:
+    dir: build/verify
+    layer: slurm
+    key: "{{ plan.layers.slurm.key }}"
+    image: "{{ plan.layers.slurm.image }}"
+  register: verified
+"""
+
+RETURN = r"""
+path:
+  description: The record file.
+  returned: always
+  type: str
+  sample: /srv/site/build/verify/slurm-3f2a9c.json
+passed:
+  description: The image's current ID has a record whose checks all passed.
+  returned: always
+  type: bool
+status:
+  description: C(passed), C(failed), C(missing) (verify never ran) or C(stale) (the image was built again since).
+  returned: always
+  type: str
+message:
+  description: The verdict in words; when not passed, the checks that failed or the command that runs verify.
+  returned: always
+  type: str
+record:
+  description: The record's content (written, or read; empty when there is none).
+  returned: always
+  type: dict
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.hpc.stateless.plugins.module_utils.build.buildah import Buildah, BuildahError
+from ansible_collections.hpc.stateless.plugins.module_utils._process import ProcessError
+from ansible_collections.hpc.stateless.plugins.module_utils.verify.record import (
+    Check,
+    Record,
+    RecordError,
+    judge,
+    record_path,
+    write_record,
+)
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec=dict(
+            dir=dict(type="path", required=True),
+            layer=dict(type="str", required=True),
+            key=dict(type="str", required=True, no_log=False),
+            image=dict(type="str", required=True),
+            state=dict(type="str", choices=["present", "query"], default="query"),
+            checks=dict(type="list", elements="dict", default=[]),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    try:
+        path = record_path(p["dir"], p["layer"], p["key"])
+        image_id = Buildah().image_id(p["image"])
+    except RecordError as exc:
+        module.fail_json(msg=str(exc))
+    except (BuildahError, ProcessError) as exc:
+        module.fail_json(msg=f"image {p['image']} of layer {p['layer']} is not in local containers-storage ({exc}); "
+                             "build it first (ansible-playbook site.yml)")
+    if p["state"] == "present":
+        try:
+            checks = tuple(Check.from_dict(f"checks[{i}]", c) for i, c in enumerate(p["checks"]))
+            record = Record(p["layer"], p["key"], p["image"], image_id, checks)
+            if not module.check_mode:
+                write_record(p["dir"], record)
+        except RecordError as exc:
+            module.fail_json(msg=str(exc))
+        module.exit_json(changed=True, path=path, passed=record.passed, status="passed" if record.passed else "failed",
+                         message=f"recorded {path}: " + ("passed" if record.passed else "failed: " + ", ".join(
+                             c.name for c in record.failed)), record=record.to_dict())
+    verdict = judge(p["dir"], p["layer"], p["key"], image_id)
+    module.exit_json(changed=False, path=path, passed=verdict.passed, status=verdict.status, message=verdict.message,
+                     record=verdict.record.to_dict() if verdict.record else {})
+
+
+if __name__ == "__main__":
+    main()

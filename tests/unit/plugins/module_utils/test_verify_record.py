@@ -1,0 +1,150 @@
+"""Verification records and the gate pack applies: names, atomic writes, verdicts, refusal messages."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from ansible_collections.hpc.stateless.plugins.module_utils.artifact import names
+from ansible_collections.hpc.stateless.plugins.module_utils.pack.run import Packer, PackError, PackRequest
+from ansible_collections.hpc.stateless.plugins.module_utils.verify.record import (
+    Check,
+    Record,
+    RecordError,
+    UnverifiedError,
+    gate,
+    judge,
+    read_record,
+    record_path,
+    verify_command,
+    write_record,
+)
+
+KEY = "3f2a9c0d1e2f3a4b5c6d7e8f"
+IMAGE = f"localhost/hpc-stateless/slurm:{KEY}"
+IMAGE_ID = "a" * 64
+PASSING = (Check("systemd state", True, "running"), Check("units enabled by roles are active", True, "munge.service"))
+
+
+def _record(*checks: Check, image_id: str = IMAGE_ID) -> Record:
+    return Record("slurm", KEY, IMAGE, image_id, checks or PASSING, verified_at=1_700_000_000)
+
+
+def test_record_name_and_place_come_from_the_artifact_names(tmp_path):
+    assert record_path(str(tmp_path), "slurm", KEY) == str(tmp_path / f"slurm-{KEY}.json")
+    assert names.verify_record_file("slurm", KEY) == f"slurm-{KEY}.json"
+    with pytest.raises(RecordError, match="layer '../x' is not a valid name"):
+        record_path(str(tmp_path), "../x", KEY)
+
+
+def test_written_record_reads_back_and_leaves_no_temporary_file(tmp_path):
+    record_dir = tmp_path / "build" / "verify"
+    path = write_record(str(record_dir), _record())
+    assert os.listdir(record_dir) == [f"slurm-{KEY}.json"]
+    data = json.loads((record_dir / f"slurm-{KEY}.json").read_text())
+    assert (data["passed"], data["image_id"], data["verified_at"]) == (True, IMAGE_ID, "2023-11-14T22:13:20Z")
+    assert [c["name"] for c in data["checks"]] == ["systemd state", "units enabled by roles are active"]
+    assert read_record(str(record_dir), "slurm", KEY) == _record()
+    assert path == str(record_dir / f"slurm-{KEY}.json")
+
+
+def test_a_record_without_checks_is_refused_and_not_written(tmp_path):
+    with pytest.raises(RecordError, match="without checks proves nothing"):
+        write_record(str(tmp_path), Record("slurm", KEY, IMAGE, IMAGE_ID, ()))
+    assert os.listdir(tmp_path) == []
+
+
+def test_passing_record_for_the_same_image_passes_the_gate(tmp_path):
+    write_record(str(tmp_path), _record())
+    verdict = gate(str(tmp_path), "slurm", KEY, IMAGE_ID)
+    assert verdict.passed
+    entry = verdict.manifest_entry()
+    assert entry["status"] == "passed" and entry["record"] == f"slurm-{KEY}.json"
+    assert "override_reason" not in entry
+
+
+def test_never_verified_is_refused_with_the_command_that_verifies(tmp_path):
+    with pytest.raises(UnverifiedError) as caught:
+        gate(str(tmp_path), "slurm", KEY, IMAGE_ID)
+    message = str(caught.value)
+    assert f"layer slurm (content key {KEY[:12]}) was never verified: no record {tmp_path}/slurm-{KEY}.json" in message
+    assert verify_command("slurm") in message
+    assert "ansible-playbook playbooks/verify.yml -e '{\"hpc_stateless_verify_layers\": [\"slurm\"]}'" in message
+    assert "hpc_stateless_unverified_ok" in message
+
+
+def test_failed_checks_are_named_in_the_refusal(tmp_path):
+    write_record(str(tmp_path), _record(Check("systemd state", False, "degraded; failed units: broken.service"),
+                                        Check("units enabled by roles are active", True)))
+    with pytest.raises(UnverifiedError, match=r"failed verification at 2023-11-14T22:13:20Z: systemd state: "
+                                              r"degraded; failed units: broken.service\. Fix the layer"):
+        gate(str(tmp_path), "slurm", KEY, IMAGE_ID)
+
+
+def test_a_record_of_an_image_built_again_is_stale(tmp_path):
+    write_record(str(tmp_path), _record(image_id="b" * 64))
+    verdict = judge(str(tmp_path), "slurm", KEY, IMAGE_ID)
+    assert verdict.status == "stale"
+    assert f"verified image {'b' * 12}, but the layer's image is now {'a' * 12}" in verdict.message
+
+
+def test_an_unreadable_record_counts_as_missing_and_names_the_file(tmp_path):
+    (tmp_path / f"slurm-{KEY}.json").write_text("{not json")
+    verdict = judge(str(tmp_path), "slurm", KEY, IMAGE_ID)
+    assert verdict.status == "missing"
+    assert f"slurm-{KEY}.json: unreadable verification record" in verdict.message
+
+
+def test_a_record_under_another_layers_name_is_refused(tmp_path):
+    write_record(str(tmp_path), _record())
+    os.rename(tmp_path / f"slurm-{KEY}.json", tmp_path / f"compute-{KEY}.json")
+    with pytest.raises(RecordError, match="records layer slurm"):
+        read_record(str(tmp_path), "compute", KEY)
+
+
+def test_override_needs_a_reason_and_is_recorded(tmp_path):
+    with pytest.raises(UnverifiedError):
+        gate(str(tmp_path), "slurm", KEY, IMAGE_ID, "   ")
+    verdict = gate(str(tmp_path), "slurm", KEY, IMAGE_ID, "CVE fix, verify host down")
+    entry = verdict.manifest_entry()
+    assert (entry["status"], entry["override_reason"]) == ("overridden", "CVE fix, verify host down")
+    assert "was never verified" in entry["unverified_because"]
+
+
+def _packer(tmp_path, **kwargs) -> Packer:
+    request = PackRequest(image="compute", output_dir=str(tmp_path / "out"), formats=["cpio.zst"],
+                          source_image=IMAGE, verify_dir=str(tmp_path / "verify"), **kwargs)
+    return Packer(request)
+
+
+def test_pack_refuses_an_unverified_layer_image(tmp_path):
+    with pytest.raises(PackError, match=rf"image compute \({IMAGE}\): refused: layer slurm .* was never verified"):
+        _packer(tmp_path)._verification("slurm", KEY, IMAGE_ID)
+
+
+def test_pack_override_warns_with_the_reason(tmp_path):
+    packer = _packer(tmp_path, unverified_ok="emergency: verify host down")
+    entry = packer._verification("slurm", KEY, IMAGE_ID)
+    assert entry["status"] == "overridden"
+    assert packer.warnings == [f"packing image compute UNVERIFIED on override (hpc_stateless_unverified_ok: "
+                               f"'emergency: verify host down'): layer slurm (content key {KEY[:12]}) was never "
+                               f"verified: no record {tmp_path}/verify/slurm-{KEY}.json. Run: {verify_command('slurm')}"]
+
+
+def test_pack_of_a_verified_image_records_the_checks(tmp_path):
+    write_record(str(tmp_path / "verify"), _record())
+    entry = _packer(tmp_path)._verification("slurm", KEY, IMAGE_ID)
+    assert entry["checks"] == [{"name": "systemd state", "passed": True},
+                               {"name": "units enabled by roles are active", "passed": True}]
+
+
+def test_pack_without_the_gate_says_so_in_the_manifest(tmp_path):
+    request = PackRequest(image="compute", output_dir=str(tmp_path), formats=["cpio.zst"], source_image=IMAGE)
+    assert Packer(request)._verification("slurm", KEY, IMAGE_ID) == {"status": "not-checked"}
+
+
+def test_pack_refuses_an_image_without_layer_labels_under_the_gate(tmp_path):
+    with pytest.raises(PackError, match="carries no layer name and content key"):
+        _packer(tmp_path)._verification("", "", IMAGE_ID)
