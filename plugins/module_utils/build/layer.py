@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ansible_collections.hpc.stateless.plugins.module_utils import _process
+from ansible_collections.hpc.stateless.plugins.module_utils.build import rootless
 from ansible_collections.hpc.stateless.plugins.module_utils.build.buildah import (
     LABEL_PREFIX,
     Buildah,
@@ -76,7 +77,9 @@ def commit_tmpdir(container: str) -> str:
     ends; a commit that is killed (OOM killer, CI timeout) leaves them, as large as the layer. A directory
     per working container lets the removal of the container - the next run's cleanup - remove them too.
     """
-    return os.path.join(os.environ.get("TMPDIR") or "/var/tmp", "hpc-stateless-commit", container)
+    # An unprivileged user (rootless build) cannot write into root's directory: one per user.
+    name = f"hpc-stateless-commit-{rootless.outer_user()[1]}" if rootless.is_rootless() else "hpc-stateless-commit"
+    return os.path.join(os.environ.get("TMPDIR") or "/var/tmp", name, container)
 
 
 def mounts_under(root: str, mounts_file: str = "/proc/self/mounts") -> list[str]:
