@@ -21,6 +21,10 @@ description:
   - The collection's own modules and its C(hpc.stateless.buildah) connection call buildah through the
     collection's buildah client, which applies the same rule (the environment's value, else C(chroot))
     without this callback; it matters for C(containers.podman.buildah) and other tools.
+  - As an unprivileged user (rootless buildah) it also starts the playbook again inside the user
+    namespace of C(buildah unshare), once, before any play; there the user is root, container mounts
+    work, and every module of the run sees the mounts the others made. It first checks the user's
+    subordinate ids (C(/etc/subuid), C(/etc/subgid)) and stops with an error that names the line to add.
   - Enable it with C(callbacks_enabled = hpc.stateless.buildah_isolation) in C(ansible.cfg).
 options:
   isolation:
@@ -33,11 +37,26 @@ options:
     ini:
       - section: hpc_stateless
         key: buildah_isolation
+  unshare:
+    description:
+      - Run the playbook again inside C(buildah unshare) when started by an unprivileged user outside a
+        user namespace. Without it, such a run stops at the first container mount with the command to use.
+    type: bool
+    default: true
+    env:
+      - name: HPC_STATELESS_BUILDAH_UNSHARE
+    ini:
+      - section: hpc_stateless
+        key: buildah_unshare
 """
 
 import os
+import sys
 
 from ansible.plugins.callback import CallbackBase
+from ansible.utils.display import Display
+
+from ansible_collections.hpc.stateless.plugins.module_utils.build import rootless
 
 
 class CallbackModule(CallbackBase):
@@ -50,3 +69,24 @@ class CallbackModule(CallbackBase):
         super().set_options(task_keys=task_keys, var_options=var_options, direct=direct)
         # Set before any worker forks, so buildah run in every connection inherits it.
         os.environ.setdefault("BUILDAH_ISOLATION", self.get_option("isolation"))
+        if self.get_option("unshare") and os.geteuid() != 0 and rootless.in_initial_namespace():
+            self._run_in_unshare()
+
+    @staticmethod
+    def _run_in_unshare() -> None:
+        """Replace this process with the same ansible-playbook inside ``buildah unshare``."""
+        try:
+            rootless.preflight()
+        except rootless.RootlessError as exc:
+            # Ansible turns an exception of a callback into a warning and goes on: stop here instead.
+            Display().error(str(exc), wrap_text=False)
+            sys.exit(1)
+        argv = rootless.unshare_argv([sys.executable, *sys.argv])
+        sys.stdout.flush()
+        sys.stderr.flush()
+        try:
+            os.execvp(argv[0], argv)
+        except OSError as exc:
+            Display().error(f"cannot start {argv[0]} to run the playbook in its user namespace: {exc}; "
+                            "install buildah", wrap_text=False)
+            sys.exit(1)

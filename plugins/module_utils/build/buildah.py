@@ -22,6 +22,7 @@ import re
 from typing import Any, Mapping, Sequence
 
 from ansible_collections.hpc.stateless.plugins.module_utils._process import ProcessError, Result, ToolRunner
+from ansible_collections.hpc.stateless.plugins.module_utils.build import rootless
 
 LABEL_PREFIX = "hpc.stateless."
 DEFAULT_IMAGE_PREFIX = "localhost/hpc-stateless"
@@ -128,7 +129,12 @@ class Buildah:
 
     def run(self, *args: str, check: bool = True, env: Mapping[str, str] | None = None,
             timeout: float | None = None, input: str | bytes | None = None, text: bool = True) -> Result:
-        """``buildah <args>``; with ``check`` a non-zero exit raises :class:`BuildahError`."""
+        """``buildah <args>``; with ``check`` a non-zero exit raises :class:`BuildahError`.
+
+        As an unprivileged user, the first call checks the subordinate ids first
+        (:func:`~rootless.preflight`): :class:`~rootless.RootlessError` says what to add where.
+        """
+        rootless.preflight_once()
         result = self.runner(*args, check=False, env=env, timeout=timeout, input=input, text=text)
         if check and result.rc != 0:
             said = result.stderr or result.stdout
@@ -187,6 +193,14 @@ class Buildah:
         return _last_line(self.run("from", "--pull=never", "--quiet", "--name", name, image).stdout) or name
 
     def mount(self, container: str) -> str:
+        """Mount ``container``; an unprivileged user must be in the namespace of ``buildah unshare``,
+        where the mount point can be seen (a :class:`~rootless.RootlessError` says so)."""
+        if os.geteuid() != 0:
+            raise rootless.RootlessError(
+                f"buildah mount {container}: an unprivileged user can mount a container only inside the user "
+                f"namespace of `buildah unshare`, and every later step must see that mount: run the whole "
+                f"playbook in it ({rootless.unshare_hint(['ansible-playbook', 'site.yml'])}; make image does), "
+                f"or enable the callback hpc.stateless.buildah_isolation in ansible.cfg, which does it")
         return self.run("mount", container).stdout.strip()
 
     def mounts(self) -> dict[str, str]:
