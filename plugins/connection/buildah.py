@@ -26,7 +26,37 @@ description:
   - Containers that cannot be mounted and users other than root fall back to plain C(buildah run) (the
     command's own streams, no retry), C(buildah copy) and C(buildah run cat) for files.
   - The build playbooks of this collection use it for every layer.
+  - By default (O(persistent)) one agent runs in the container for as long as the play needs it. The first
+    task starts a small holder process on the host that runs C(buildah run <container> -- python3 -c <agent>)
+    once, and every later task of the same C(ansible-playbook) run sends its commands and files to that agent
+    over a Unix socket private to the user. A task then costs no C(buildah run) at all. Each command runs
+    exactly once with C(/bin/sh -c); when the agent goes away before it answered, the task fails saying so
+    and the command is not run again. A start of the agent that never answered is repeated (it ran nothing).
+    Files travel through the agent in chunks, so no mount of the container is needed.
+  - The agent writes nothing into the container (its code is passed on the command line and writes no
+    bytecode). The holder stops the agent when the connection is reset (C(ansible.builtin.meta) V(reset_connection),
+    which the collection's build runs before each commit), when C(ansible-playbook) is gone (also when it was
+    killed), when the container is gone, or after O(persistent_idle_timeout) seconds without a task.
+  - A container without C(python3) falls back to one C(buildah run) per task, as does O(persistent=false).
 options:
+  persistent:
+    description:
+      - Keep one agent per container and play (see above). V(false) runs one C(buildah run) per task with
+        results through files, as before the agent existed.
+    type: boolean
+    default: true
+    env:
+      - name: HPC_STATELESS_BUILDAH_PERSISTENT
+    vars:
+      - name: ansible_hpc_stateless_buildah_persistent
+  persistent_idle_timeout:
+    description: Seconds without a task after which the agent and its holder stop (the next task starts them again).
+    type: integer
+    default: 600
+    env:
+      - name: HPC_STATELESS_BUILDAH_IDLE_TIMEOUT
+    vars:
+      - name: ansible_hpc_stateless_buildah_idle_timeout
   pipelining:
     description:
       - Run modules pipelined (one C(buildah run) per task). Only this connection's setting; other connections
@@ -64,6 +94,7 @@ from ansible.utils.display import Display
 
 from ansible_collections.hpc.stateless.plugins.module_utils._process import ToolMissing
 from ansible_collections.hpc.stateless.plugins.module_utils.build.buildah import Buildah
+from ansible_collections.hpc.stateless.plugins.module_utils.build.holder import AgentLost, AgentUnavailable, Session
 
 display = Display()
 
@@ -83,6 +114,7 @@ class Connection(ConnectionBase):
         self._mount_point = None  # the container's root on the host while connected, None when it cannot be mounted
         self.user = self._play_context.remote_user
         self._client = Buildah()  # buildah's executable and isolation, as every other caller of buildah
+        self._session = None  # the agent's holder while persistent, None for one buildah run per task
 
     def _buildah(self, verb, args=(), in_data=None):
         """``buildah <verb> [--user|--chown] <container> <args>``; returns (rc, stdout bytes, stderr bytes)."""
@@ -99,6 +131,15 @@ class Connection(ConnectionBase):
         return result.rc, result.stdout, result.stderr
 
     def _connect(self):
+        if not self._connected and self._persistent():
+            self._session = self._new_session()
+            try:
+                self._session.connect()
+                self._connected = True
+                return self
+            except AgentUnavailable as exc:
+                display.warning(f"{exc}; using one buildah run per task for this task")
+                self._session = None
         if not self._connected:
             rc, out, err = self._buildah("mount")
             if rc != 0:
@@ -109,6 +150,28 @@ class Connection(ConnectionBase):
             self._connected = True
         return self
 
+    def _persistent(self):
+        return bool(self.get_option("persistent"))
+
+    def _new_session(self):
+        try:
+            return Session(self._container_id, self.user if self.user != "root" else None, self._client,
+                           idle_timeout=self.get_option("persistent_idle_timeout"),
+                           log=lambda msg: display.vvv(msg, host=self._container_id))
+        except ToolMissing as exc:
+            raise AnsibleConnectionFailure(str(exc)) from None
+
+    def _agent(self, what, call, *args):
+        """``call(*args)`` on the agent's session; a lost answer fails the task (never run again)."""
+        try:
+            return call(*args)
+        except AgentLost as exc:
+            self._session = None
+            self._connected = False
+            raise AnsibleConnectionFailure(str(exc)) from None
+        except OSError as exc:
+            raise AnsibleError(f"cannot {what} container {self._container_id}: {exc}") from None
+
     def _on_host(self, path):
         """Host path (bytes) of ``path`` in the mounted container; None when files must go through buildah."""
         if not self._mount_point or (self.user and self.user != "root"):
@@ -118,6 +181,10 @@ class Connection(ConnectionBase):
     @ensure_connect
     def exec_command(self, cmd, in_data=None, sudoable=False):
         super().exec_command(cmd, in_data=in_data, sudoable=sudoable)
+        if self._session is not None:
+            display.vvv(f"EXEC (agent) {to_text(cmd)}", host=self._container_id)
+            return self._agent("run a command in", self._session.exec, to_bytes(cmd, errors="surrogate_or_strict"),
+                               None if in_data is None else to_bytes(in_data))
         stem = f"/tmp/.hpc-stateless-exec-{uuid.uuid4().hex}"
         paths = {part: f"{stem}.{part}" for part in ("in", "out", "err", "rc")}
         host = {part: self._on_host(path) for part, path in paths.items()}
@@ -170,6 +237,10 @@ class Connection(ConnectionBase):
     def put_file(self, in_path, out_path):
         super().put_file(in_path, out_path)
         display.vvv(f"PUT {in_path} TO {out_path}", host=self._container_id)
+        if self._session is not None:
+            self._agent(f"copy {in_path} to {out_path} in", self._session.put,
+                        to_bytes(in_path, errors="surrogate_or_strict"), to_text(out_path, errors="surrogate_or_strict"))
+            return
         target = self._on_host(out_path)
         if target is None:
             self._or_fail(f"copy {in_path} to {out_path} in", "copy", [in_path, out_path])
@@ -180,6 +251,10 @@ class Connection(ConnectionBase):
     def fetch_file(self, in_path, out_path):
         super().fetch_file(in_path, out_path)
         display.vvv(f"FETCH {in_path} TO {out_path}", host=self._container_id)
+        if self._session is not None:
+            self._agent(f"fetch {in_path} from", self._session.fetch, to_text(in_path, errors="surrogate_or_strict"),
+                        to_bytes(out_path, errors="surrogate_or_strict"))
+            return
         source = self._on_host(in_path)
         local = to_bytes(out_path, errors="surrogate_or_strict")
         if source is None:
@@ -191,7 +266,17 @@ class Connection(ConnectionBase):
 
     def close(self):
         super().close()
-        if self._connected:
+        if self._session is not None:
+            self._session.close()  # the agent stays for the next task; reset() stops it
+        elif self._connected:
             self._buildah("umount")
+        self._session = None
         self._mount_point = None
         self._connected = False
+
+    def reset(self):
+        """Stop this play's agent of the container (before a commit or removal), then close."""
+        if self._persistent():
+            stopped = self._new_session().stop()
+            display.vvv(f"agent {'stopped' if stopped else 'was not running'}", host=self._container_id)
+        self.close()

@@ -1,0 +1,554 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026 hpc.stateless developers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""One agent per working container for the ``hpc.stateless.buildah`` connection: the holder and its client.
+
+Ansible runs each task in a worker process that opens and closes the connection, so what stays
+alive between tasks cannot live in a worker. The first worker that needs the container starts a
+*holder*: a small detached Python process on the host (forked twice, stdin ``/dev/null``, in the
+playbook's process group so a signal to the group still reaches every command) that runs
+``buildah run <container> -- python3 -I -B -c <agent>`` through the collection's buildah client
+and listens on a Unix socket. Later workers of the same ``ansible-playbook`` connect to it.
+
+The socket is in the abstract namespace (nothing on disk to leave behind when the holder is
+killed) and private to the user: both ends check the peer's uid (``SO_PEERCRED``). Its name holds
+the container, the user commands run as, and the pid of the ``ansible-playbook`` process.
+
+The holder serves one client at a time and relays whole frames (:mod:`.agent`) between it and
+the agent. A client that goes away mid-request leaves its answer to be read and dropped (and its
+unfinished upload aborted) before the next client is served, so an answer never reaches the
+wrong request. The holder ends, stopping the agent first, when a client asks (the connection's
+reset), when the ``ansible-playbook`` process is gone, when the container is gone, after an idle
+timeout, or on SIGINT/SIGTERM/SIGHUP.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import multiprocessing
+import os
+import select
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from ansible_collections.hpc.stateless.plugins.module_utils._process import command_env
+from ansible_collections.hpc.stateless.plugins.module_utils.build import agent
+from ansible_collections.hpc.stateless.plugins.module_utils.build.buildah import Buildah, BuildahError
+
+# A start of the agent that never said hello ran nothing: it may be repeated this often.
+START_ATTEMPTS = 3
+START_TIMEOUT = 120.0
+TICK = 0.2  # how often the holder looks at its owner
+CONTAINER_CHECK = 10.0  # how often an idle holder asks buildah whether the container still exists
+STOP_GRACE = 30.0
+DEFAULT_IDLE = 600
+STDERR_TAIL = 4096
+AGENT_SOURCE = Path(agent.__file__).read_text(encoding="utf-8")
+
+
+class AgentUnavailable(Exception):
+    """The agent could not be started; nothing was run, so the caller may use another way."""
+
+
+class AgentLost(Exception):
+    """The agent or holder went away before it answered: whether the request ran is unknown."""
+
+
+# -- names and owner ---------------------------------------------------------------------------
+def owner_pid() -> int:
+    """The ``ansible-playbook`` process: a worker's parent, or this process when it is not a worker."""
+    parent = multiprocessing.parent_process()
+    return parent.pid if parent is not None and parent.pid else os.getpid()
+
+
+def start_time(pid: int) -> str | None:
+    """Start time of ``pid`` (field 22 of its stat), None when it does not exist: tells a reused pid apart."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return None
+    return stat[stat.rfind(b")") + 2:].split()[19].decode("ascii")
+
+
+def address(container: str, user: str | None, owner: int) -> bytes:
+    """Abstract socket name of the holder of ``container`` (commands as ``user``) for playbook ``owner``."""
+    digest = hashlib.sha256(f"{container}\0{user or ''}".encode("utf-8", "surrogateescape")).hexdigest()[:20]
+    return f"\0hpc-stateless/buildah/{os.getuid()}/{digest}/{owner}".encode("ascii")
+
+
+def peer_uid(sock: socket.socket) -> int:
+    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return struct.unpack("3i", creds)[1]
+
+
+def collection_root() -> str:
+    """The directory that holds ``ansible_collections`` for this module, for the holder's import path."""
+    return str(Path(__file__).parents[len(__name__.split(".")) - 1])
+
+
+def agent_argv(client: Buildah, container: str, user: str | None) -> list[str]:
+    """``buildah run [--user u] <container> -- python3 -I -B -c <agent>``."""
+    options = ["--user", user] if user and user != "root" else []
+    return client.argv("run", *options, container, "--", "python3", "-I", "-B", "-c", AGENT_SOURCE)
+
+
+# -- the holder process ----------------------------------------------------------------------
+def _read_fd(fd: int) -> Callable[[int], bytes]:
+    return lambda size: os.read(fd, size)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+class Holder:
+    """Keeps one agent running in ``container`` and relays frames between it and one client at a time."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.container: str = config["container"]
+        self.user: str | None = config.get("user")
+        self.owner: int = config["owner"]
+        self.owner_start: str | None = config.get("owner_start")
+        self.idle: float = float(config.get("idle_timeout") or DEFAULT_IDLE)
+        self.client = Buildah(config.get("executable") or "buildah", config.get("isolation"))
+        self.address: bytes = config["address"].encode("latin-1")
+        self.proc: subprocess.Popen | None = None
+        self.hello: dict[str, Any] = {}
+        self.stderr_tail = b""
+        self.peer: socket.socket | None = None
+        self.pending: set[int] = set()  # requests sent to the agent, not answered yet
+        self.open_puts: set[int] = set()  # uploads of the current client, not finished yet
+        self.stop_reason = ""
+        self.stopper: socket.socket | None = None
+
+    # agent ------------------------------------------------------------------------------
+    def start_agent(self) -> None:
+        """Start the agent; repeat a start that never said hello. AgentUnavailable after the last."""
+        said = ""
+        for _attempt in range(START_ATTEMPTS):
+            self.proc = subprocess.Popen(  # pylint: disable=consider-using-with
+                agent_argv(self.client, self.container, self.user), env=command_env(self.client.env),
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, close_fds=True)
+            hello = self._await_hello()
+            if hello is not None:
+                self.hello = hello
+                return
+            self.proc.wait()
+            said = self.stderr_tail.decode("utf-8", "replace").strip()
+            if self.stop_reason:
+                break
+        raise AgentUnavailable(f"buildah run of the agent in container {self.container} exited before it started "
+                               f"(rc={self.proc.returncode if self.proc else '?'}): {said or 'no message'}")
+
+    def _await_hello(self) -> dict[str, Any] | None:
+        assert self.proc and self.proc.stdout and self.proc.stderr
+        out, err = self.proc.stdout.fileno(), self.proc.stderr.fileno()
+        deadline = time.monotonic() + START_TIMEOUT
+        self.stderr_tail = b""
+        while time.monotonic() < deadline and not self.stop_reason:
+            ready = select.select([out, err], [], [], TICK)[0]
+            if err in ready and not self._drain_stderr():
+                err = -1
+            if out in ready:
+                try:
+                    frame = agent.read_frame(_read_fd(out))
+                except (agent.ProtocolError, ValueError):
+                    frame = None
+                if frame and frame[0].get("hello") == agent.HELLO:
+                    return frame[0]
+                return None
+            if err == -1 and self.proc.poll() is not None:
+                return None
+            self._check_owner()
+        self._stop_process()
+        return None
+
+    def _drain_stderr(self) -> bool:
+        assert self.proc and self.proc.stderr
+        data = os.read(self.proc.stderr.fileno(), 65536)
+        self.stderr_tail = (self.stderr_tail + data)[-STDERR_TAIL:]
+        return bool(data)
+
+    def _stop_process(self) -> None:
+        """Close the agent's stdin (it kills a running command and exits), then wait for buildah run."""
+        proc = self.proc
+        if proc is None:
+            return
+        if proc.stdin and not proc.stdin.closed:
+            try:
+                proc.stdin.close()
+            except OSError:
+                pass
+        for sig, grace in ((None, STOP_GRACE), (signal.SIGTERM, 10.0), (signal.SIGKILL, 10.0)):
+            if sig is not None:
+                proc.send_signal(sig)
+            try:
+                proc.wait(timeout=grace)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+
+    # liveness ---------------------------------------------------------------------------
+    def _check_owner(self) -> None:
+        if start_time(self.owner) != self.owner_start:
+            self.stop_reason = f"ansible-playbook (pid {self.owner}) is gone"
+
+    def _container_gone(self) -> bool:
+        try:
+            self.client.run("inspect", "--type", "container", "--format", "{{.ContainerID}}", self.container)
+        except BuildahError as exc:
+            return exc.gone
+        return False
+
+    # relaying ---------------------------------------------------------------------------
+    def _send_peer(self, data: bytes) -> None:
+        if self.peer is None:
+            return
+        try:
+            self.peer.sendall(data)
+        except OSError:
+            self._peer_gone()
+
+    def _peer_gone(self) -> None:
+        """The client left: abort its unfinished uploads; answers still due are dropped when they come."""
+        if self.peer is not None:
+            self.peer.close()
+        self.peer = None
+        assert self.proc and self.proc.stdin
+        for rid in sorted(self.open_puts):
+            _write_all(self.proc.stdin.fileno(), agent.encode({"id": rid, "op": "abort"}))
+            self.pending.add(rid)
+        self.open_puts.clear()
+
+    def _from_peer(self) -> None:
+        assert self.peer is not None and self.proc and self.proc.stdin
+        try:
+            frame = agent.read_frame(self.peer.recv)
+        except (agent.ProtocolError, ValueError, OSError):
+            frame = None
+        if frame is None:
+            self._peer_gone()
+            return
+        header, body = frame
+        if header.get("op") == "stop":
+            self.stop_reason = "the connection was reset"
+            self.stopper, self.peer = self.peer, None
+            return
+        rid = header.get("id")
+        if header.get("op") == "put" and header.get("more"):
+            self.open_puts.add(rid)
+        else:
+            self.open_puts.discard(rid)
+            self.pending.add(rid)
+        _write_all(self.proc.stdin.fileno(), agent.encode(header, body))
+
+    def _from_agent(self) -> bool:
+        """Relay one answer; False when the agent is gone."""
+        assert self.proc and self.proc.stdout
+        try:
+            frame = agent.read_frame(_read_fd(self.proc.stdout.fileno()))
+        except (agent.ProtocolError, ValueError, OSError):
+            frame = None
+        if frame is None:
+            return False
+        header, body = frame
+        rid = header.get("id")
+        if not header.get("more"):
+            self.pending.discard(rid)
+        self._send_peer(agent.encode(header, body))
+        return True
+
+    def _accept(self, listener: socket.socket) -> None:
+        try:
+            conn, _addr = listener.accept()
+        except OSError:
+            return
+        if peer_uid(conn) != os.getuid():
+            conn.close()
+            return
+        conn.setblocking(True)
+        self.peer = conn
+        self._send_peer(agent.encode({"id": 0, "ready": True, **self.hello}))
+
+    def serve(self, listener: socket.socket) -> None:
+        assert self.proc and self.proc.stdout and self.proc.stderr
+        out, err = self.proc.stdout.fileno(), self.proc.stderr.fileno()
+        last_use = last_check = time.monotonic()
+        while not self.stop_reason:
+            watch = [out] + ([err] if err >= 0 else [])
+            if self.peer is not None:
+                watch.append(self.peer.fileno())
+            elif not self.pending:
+                watch.append(listener.fileno())
+            ready = select.select(watch, [], [], TICK)[0]
+            if err in ready and not self._drain_stderr():
+                err = -1
+            if out in ready and not self._from_agent():
+                self.stop_reason = "the agent exited: " + self.stderr_tail.decode("utf-8", "replace").strip()
+                break
+            if self.peer is not None and self.peer.fileno() in ready:
+                self._from_peer()
+            elif listener.fileno() in ready:
+                self._accept(listener)
+            now = time.monotonic()
+            if ready or self.peer is not None or self.pending:
+                last_use = now
+            self._check_owner()
+            if now - last_use > self.idle:
+                self.stop_reason = f"idle for {self.idle:.0f} s"
+            elif self.peer is None and not self.pending and now - last_check > CONTAINER_CHECK:
+                last_check = now
+                if self._container_gone():
+                    self.stop_reason = f"container {self.container} is gone"
+
+    def run(self) -> None:
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            listener.bind(self.address)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return  # another holder serves this container for this playbook
+            raise
+        listener.listen(16)
+        try:
+            try:
+                self.start_agent()
+            except AgentUnavailable as exc:
+                self._refuse(listener, str(exc))
+                return
+            self.serve(listener)
+        finally:
+            listener.close()
+            self._stop_process()
+            if self.peer is not None:
+                self.peer.close()
+            if self.stopper is not None:
+                try:
+                    self.stopper.sendall(agent.encode({"id": 0, "stopped": True, "reason": self.stop_reason}))
+                except OSError:
+                    pass
+                self.stopper.close()
+
+    def _refuse(self, listener: socket.socket, error: str) -> None:
+        """Tell the clients waiting for the agent that it did not start."""
+        listener.settimeout(1.0)
+        while True:
+            try:
+                conn, _addr = listener.accept()
+            except OSError:
+                return
+            try:
+                conn.sendall(agent.encode({"id": 0, "ready": False, "error": error}))
+            except OSError:
+                pass
+            conn.close()
+
+
+def _on_signal(holder: Holder) -> Callable[..., None]:
+    def handler(signum: int, _frame: Any) -> None:
+        holder.stop_reason = f"signal {signum}"
+    return handler
+
+
+def daemon(config: dict[str, Any]) -> None:
+    """Entry point of the holder process (started by :meth:`Session.start_holder`): detach, then serve."""
+    if os.fork():
+        os._exit(0)  # pylint: disable=protected-access
+    os.chdir("/")
+    holder = Holder(config)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _on_signal(holder))
+    try:
+        holder.run()
+    finally:
+        os._exit(0)  # pylint: disable=protected-access
+
+
+BOOT = ("import json, sys; config = json.loads(sys.argv[1]); sys.path[:0] = config['path']; "
+        "from ansible_collections.hpc.stateless.plugins.module_utils.build.holder import daemon; daemon(config)")
+
+
+# -- the client (in an Ansible worker) ---------------------------------------------------------
+class Session:
+    """A worker's connection to the holder of ``container``; starts the holder when there is none."""
+
+    def __init__(self, container: str, user: str | None, client: Buildah, idle_timeout: float = DEFAULT_IDLE,
+                 log: Callable[[str], None] | None = None, owner: int | None = None) -> None:
+        self.container, self.user, self.client = container, user, client
+        self.idle_timeout = idle_timeout
+        self.log = log or (lambda _msg: None)
+        self.owner = owner or owner_pid()
+        self.address = address(container, user, self.owner)
+        self.sock: socket.socket | None = None
+        self.next_id = 0
+        self.hello: dict[str, Any] = {}
+
+    # connecting -------------------------------------------------------------------------
+    def _try_connect(self) -> socket.socket | None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.connect(self.address)
+        except (ConnectionRefusedError, FileNotFoundError):
+            sock.close()
+            return None
+        if peer_uid(sock) != os.getuid():
+            sock.close()
+            raise AgentUnavailable(f"the socket of the agent of container {self.container} belongs to another user")
+        return sock
+
+    def start_holder(self) -> None:
+        """Start a holder (it detaches at once) and wait until it listens."""
+        config = {"container": self.container, "user": self.user, "owner": self.owner,
+                  "owner_start": start_time(self.owner), "idle_timeout": self.idle_timeout,
+                  "executable": self.client.executable, "isolation": self.client.isolation,
+                  "address": self.address.decode("latin-1"), "path": [collection_root()]}
+        self.log(f"starting the agent holder of container {self.container}")
+        proc = subprocess.Popen([sys.executable, "-B", "-c", BOOT, json.dumps(config)],  # pylint: disable=consider-using-with
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                close_fds=True, env=command_env())
+        rc = proc.wait()
+        if rc != 0:
+            raise AgentUnavailable(f"the agent holder of container {self.container} could not start (rc={rc})")
+
+    def connect(self) -> None:
+        """Connect to the holder, starting one first when none listens; AgentUnavailable when the agent cannot run."""
+        if self.sock is not None:
+            return
+        sock = self._try_connect()
+        if sock is None:
+            self.start_holder()
+            deadline = time.monotonic() + 30.0
+            while sock is None and time.monotonic() < deadline:
+                time.sleep(0.01)
+                sock = self._try_connect()
+            if sock is None:
+                raise AgentUnavailable(f"the agent holder of container {self.container} did not listen within 30 s")
+        try:
+            frame = agent.read_frame(sock.recv)
+        except (agent.ProtocolError, ValueError, OSError) as exc:
+            sock.close()
+            raise AgentUnavailable(f"the agent holder of container {self.container} broke off: {exc}") from None
+        if frame is None or not frame[0].get("ready"):
+            sock.close()
+            said = frame[0].get("error") if frame else "it closed the connection"
+            raise AgentUnavailable(f"the agent in container {self.container} is not available: {said}")
+        self.sock, self.hello = sock, frame[0]
+
+    def close(self) -> None:
+        if self.sock is not None:
+            self.sock.close()
+        self.sock = None
+
+    def stop(self) -> bool:
+        """Ask this playbook's holder of the container to stop, and wait until it did; False when none ran."""
+        self.close()
+        sock = self._try_connect()
+        if sock is None:
+            return False
+        try:
+            agent.read_frame(sock.recv)  # ready (or refused)
+            sock.sendall(agent.encode({"id": 0, "op": "stop"}))
+            agent.read_frame(sock.recv)  # stopped, once the agent and buildah run have exited
+        except (agent.ProtocolError, ValueError, OSError):
+            pass
+        finally:
+            sock.close()
+        return True
+
+    # requests ---------------------------------------------------------------------------
+    def _lost(self, what: str, exc: Exception | str) -> AgentLost:
+        self.close()
+        return AgentLost(f"the agent in container {self.container} went away before it answered {what} ({exc}); "
+                         f"it may have run, so it is not run again. Run the play again, or set "
+                         f"ansible_hpc_stateless_buildah_persistent=false to use one buildah run per task")
+
+    def _send(self, data: bytes) -> None:
+        assert self.sock is not None
+        self.sock.sendall(data)
+
+    def _answers(self, rid: int, what: str):
+        """Frames answering request ``rid`` up to the final one."""
+        assert self.sock is not None
+        while True:
+            try:
+                frame = agent.read_frame(self.sock.recv)
+            except (agent.ProtocolError, ValueError, OSError) as exc:
+                raise self._lost(what, exc) from None
+            if frame is None:
+                raise self._lost(what, "connection closed")
+            header, body = frame
+            if header.get("id") != rid:
+                raise self._lost(what, f"an answer to request {header.get('id')} instead of {rid}")
+            yield header, body
+            if not header.get("more"):
+                return
+
+    def _new_id(self) -> int:
+        self.connect()
+        self.next_id += 1
+        return self.next_id
+
+    def exec(self, cmd: bytes, stdin: bytes | None = None) -> tuple[int, bytes, bytes]:
+        """Run ``cmd`` once in the container; ``(rc, stdout, stderr)``."""
+        rid = self._new_id()
+        what = f"the command {cmd[:200]!r}"
+        try:
+            self._send(agent.exec_request(rid, cmd, stdin))
+        except OSError as exc:
+            raise self._lost(what, exc) from None
+        for header, body in self._answers(rid, what):
+            if "error" in header:
+                raise AgentLost(f"the agent in container {self.container} could not run {what}: {header['error']}")
+            return agent.exec_result(header, body)
+        raise self._lost(what, "no answer")
+
+    def put(self, local: bytes, remote: str) -> None:
+        """Copy host file ``local`` to ``remote`` in the container, in chunks."""
+        rid = self._new_id()
+        what = f"the copy to {remote}"
+        try:
+            with open(local, "rb") as handle:
+                chunk = handle.read(agent.CHUNK)
+                while True:
+                    following = handle.read(agent.CHUNK) if chunk else b""
+                    self._send(agent.encode({"id": rid, "op": "put", "path": remote, "more": bool(following)}, chunk))
+                    if not following:
+                        break
+                    chunk = following
+        except OSError as exc:
+            raise self._lost(what, exc) from None
+        for header, _body in self._answers(rid, what):
+            if header.get("rc"):
+                raise OSError(f"cannot write {remote} in container {self.container}: {header.get('error')}")
+
+    def fetch(self, remote: str, local: bytes) -> None:
+        """Copy ``remote`` in the container to host file ``local``; nothing stays at ``local`` on failure."""
+        rid = self._new_id()
+        what = f"the copy of {remote}"
+        try:
+            self._send(agent.encode({"id": rid, "op": "fetch", "path": remote}))
+        except OSError as exc:
+            raise self._lost(what, exc) from None
+        ok = False
+        try:
+            with open(local, "wb") as handle:
+                for header, body in self._answers(rid, what):
+                    if header.get("more"):
+                        handle.write(body)
+                    elif header.get("rc"):
+                        raise OSError(f"cannot read {remote} in container {self.container}: {header.get('error')}")
+            ok = True
+        finally:
+            if not ok and os.path.lexists(local):
+                os.unlink(local)
