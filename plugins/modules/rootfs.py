@@ -14,9 +14,14 @@ version_added: 0.1.0
 author: hpc.stateless developers (@hpc-stateless)
 description:
   - Installs a minimal distribution into O(path), typically the mount point of an empty
-    buildah C(scratch) working container, with C(debootstrap) (Debian, Ubuntu),
+    buildah C(scratch) working container, with C(mmdebstrap) (Debian, Ubuntu; or C(debootstrap), see O(tool)),
     C(dnf --installroot) (Rocky, AlmaLinux, CentOS, RHEL, Fedora, Oracle Linux) or
     C(zypper --root) (openSUSE Leap, openSUSE Tumbleweed, SLES).
+  - The kernel's install hooks build no initramfs (C(INITRD=No)): a stateless image never boots from
+    one; M(hpc.stateless.pack) makes the boot artifact.
+  - Runs without root too. As root inside a user namespace (a build under C(buildah unshare)) the tools
+    run as they are; as an ordinary user each tool runs under C(buildah unshare), so file owners map as
+    in buildah's rootless storage. The record's C(mode) says which.
   - Records what was bootstrapped in C(<path>/var/lib/hpc-stateless/rootfs.json). A rerun with the
     same options finds the record and runs nothing. A record with different options, or a non-empty
     directory without a record (C(lost+found) aside), is refused unless O(force=true).
@@ -107,8 +112,18 @@ options:
   cache_dir:
     description:
       - Host directory where downloaded packages are kept across runs, so a rebuild does not download
-        them again. Created if missing. Defaults to C(/var/cache/hpc-stateless/<tool>).
+        them again. Created if missing. Defaults to C(/var/cache/hpc-stateless/<family>) (C(debootstrap)
+        for Debian and Ubuntu with either tool, C(dnf), C(zypper)).
     type: path
+  tool:
+    description:
+      - Bootstrap tool. V(mmdebstrap) (the default for Debian and Ubuntu) or V(debootstrap) for Debian
+        and Ubuntu; V(dnf) and V(zypper) are the only tools of their families.
+      - The tool and its version are recorded as provenance; a root bootstrapped by the other tool with
+        the same options counts as the same root (nothing reruns).
+      - V(debootstrap) needs root on the host.
+    type: str
+    choices: [debootstrap, dnf, mmdebstrap, zypper]
   force:
     description:
       - Wipe the contents of O(path) and bootstrap again when it holds a different record or unknown
@@ -116,7 +131,11 @@ options:
     type: bool
     default: false
 notes:
-  - Needs root. The tool must be installed on the build host (Debian packages C(debootstrap), C(dnf), C(zypper)).
+  - The tool must be installed on the build host (Debian packages C(mmdebstrap), C(debootstrap), C(dnf),
+    C(zypper)); without root also C(buildah) and subordinate ids for the user (C(/etc/subuid), C(/etc/subgid)).
+  - Without root, device nodes cannot be made; C(/dev) of the root is left empty (the kernel's devtmpfs,
+    systemd-nspawn and buildah provide C(/dev) at run time, and pack adds C(/dev/console) to a cpio).
+  - Without root the default O(cache_dir) is C(${XDG_CACHE_HOME:-~/.cache}/hpc-stateless/<family>).
   - For dnf and zypper on a Debian build host the rpm database is placed where the target's rpm
     expects it (C(/var/lib/rpm), or C(/usr/lib/sysimage/rpm) for Fedora and SUSE).
   - dnf and zypper write a little state about O(cache_dir) below O(path) (C(expired_repos.json),
@@ -171,15 +190,16 @@ record:
     components: [main]
     arch: null
     extra_args: []
-    tool: debootstrap
-    tool_version: 1.0.128+nmu2+deb12u2
+    tool: mmdebstrap
+    tool_version: 1.3.5
+    mode: root
 cmd:
   description: The main bootstrap command line that ran (or would run); empty when nothing runs.
   returned: always
   type: list
   elements: str
-  sample: [/usr/sbin/debootstrap, --variant=minbase, --components=main,
-           --cache-dir=/var/cache/hpc-stateless/debootstrap, bookworm, /tmp/x, http://deb.debian.org/debian]
+  sample: [/usr/bin/mmdebstrap, --mode=root, --variant=minbase, --components=main, --skip=essential/unlink,
+           bookworm, /tmp/x, http://deb.debian.org/debian]
 commands:
   description: Every command line that ran (or would run), in order; zypper needs more than one.
   returned: always
@@ -202,14 +222,22 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.hpc.stateless.plugins.module_utils import _process
 from ansible_collections.hpc.stateless.plugins.module_utils._paths import write_atomic
 from ansible_collections.hpc.stateless.plugins.module_utils.build.bootstrap import (
+    DEFAULT_CACHE_ROOT,
     DISTRO_FAMILIES,
+    FAMILY_TOOLS,
+    MODE_ROOT,
+    MODE_UNSHARE,
+    NO_INITRD_ENV,
     RECORD_RELPATH,
     BootstrapSpec,
     bootstrap_commands,
     bootstrap_record,
     cache_state_in_root,
+    default_cache_dir,
+    distro_family,
     downloaded_packages_in_root,
     parse_tool_version,
+    privilege_mode,
     record_differences,
     required_binaries,
     resolve_mirror,
@@ -237,11 +265,28 @@ def argument_spec() -> dict[str, Any]:
         keyring=dict(type="path", no_log=False),
         gpg_check=dict(type="bool", default=True),
         cache_dir=dict(type="path"),
+        tool=dict(type="str", choices=sorted({t for tools in FAMILY_TOOLS.values() for t in tools})),
         force=dict(type="bool", default=False),
     )
 
 
-def spec_from_params(params: dict[str, Any]) -> BootstrapSpec:
+def current_mode() -> str:
+    """Return how the tools run here, from our euid and whether we are in a user namespace."""
+    try:
+        with open("/proc/self/uid_map", encoding="utf-8") as handle:
+            uid_map = handle.read()
+    except OSError:
+        uid_map = ""
+    return privilege_mode(os.geteuid(), uid_map)
+
+
+def user_cache_root(environ: dict[str, str]) -> str:
+    """Return the package cache root of a build without root: ${XDG_CACHE_HOME:-$HOME/.cache}/hpc-stateless."""
+    base = environ.get("XDG_CACHE_HOME") or os.path.join(environ.get("HOME") or os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "hpc-stateless")
+
+
+def spec_from_params(params: dict[str, Any], mode: str = MODE_ROOT) -> BootstrapSpec:
     """Build the BootstrapSpec; ValueError names the offending option."""
     path = os.path.abspath(params["path"])
     if os.path.realpath(path) == "/":
@@ -258,8 +303,15 @@ def spec_from_params(params: dict[str, Any]) -> BootstrapSpec:
         extra_args=tuple(params["extra_args"]),
         keyring=params["keyring"],
         gpg_check=params["gpg_check"],
-        cache_dir=params["cache_dir"] or "",
+        cache_dir=params["cache_dir"] or default_cache_dir(distro_family(params["distro"]), cache_root(mode)),
+        tool=params["tool"] or "",
+        mode=mode,
     )
+
+
+def cache_root(mode: str) -> str:
+    """Return the root of the default package caches for a build in `mode`."""
+    return DEFAULT_CACHE_ROOT if mode == MODE_ROOT else user_cache_root(dict(os.environ))
 
 
 def tail(text: str, lines: int = OUTPUT_TAIL_LINES) -> list[str]:
@@ -292,7 +344,7 @@ class RootfsBootstrap:
         self.module = module
         self.force: bool = module.params["force"]
         try:
-            self.spec = spec_from_params(module.params)
+            self.spec = spec_from_params(module.params, current_mode())
             # Builds the command lines once, so an unsupported combination (arch with zypper) fails
             # here with its message, before anything is read or run.
             bootstrap_commands(self.spec)
@@ -352,12 +404,18 @@ class RootfsBootstrap:
                           f"{self.spec.distro}); install the Debian package '{package}', e.g. apt-get install {package}.")
         return binaries
 
-    def wipe(self) -> None:
+    def wipe(self, binaries: dict[str, str]) -> None:
         """Remove everything in `path` except lost+found; never crosses a mount point."""
         mounted = mounts_below(self.spec.path)
         if mounted:
             self.fail(f"refusing to wipe {self.spec.path}: file systems are mounted below it "
                       f"({', '.join(mounted)}); unmount them first.")
+        if self.spec.mode == MODE_UNSHARE:
+            # Files of a root bootstrapped without root belong to subordinate ids: only the
+            # user namespace they were made in may remove them.
+            targets = [os.path.join(self.spec.path, entry) for entry in unknown_entries(self.spec.path)]
+            _process.run([binaries["buildah"], "unshare", "--", "rm", "-rf", "--one-file-system", "--", *targets])
+            return
         for entry in unknown_entries(self.spec.path):
             target = os.path.join(self.spec.path, entry)
             if os.path.isdir(target) and not os.path.islink(target):
@@ -369,11 +427,19 @@ class RootfsBootstrap:
         """Run one command; on failure keep the directory and tell the user how to retry."""
         rc, out, err = _process.run(argv, check=False, env=environ)
         if rc != 0:
+            # A tool that failed half-way may leave its binds (package cache, mirror) mounted.
+            self.release_mounts()
             self.fail(f"bootstrap command failed (rc={rc}): {' '.join(argv)}. No record was written; "
                       f"{self.spec.path} is left as is for inspection. Fix the cause, then rerun with "
                       "force: true (or remove the working container) to bootstrap cleanly.",
                       rc=rc, failed_cmd=argv, stderr_lines=tail(err), stdout_lines=tail(out))
         return out, err
+
+    def release_mounts(self) -> None:
+        """Unmount whatever is still mounted below `path`, deepest first."""
+        for point in sorted(mounts_below(self.spec.path), key=len, reverse=True):
+            if not _process.run(["umount", point], check=False).ok:
+                _process.run(["umount", "-l", point], check=False)
 
     def tool_version(self, binary: str, environ: dict[str, str]) -> str | None:
         """Return the tool's version for the record; None if it cannot tell."""
@@ -434,12 +500,12 @@ class RootfsBootstrap:
             return self.result
 
         if unknown_entries(spec.path):
-            self.wipe()
+            self.wipe(binaries)
         os.makedirs(spec.path, mode=0o755, exist_ok=True)
         os.makedirs(spec.cache_dir, mode=0o755, exist_ok=True)
         with tempfile.TemporaryDirectory(prefix="hpc-stateless-rootfs-") as home:
             environ = self.environment(home)
-            version = self.tool_version(binaries[spec.family], environ)
+            version = self.tool_version(binaries[spec.tool], environ)
             out = ""
             for argv in commands:
                 out, err = self.run(argv, environ)
@@ -452,9 +518,14 @@ class RootfsBootstrap:
         return self.result
 
     def environment(self, home: str) -> dict[str, str]:
-        """Return the environment for the tools: C locale; for rpm tools a private HOME with our rpm macros."""
-        environ = dict(C_LOCALE)
+        """Return the environment for the tools: C locale, no initramfs; for rpm tools a private HOME with our rpm macros."""
+        environ = {**C_LOCALE, **NO_INITRD_ENV}
         if self.spec.family != "debootstrap":
+            if self.spec.mode == MODE_UNSHARE:
+                # buildah unshare finds the user's containers configuration through these, not the private HOME.
+                user_home = os.environ.get("HOME") or os.path.expanduser("~")
+                environ["XDG_CONFIG_HOME"] = os.environ.get("XDG_CONFIG_HOME") or os.path.join(user_home, ".config")
+                environ["XDG_DATA_HOME"] = os.environ.get("XDG_DATA_HOME") or os.path.join(user_home, ".local", "share")
             # rpm reads ~/.rpmmacros: this pins %_dbpath without touching the host's /etc/rpm.
             with open(os.path.join(home, ".rpmmacros"), "w", encoding="utf-8") as handle:
                 handle.write(rpm_macros(self.spec.distro))

@@ -6,17 +6,23 @@
 """Command lines and records for bootstrapping a distribution root file system.
 
 Pure functions, no I/O: the ``rootfs`` module runs what these return.
-One builder per tool family: debootstrap (Debian, Ubuntu), ``dnf --installroot``
-(EL family, Fedora) and ``zypper --root`` (SUSE).
+One builder per tool: mmdebstrap (Debian, Ubuntu; the default) or debootstrap (selectable),
+``dnf --installroot`` (EL family, Fedora) and ``zypper --root`` (SUSE).
+
+Where the build runs decides how the tools run (:func:`privilege_mode`): as root on the host
+they run as they are; as root inside a user namespace (``buildah unshare``, the rootless build)
+they run as they are too, but device nodes cannot be made; as an ordinary user every command is
+wrapped in ``buildah unshare``, so the root's owners map exactly as buildah's own storage maps them.
 """
 
 from __future__ import annotations
 
 import os
+import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
-from ansible_collections.hpc.stateless.plugins.module_utils.layers.graph import SUPPORTED_DISTROS
+from ansible_collections.hpc.stateless.plugins.module_utils.layers.graph import BOOTSTRAP_TOOLS, SUPPORTED_DISTROS
 
 # distro -> tool family; the single source is layer_graph.SUPPORTED_DISTROS.
 DISTRO_FAMILIES: dict[str, str] = SUPPORTED_DISTROS
@@ -26,8 +32,9 @@ DEFAULT_MIRRORS: dict[str, str] = {
     "ubuntu": "http://archive.ubuntu.com/ubuntu",
 }
 
-# family -> Debian package that provides the tool's binary (named in errors).
+# tool -> Debian package that provides the tool's binary (named in errors).
 TOOL_PACKAGES: dict[str, str] = {
+    "mmdebstrap": "mmdebstrap",
     "debootstrap": "debootstrap",
     "dnf": "dnf",
     "zypper": "zypper",
@@ -62,13 +69,33 @@ CACHE_STATE_IN_ROOT: dict[str, tuple[str, ...]] = {
     "zypper": ("solv/@System", "pubkeys"),
 }
 
+# The tools a family can bootstrap with, the default first; the single source is
+# layer_graph.BOOTSTRAP_TOOLS. mmdebstrap installs the same packages through apt, faster than
+# debootstrap, and also runs without root.
+FAMILY_TOOLS: dict[str, tuple[str, ...]] = BOOTSTRAP_TOOLS
+
+# How the tools run, from where the build runs (see privilege_mode).
+MODE_ROOT = "root"          # root on the host
+MODE_USERNS = "userns"      # uid 0 inside a user namespace, e.g. under `buildah unshare`
+MODE_UNSHARE = "unshare"    # an ordinary user: each command runs under `buildah unshare`
+MODES = (MODE_ROOT, MODE_USERNS, MODE_UNSHARE)
+
+# The kernel's postinst hooks (initramfs-tools, dracut) skip building an initramfs when
+# INITRD=No: a stateless image never boots from one, pack builds the boot artifact.
+NO_INITRD_ENV: dict[str, str] = {"INITRD": "No"}
+
+# mmdebstrap's own hook that bind-mounts file:// mirrors into the chroot, so apt inside
+# it finds a local mirror.
+MMDEBSTRAP_FILE_MIRROR_HOOKS = "/usr/share/mmdebstrap/hooks/file-mirror-automount"
+APT_ARCHIVES = "/var/cache/apt/archives"
+
 REPO_ID = "hpc-stateless-base"
 RECORD_RELPATH = "var/lib/hpc-stateless/rootfs.json"
 DEFAULT_CACHE_ROOT = "/var/cache/hpc-stateless"
 
-# Keys whose change means a different root file system. The tool version is
-# recorded for provenance only: a host upgrade of debootstrap must not make
-# every existing root "different".
+# Keys whose change means a different root file system. The tool, its version and the
+# privilege mode are recorded for provenance only: a host upgrade of debootstrap, or the
+# switch to mmdebstrap, must not make every existing root "different".
 COMPARED_KEYS: tuple[str, ...] = (
     "distro",
     "release",
@@ -97,10 +124,18 @@ class BootstrapSpec:
     keyring: str | None = None
     gpg_check: bool = True
     cache_dir: str = ""
+    tool: str = ""
+    mode: str = MODE_ROOT
     family: str = field(init=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "family", distro_family(self.distro))
+        object.__setattr__(self, "tool", resolve_tool(self.distro, self.tool))
+        if self.mode not in MODES:
+            raise ValueError(f"mode {self.mode!r} is not one of {', '.join(MODES)}")
+        if self.mode != MODE_ROOT and self.tool == "debootstrap":
+            raise ValueError("tool debootstrap needs root on the host (it makes device nodes); this build runs "
+                             f"without it ({mode_description(self.mode)}): use tool: mmdebstrap, the default")
         if not self.cache_dir:
             object.__setattr__(self, "cache_dir", default_cache_dir(self.family))
 
@@ -114,9 +149,44 @@ def distro_family(distro: str) -> str:
         raise ValueError(f"distro {distro!r} is not supported; supported: {supported}") from None
 
 
-def default_cache_dir(family: str) -> str:
-    """Return the default package cache directory of a tool family."""
-    return os.path.join(DEFAULT_CACHE_ROOT, family)
+def resolve_tool(distro: str, tool: str | None) -> str:
+    """Return the tool that bootstraps `distro`: `tool`, or the family's default; ValueError naming `tool`."""
+    tools = FAMILY_TOOLS[distro_family(distro)]
+    if not tool:
+        return tools[0]
+    if tool not in tools:
+        raise ValueError(f"tool {tool!r} cannot bootstrap distro {distro!r}; use one of: {', '.join(tools)}")
+    return tool
+
+
+def mode_description(mode: str) -> str:
+    """Return a phrase that says where a build in `mode` runs (for messages)."""
+    return {
+        MODE_ROOT: "as root",
+        MODE_USERNS: "as root inside a user namespace",
+        MODE_UNSHARE: "as an ordinary user",
+    }[mode]
+
+
+def in_user_namespace(uid_map: str) -> bool:
+    """Tell from /proc/self/uid_map's text whether it describes a user namespace other than the host's.
+
+    The host's (initial) namespace maps every id to itself: one line ``0 0 4294967295``.
+    """
+    lines = [line.split() for line in uid_map.splitlines() if line.strip()]
+    return lines != [["0", "0", "4294967295"]]
+
+
+def privilege_mode(euid: int, uid_map: str) -> str:
+    """Return how the bootstrap tools run for a process with `euid` and /proc/self/uid_map text `uid_map`."""
+    if euid != 0:
+        return MODE_UNSHARE
+    return MODE_USERNS if in_user_namespace(uid_map) else MODE_ROOT
+
+
+def default_cache_dir(family: str, cache_root: str = DEFAULT_CACHE_ROOT) -> str:
+    """Return the default package cache directory of a tool family (both Debian tools share one)."""
+    return os.path.join(cache_root, family)
 
 
 def resolve_mirror(distro: str, mirror: str | None) -> str:
@@ -195,6 +265,43 @@ def debootstrap_argv(spec: BootstrapSpec, binary: str = "debootstrap") -> list[s
     return argv
 
 
+def mmdebstrap_argv(spec: BootstrapSpec, binary: str = "mmdebstrap") -> list[str]:
+    """Return the mmdebstrap command line (options first, then suite, target, mirror).
+
+    The host cache directory is bind-mounted over the root's apt archive while mmdebstrap runs
+    (hooks run as root, in the host's or the build's user namespace), and the downloaded packages
+    are kept there (``--skip=essential/unlink``); it is unmounted before mmdebstrap's cleanup,
+    which then leaves no package file in the root.
+    """
+    archives = APT_ARCHIVES.lstrip("/")
+    cache = shlex.quote(spec.cache_dir)
+    # mmdebstrap's root mode also works as uid 0 inside a user namespace (it bind-mounts /dev
+    # entries where it cannot make them); its own unshare mode maps root to the first
+    # subordinate id, which is not how buildah's storage maps it.
+    argv = [binary, "--mode=root"]
+    if spec.variant:
+        argv.append(f"--variant={spec.variant}")
+    if spec.packages:
+        argv.append("--include=" + ",".join(effective_packages(spec)))
+    argv.append("--components=" + ",".join(spec.components or ("main",)))
+    if spec.arch:
+        argv.append(f"--architectures={spec.arch}")
+    if not spec.gpg_check:
+        argv += ['--aptopt=Acquire::AllowInsecureRepositories "true"',
+                 '--aptopt=APT::Get::AllowUnauthenticated "true"']
+    elif spec.keyring:
+        argv.append(f"--keyring={spec.keyring}")
+    argv += [
+        "--skip=essential/unlink",
+        f"--hook-dir={MMDEBSTRAP_FILE_MIRROR_HOOKS}",
+        f'--setup-hook=mkdir -p "$1/{archives}" && mount -o bind {cache} "$1/{archives}"',
+        f'--customize-hook=umount "$1/{archives}"',
+    ]
+    argv += list(spec.extra_args)
+    argv += [spec.release, spec.path, _as_file_url(spec.mirror)]
+    return argv
+
+
 def dnf_argv(spec: BootstrapSpec, binary: str = "dnf") -> list[str]:
     """Return the ``dnf --installroot`` command line; only our one repository is ever enabled."""
     argv = [
@@ -263,26 +370,39 @@ def zypper_argvs(spec: BootstrapSpec, binary: str = "zypper", rpm_binary: str = 
 def bootstrap_commands(spec: BootstrapSpec, binaries: dict[str, str] | None = None) -> list[list[str]]:
     """Return every command line, in order, that bootstraps `spec`.
 
-    `binaries` maps tool names (debootstrap, dnf, zypper, rpm) to resolved paths.
+    `binaries` maps tool names (mmdebstrap, debootstrap, dnf, zypper, rpm, buildah) to resolved
+    paths. In MODE_UNSHARE each command runs under ``buildah unshare``.
     """
     binaries = binaries or {}
-    if spec.family == "debootstrap":
-        return [debootstrap_argv(spec, binaries.get("debootstrap", "debootstrap"))]
-    if spec.family == "dnf":
-        return [dnf_argv(spec, binaries.get("dnf", "dnf"))]
-    return zypper_argvs(spec, binaries.get("zypper", "zypper"), binaries.get("rpm", "rpm"))
+    if spec.tool == "mmdebstrap":
+        commands = [mmdebstrap_argv(spec, binaries.get("mmdebstrap", "mmdebstrap"))]
+    elif spec.tool == "debootstrap":
+        commands = [debootstrap_argv(spec, binaries.get("debootstrap", "debootstrap"))]
+    elif spec.tool == "dnf":
+        commands = [dnf_argv(spec, binaries.get("dnf", "dnf"))]
+    else:
+        commands = zypper_argvs(spec, binaries.get("zypper", "zypper"), binaries.get("rpm", "rpm"))
+    if spec.mode == MODE_UNSHARE:
+        buildah = binaries.get("buildah", "buildah")
+        commands = [[buildah, "unshare", "--", *argv] for argv in commands]
+    return commands
 
 
 def required_binaries(spec: BootstrapSpec) -> dict[str, str]:
     """Return {binary: Debian package providing it} that bootstrapping `spec` runs."""
-    needed = {spec.family: TOOL_PACKAGES[spec.family]}
+    needed = {spec.tool: TOOL_PACKAGES[spec.tool]}
     if spec.family == "zypper" and spec.gpg_check and spec.keyring:
         needed["rpm"] = "rpm"
+    if spec.mode == MODE_UNSHARE:
+        needed["buildah"] = "buildah"
     return needed
 
 
 def bootstrap_record(spec: BootstrapSpec, tool_version: str | None = None) -> dict[str, Any]:
-    """Return the record of what `spec` bootstraps, as stored in the root."""
+    """Return the record of what `spec` bootstraps, as stored in the root.
+
+    ``tool``, ``tool_version`` and ``mode`` are provenance: :data:`COMPARED_KEYS` leaves them out.
+    """
     debootstrap = spec.family == "debootstrap"
     return {
         "distro": spec.distro,
@@ -294,8 +414,9 @@ def bootstrap_record(spec: BootstrapSpec, tool_version: str | None = None) -> di
         "components": list(spec.components) if debootstrap else None,
         "arch": spec.arch,
         "extra_args": list(spec.extra_args),
-        "tool": spec.family,
+        "tool": spec.tool,
         "tool_version": tool_version,
+        "mode": spec.mode,
     }
 
 

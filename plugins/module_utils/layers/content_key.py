@@ -49,6 +49,8 @@ UNDEFINED_MARKER: dict[str, bool] = {"__undefined__": True}
 # Layer spec keys that never change the image: ``vars`` reach the key through
 # the values the roles actually reference; ``description`` is documentation.
 _SPEC_KEYS_NOT_KEYED = ("vars", "description")
+# The bootstrap tool (mmdebstrap or debootstrap) is provenance, recorded in the root, not content.
+_BOOTSTRAP_KEYS_NOT_KEYED = ("tool",)
 
 # Names whose values come from inside the layer (facts) or from Ansible itself. Together with
 # the ``ansible_`` prefix this covers ansible-core's magic and internal static variables.
@@ -608,7 +610,10 @@ def resolve_variable_values(names: Iterable[str], variables: Mapping[str, Any]) 
 
 def keyed_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
     """The part of a canonical layer spec that enters the key (no ``vars``, no ``description``)."""
-    return canonical_value({k: v for k, v in spec.items() if k not in _SPEC_KEYS_NOT_KEYED})
+    keyed = {k: v for k, v in spec.items() if k not in _SPEC_KEYS_NOT_KEYED}
+    if isinstance(keyed.get("bootstrap"), Mapping):
+        keyed["bootstrap"] = {k: v for k, v in keyed["bootstrap"].items() if k not in _BOOTSTRAP_KEYS_NOT_KEYED}
+    return canonical_value(keyed)
 
 
 def layer_key(

@@ -72,6 +72,13 @@ _BOOTSTRAP_KEYS: dict[str, str] = {
     "extra_args": "strings",
     "gpg_check": "bool",
     "keyring": "string",
+    "tool": "string",
+}
+# distro family -> bootstrap tools that may be chosen with bootstrap.tool (the default first).
+BOOTSTRAP_TOOLS: dict[str, tuple[str, ...]] = {
+    "debootstrap": ("mmdebstrap", "debootstrap"),
+    "dnf": ("dnf",),
+    "zypper": ("zypper",),
 }
 _BOOTSTRAP_REQUIRED = ("distro", "release")
 
@@ -192,6 +199,10 @@ def _normalise_bootstrap(path: str, raw: object) -> dict[str, Any]:
             result[key] = _expect_strings(key_path, value)
     if result["distro"] not in SUPPORTED_DISTROS:
         raise LayerSpecError(f"{path}.distro", _unknown_distro(result["distro"]))
+    tools = BOOTSTRAP_TOOLS[SUPPORTED_DISTROS[result["distro"]]]
+    if "tool" in result and result["tool"] not in tools:
+        raise LayerSpecError(f"{path}.tool", f"{result['tool']!r} cannot bootstrap {result['distro']} "
+                                             f"(allowed: {', '.join(tools)})")
     return result
 
 

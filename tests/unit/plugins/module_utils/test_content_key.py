@@ -292,6 +292,14 @@ def test_description_does_not_change_keys(roles):
     assert key_map(roles, layers) == key_map(roles)
 
 
+def test_bootstrap_tool_does_not_change_keys(roles):
+    """The bootstrap tool is provenance (recorded in the root and its label), not content: choosing
+    debootstrap or naming the default mmdebstrap keeps every key, so cached layers stay valid."""
+    for tool in ("debootstrap", "mmdebstrap"):
+        layers = {**LAYERS, "base": {**LAYERS["base"], "bootstrap": {**LAYERS["base"]["bootstrap"], "tool": tool}}}
+        assert key_map(roles, layers) == key_map(roles)
+
+
 def test_unreferenced_layer_vars_do_not_change_keys(roles):
     """The spec's vars enter the key only through variables the roles read."""
     layers = {**LAYERS, "compute": {**LAYERS["compute"], "vars": {"nobody_reads_this": 1}}}

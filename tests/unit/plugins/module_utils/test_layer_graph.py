@@ -157,6 +157,17 @@ def test_bootstrap_options_are_normalised():
     assert boot["extra_args"] == ["--setopt", "install_weak_deps=False", "-q"]
 
 
+def test_bootstrap_tool_must_fit_the_distro():
+    """bootstrap.tool picks mmdebstrap (the default) or debootstrap for Debian; a tool of another family is named."""
+    graph = LayerGraph.from_spec({"r": {"bootstrap": {"distro": "debian", "release": "bookworm",
+                                                      "tool": "debootstrap"}}})
+    assert graph.spec("r")["bootstrap"]["tool"] == "debootstrap"
+    with pytest.raises(LayerSpecError) as err:
+        LayerGraph.from_spec({"r": {"bootstrap": {"distro": "rocky", "release": "9", "tool": "mmdebstrap"}}})
+    assert err.value.path == "hpc_stateless_layers.r.bootstrap.tool"
+    assert err.value.problem == "'mmdebstrap' cannot bootstrap rocky (allowed: dnf)"
+
+
 def test_spec_and_images_are_copies():
     """Mutating returned specs/images does not change the graph."""
     graph = LayerGraph.from_spec({"r": root(vars={"x": [1]})}, {"img": {"layer": "r"}})

@@ -10,6 +10,11 @@ import pytest
 from ansible_collections.hpc.stateless.plugins.module_utils.layers import graph as layer_graph
 from ansible_collections.hpc.stateless.plugins.module_utils.build.bootstrap import (
     DISTRO_FAMILIES,
+    FAMILY_TOOLS,
+    MODE_ROOT,
+    MODE_UNSHARE,
+    MODE_USERNS,
+    MMDEBSTRAP_FILE_MIRROR_HOOKS,
     REPO_ID,
     BootstrapSpec,
     bootstrap_commands,
@@ -20,6 +25,10 @@ from ansible_collections.hpc.stateless.plugins.module_utils.build.bootstrap impo
     downloaded_packages_in_root,
     dnf_argv,
     effective_packages,
+    in_user_namespace,
+    mmdebstrap_argv,
+    privilege_mode,
+    resolve_tool,
     parse_tool_version,
     record_differences,
     required_binaries,
@@ -123,6 +132,94 @@ def test_debootstrap_empty_components_fall_back_to_main():
     assert "--components=main" in debootstrap_argv(deb(components=()))
 
 
+# --- mmdebstrap (the default Debian tool) ----------------------------------------------------
+
+CACHE_HOOKS = [
+    "--skip=essential/unlink",
+    f"--hook-dir={MMDEBSTRAP_FILE_MIRROR_HOOKS}",
+    '--setup-hook=mkdir -p "$1/var/cache/apt/archives" && mount -o bind /var/cache/hpc-stateless/debootstrap '
+    '"$1/var/cache/apt/archives"',
+    '--customize-hook=umount "$1/var/cache/apt/archives"',
+]
+
+
+def test_mmdebstrap_is_the_default_debian_tool():
+    assert deb().tool == "mmdebstrap"
+    assert BootstrapSpec(path=ROOT, distro="ubuntu", release="noble", mirror="m").tool == "mmdebstrap"
+    assert rocky().tool == "dnf" and leap().tool == "zypper"
+    assert FAMILY_TOOLS is layer_graph.BOOTSTRAP_TOOLS
+
+
+def test_mmdebstrap_minimal_argv_shares_the_debian_cache():
+    assert mmdebstrap_argv(deb()) == ["mmdebstrap", "--mode=root", "--components=main", *CACHE_HOOKS,
+                                      "bookworm", ROOT, "http://deb.debian.org/debian"]
+    assert deb().cache_dir == deb(tool="debootstrap").cache_dir == "/var/cache/hpc-stateless/debootstrap"
+
+
+def test_mmdebstrap_full_argv():
+    spec = deb(variant="minbase", packages=("systemd-sysv", "python3"), components=("main", "contrib"),
+               arch="arm64", keyring="/k.gpg", extra_args=("--verbose",), cache_dir="/var/tmp/my cache",
+               mirror="/srv/mirror/debian")
+    argv = mmdebstrap_argv(spec, "/usr/bin/mmdebstrap")
+    assert argv[:7] == ["/usr/bin/mmdebstrap", "--mode=root", "--variant=minbase", "--include=python3,systemd-sysv",
+                        "--components=main,contrib", "--architectures=arm64", "--keyring=/k.gpg"]
+    # the cache path is quoted for the hook's shell; a local mirror becomes a file:// URL
+    assert "mount -o bind '/var/tmp/my cache' \"$1/var/cache/apt/archives\"" in argv[9]
+    assert argv[-4:] == ["--verbose", "bookworm", ROOT, "file:///srv/mirror/debian"]
+
+
+def test_mmdebstrap_no_gpg_check_allows_unsigned_and_drops_keyring():
+    argv = mmdebstrap_argv(deb(gpg_check=False, keyring="/k.gpg"))
+    assert '--aptopt=Acquire::AllowInsecureRepositories "true"' in argv
+    assert '--aptopt=APT::Get::AllowUnauthenticated "true"' in argv
+    assert not any(arg.startswith("--keyring") for arg in argv)
+
+
+def test_tool_must_fit_the_distro():
+    with pytest.raises(ValueError, match="tool 'mmdebstrap' cannot bootstrap distro 'rocky'; use one of: dnf"):
+        rocky(tool="mmdebstrap")
+    assert resolve_tool("debian", "debootstrap") == "debootstrap"
+    assert resolve_tool("sles", None) == "zypper"
+
+
+# --- privilege modes -------------------------------------------------------------------------
+
+HOST_UID_MAP = "         0          0 4294967295\n"
+BUILDAH_UNSHARE_UID_MAP = "         0       1001          1\n         1     100000      65536\n"
+
+
+def test_privilege_mode_from_euid_and_namespace():
+    assert not in_user_namespace(HOST_UID_MAP)
+    assert in_user_namespace(BUILDAH_UNSHARE_UID_MAP)
+    assert privilege_mode(0, HOST_UID_MAP) == MODE_ROOT
+    assert privilege_mode(0, BUILDAH_UNSHARE_UID_MAP) == MODE_USERNS
+    assert privilege_mode(1001, HOST_UID_MAP) == MODE_UNSHARE
+
+
+def test_userns_mode_runs_the_tools_as_they_are():
+    assert bootstrap_commands(deb(mode=MODE_USERNS)) == [mmdebstrap_argv(deb())]
+    assert bootstrap_commands(rocky(mode=MODE_USERNS)) == [dnf_argv(rocky())]
+
+
+def test_unshare_mode_wraps_every_command_in_buildah_unshare():
+    binaries = {"buildah": "/usr/bin/buildah", "zypper": "/usr/bin/zypper", "rpm": "/usr/bin/rpm"}
+    commands = bootstrap_commands(leap(keyring="/k", mode=MODE_UNSHARE), binaries)
+    assert [argv[:4] for argv in commands] == [["/usr/bin/buildah", "unshare", "--", "/usr/bin/rpm"]] + [
+        ["/usr/bin/buildah", "unshare", "--", "/usr/bin/zypper"]] * 2
+    assert [argv[3:] for argv in commands] == zypper_argvs(leap(keyring="/k"), "/usr/bin/zypper", "/usr/bin/rpm")
+    assert bootstrap_commands(deb(mode=MODE_UNSHARE))[0][:4] == ["buildah", "unshare", "--", "mmdebstrap"]
+
+
+def test_debootstrap_needs_root_on_the_host():
+    with pytest.raises(ValueError, match="tool debootstrap needs root on the host .*as an ordinary user.*mmdebstrap"):
+        deb(tool="debootstrap", mode=MODE_UNSHARE)
+    with pytest.raises(ValueError, match="inside a user namespace"):
+        deb(tool="debootstrap", mode=MODE_USERNS)
+    with pytest.raises(ValueError, match="mode 'fake' is not one of root, userns, unshare"):
+        deb(mode="fake")
+    assert deb(tool="debootstrap", mode=MODE_ROOT).tool == "debootstrap"
+
+
 # --- dnf -------------------------------------------------------------------------------------
 
 DNF_HEAD = [
@@ -203,9 +300,10 @@ def test_zypper_refuses_arch():
 # --- dispatch, binaries, rpm database --------------------------------------------------------
 
 def test_bootstrap_commands_use_resolved_binaries():
-    binaries = {"debootstrap": "/usr/sbin/debootstrap", "dnf": "/usr/bin/dnf",
+    binaries = {"debootstrap": "/usr/sbin/debootstrap", "mmdebstrap": "/usr/bin/mmdebstrap", "dnf": "/usr/bin/dnf",
                 "zypper": "/usr/bin/zypper", "rpm": "/usr/bin/rpm"}
-    assert bootstrap_commands(deb(), binaries)[0][0] == "/usr/sbin/debootstrap"
+    assert bootstrap_commands(deb(), binaries)[0][0] == "/usr/bin/mmdebstrap"
+    assert bootstrap_commands(deb(tool="debootstrap"), binaries)[0][0] == "/usr/sbin/debootstrap"
     assert [argv[0] for argv in bootstrap_commands(rocky(), binaries)] == ["/usr/bin/dnf"]
     assert [argv[0] for argv in bootstrap_commands(leap(keyring="/k"), binaries)] == [
         "/usr/bin/rpm", "/usr/bin/zypper", "/usr/bin/zypper"]
@@ -213,7 +311,10 @@ def test_bootstrap_commands_use_resolved_binaries():
 
 
 def test_required_binaries_name_debian_packages():
-    assert required_binaries(deb()) == {"debootstrap": "debootstrap"}
+    assert required_binaries(deb()) == {"mmdebstrap": "mmdebstrap"}
+    assert required_binaries(deb(tool="debootstrap")) == {"debootstrap": "debootstrap"}
+    assert required_binaries(deb(mode=MODE_UNSHARE)) == {"mmdebstrap": "mmdebstrap", "buildah": "buildah"}
+    assert required_binaries(rocky(mode=MODE_USERNS)) == {"dnf": "dnf"}
     assert required_binaries(rocky(keyring="/k")) == {"dnf": "dnf"}
     assert required_binaries(leap()) == {"zypper": "zypper"}
     assert required_binaries(leap(keyring="/k")) == {"zypper": "zypper", "rpm": "rpm"}
@@ -258,12 +359,25 @@ def test_effective_packages_sorted_unique_with_defaults():
 # --- records ---------------------------------------------------------------------------------
 
 def test_bootstrap_record_debootstrap():
-    spec = deb(variant="minbase", packages=("python3",), extra_args=("--merged-usr",))
+    spec = deb(variant="minbase", packages=("python3",), extra_args=("--merged-usr",), tool="debootstrap")
     assert bootstrap_record(spec, tool_version="1.0.128") == {
         "distro": "debian", "release": "bookworm", "mirror": "http://deb.debian.org/debian",
         "variant": "minbase", "packages": ["python3"], "components": ["main"], "arch": None,
-        "extra_args": ["--merged-usr"], "tool": "debootstrap", "tool_version": "1.0.128",
+        "extra_args": ["--merged-usr"], "tool": "debootstrap", "tool_version": "1.0.128", "mode": "root",
     }
+
+
+def test_bootstrap_record_names_mmdebstrap_and_the_mode():
+    record = bootstrap_record(deb(mode=MODE_USERNS), tool_version="1.3.5")
+    assert (record["tool"], record["tool_version"], record["mode"]) == ("mmdebstrap", "1.3.5", "userns")
+
+
+def test_record_comparison_ignores_tool_and_mode():
+    """A root debootstrap made as root is the same root mmdebstrap makes without it: provenance only."""
+    old = bootstrap_record(deb(tool="debootstrap"), tool_version="1.0.128")
+    new = bootstrap_record(deb(mode=MODE_UNSHARE), tool_version="1.3.5")
+    assert (old["tool"], new["tool"], old["mode"], new["mode"]) == ("debootstrap", "mmdebstrap", "root", "unshare")
+    assert record_differences(old, new) == []
 
 
 def test_bootstrap_record_rpm_families_drop_variant_and_components():

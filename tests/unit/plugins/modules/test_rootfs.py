@@ -103,7 +103,7 @@ def test_check_mode_returns_commands_and_changes_nothing(run_module, ran, rocky_
 
 def test_check_mode_debootstrap_uses_default_mirror(run_module, ran, tmp_path):
     args = {"path": str(tmp_path / "deb"), "distro": "debian", "release": "bookworm", "variant": "minbase",
-            "cache_dir": str(tmp_path / "c")}
+            "cache_dir": str(tmp_path / "c"), "tool": "debootstrap"}
     result, code = run_module(args, check_mode=True)
     assert code == 0
     assert result["cmd"] == [host_binary("debootstrap"), "--variant=minbase", "--components=main",
@@ -111,8 +111,46 @@ def test_check_mode_debootstrap_uses_default_mirror(run_module, ran, tmp_path):
                              "http://deb.debian.org/debian"]
     assert result["record"]["mirror"] == "http://deb.debian.org/debian"
     assert result["record"]["tool_version"] is None
+    assert result["record"]["tool"] == "debootstrap"
     assert ran == []
     assert not (tmp_path / "deb").exists()
+
+
+def test_check_mode_debian_defaults_to_mmdebstrap_as_root(run_module, ran, tmp_path):
+    args = {"path": str(tmp_path / "deb"), "distro": "debian", "release": "bookworm", "variant": "minbase",
+            "packages": ["python3"], "cache_dir": str(tmp_path / "c")}
+    result, code = run_module(args, check_mode=True)
+    assert code == 0
+    assert result["cmd"][:5] == [host_binary("mmdebstrap"), "--mode=root", "--variant=minbase", "--include=python3",
+                                 "--components=main"]
+    assert f"mount -o bind {tmp_path}/c " in result["cmd"][7]
+    assert result["cmd"][-3:] == ["bookworm", f"{tmp_path}/deb", "http://deb.debian.org/debian"]
+    assert (result["record"]["tool"], result["record"]["mode"]) == ("mmdebstrap", "root")
+    assert ran == []
+
+
+def test_tool_of_another_family_is_refused(run_module, ran, rocky_args):
+    result, code = run_module({**rocky_args, "tool": "mmdebstrap"}, check_mode=True)
+    assert code == 1
+    assert result["msg"] == "tool 'mmdebstrap' cannot bootstrap distro 'rocky'; use one of: dnf"
+    assert ran == []
+
+
+def test_without_root_commands_run_under_buildah_unshare_with_a_user_cache(run_module, ran, tmp_path, monkeypatch):
+    """The module's own mode detection, fed a non-root euid: a test double, since these unit tests run as root.
+    The real run as an ordinary user is in tests/integration/test_rootfs_rpm.py."""
+    monkeypatch.setattr(rootfs.os, "geteuid", lambda: 1001)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    args = {"path": str(tmp_path / "deb"), "distro": "debian", "release": "bookworm"}
+    result, code = run_module(args, check_mode=True)
+    assert code == 0
+    assert result["cmd"][:4] == [host_binary("buildah"), "unshare", "--", host_binary("mmdebstrap")]
+    assert f"mount -o bind {tmp_path}/xdg/hpc-stateless/debootstrap " in " ".join(result["cmd"])
+    assert result["record"]["mode"] == "unshare"
+    result, code = run_module({**args, "tool": "debootstrap"}, check_mode=True)
+    assert code == 1
+    assert result["msg"].startswith("tool debootstrap needs root on the host (it makes device nodes)")
+    assert ran == []
 
 
 def test_check_mode_zypper_with_keyring_lists_every_command(run_module, ran, tmp_path):
