@@ -78,6 +78,20 @@ options:
     type: list
     elements: str
     default: [latest]
+  also_tag:
+    description:
+      - Further full image references the committed image is tagged with (O(state=committed)), for
+        example the bootstrap image of a root layer without roles, so its tree is committed once.
+      - On a cache hit, references that are missing are tagged (and the result is changed).
+    type: list
+    elements: str
+    default: []
+  container:
+    description:
+      - Name of the working container to commit (O(state=committed)) when it was started under another
+        name, for example the bootstrap container of a root layer (the RV(container) of that start).
+      - Defaults to the name derived from O(image_prefix), O(name) and O(key).
+    type: str
   package_caches:
     description:
       - Host directories bind-mounted over in-image package caches while the container is started.
@@ -121,6 +135,15 @@ EXAMPLES = r"""
     key: "{{ hpc_stateless_layer_key }}"
     parent: base
     parent_key: "{{ parent_key }}"
+    state: committed
+  delegate_to: localhost
+
+- name: Commit a root layer without roles from its bootstrap container, once, as both images
+  hpc.stateless.layer:
+    name: base
+    key: "{{ layer_key }}"
+    container: "{{ bootstrap_container.container }}"
+    also_tag: ["localhost/hpc-stateless/bootstrap/base:{{ bootstrap_key }}"]
     state: committed
   delegate_to: localhost
 
@@ -190,6 +213,8 @@ def main() -> None:
             git_commit=dict(type="str"),
             labels=dict(type="dict", default={}),
             extra_tags=dict(type="list", elements="str", default=["latest"]),
+            also_tag=dict(type="list", elements="str", default=[]),
+            container=dict(type="str"),
             package_caches=dict(type="list", elements="dict", options=dict(
                 path=dict(type="str", required=True),
                 host_path=dict(type="path", required=True),
@@ -201,7 +226,7 @@ def main() -> None:
     )
     params = module.params
     builder = LayerBuilder(Buildah(isolation=params["isolation"]), params["name"], params["key"],
-                           params["image_prefix"])
+                           params["image_prefix"], container=params["container"])
     try:
         if params["state"] == "started":
             caches = params["package_caches"]
@@ -210,7 +235,7 @@ def main() -> None:
         elif params["state"] == "committed":
             labels = layer_labels(params["name"], params["key"], params["parent"], params["parent_key"],
                                   params["git_commit"], params["labels"])
-            result = builder.commit(labels, params["extra_tags"], module.check_mode)
+            result = builder.commit(labels, params["extra_tags"], module.check_mode, params["also_tag"])
         else:
             result = builder.absent(module.check_mode)
     except LayerError as exc:

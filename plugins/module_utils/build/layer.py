@@ -5,7 +5,8 @@
 """Lifecycle of one layer's buildah working container.
 
 started   -> ``buildah from`` parent (or scratch), mount, bind the host package caches
-committed -> release the binds, label, ``buildah commit`` to ``<prefix>/<layer>:<key>``, remove
+committed -> release the binds, label, ``buildah commit`` to ``<prefix>/<layer>:<key>`` (and any further
+             references, so one commit serves a root layer's bootstrap image and the layer), remove
 absent    -> release the binds, unmount and remove the layer's working containers
 
 A layer whose image already exists is a cache hit: nothing is created.
@@ -97,12 +98,14 @@ def mounts_under(root: str, mounts_file: str = "/proc/self/mounts") -> list[str]
 class LayerBuilder:
     """Drives one layer's working container through buildah."""
 
-    def __init__(self, buildah: Buildah, name: str, key: str | None, image_prefix: str) -> None:
+    def __init__(self, buildah: Buildah, name: str, key: str | None, image_prefix: str,
+                 container: str | None = None) -> None:
         self.buildah = buildah
         self.name = name
         self.key = key or ""
         self.image = image_ref(image_prefix, name, self.key) if key else ""
-        self.container = container_name(image_prefix, name, self.key) if key else ""
+        # A container started under another name (a root layer's bootstrap container) may be committed as this layer.
+        self.container = container or (container_name(image_prefix, name, self.key) if key else "")
         self.container_stem = container_stem(image_prefix, name)
 
     # helpers ------------------------------------------------------------------
@@ -174,13 +177,21 @@ class LayerBuilder:
             raise
         return result
 
-    def commit(self, labels: dict[str, str], extra_tags: list[str], check_mode: bool) -> LayerResult:
+    def commit(self, labels: dict[str, str], extra_tags: list[str], check_mode: bool,
+               also_tag: list[str] | None = None) -> LayerResult:
+        """Commit the working container as the layer image, tagged with ``extra_tags`` in its repository and
+        with every reference in ``also_tag``: tagging an image is free, a second commit of the same tree is not."""
         result = LayerResult(container=self.container, image=self.image, labels=labels)
         if self.buildah.image_exists(self.image):
             result.cached = True
-            if not check_mode and self.buildah.container_exists(self.container):
-                self._remove(self.container)
-                result.removed = [self.container]
+            if not check_mode:
+                missing = [ref for ref in also_tag or [] if not self.buildah.image_exists(ref)]
+                if missing:
+                    self.buildah.tag(self.image, *missing)
+                    result.changed = True
+                if self.buildah.container_exists(self.container):
+                    self._remove(self.container)
+                    result.removed = [self.container]
             return result
         if not self.buildah.container_exists(self.container):
             raise LayerError(
@@ -197,6 +208,8 @@ class LayerBuilder:
             result.image_id = self.buildah.commit(self.container, self.image, tmpdir=tmpdir)
             for tag in extra_tags:
                 self.buildah.tag(self.image, f"{self.image.rsplit(':', 1)[0]}:{tag}")
+            if also_tag:
+                self.buildah.tag(self.image, *also_tag)
         except _process.ProcessError:
             # Never leave a half-configured working container behind.
             self._remove(self.container)
