@@ -117,6 +117,48 @@ def test_commit_failure_removes_the_working_container(host, tmp_path, monkeypatc
     assert [BUILDAH, "rm", name] in host.calls
 
 
+def test_a_root_layer_without_roles_commits_its_bootstrap_container_once_as_both_images(host, tmp_path, monkeypatch):
+    """The bootstrap container (started under the bootstrap prefix and key) is committed as the layer, with the
+    layer's labels, and the same image is tagged as the bootstrap image: one commit of the tree, not two."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    boot_key = "b" * 64
+    boot = container_name("localhost/p/bootstrap", "base", boot_key)
+    host.replies = {
+        (BUILDAH, "inspect"): (1, "", "no such image"),
+        (BUILDAH, "containers"): (0, json.dumps([{"containername": boot}]), ""),
+        (BUILDAH, "mount"): (0, "/nonexistent/merged\n", ""),
+        (BUILDAH, "commit"): (0, "sha256:1234\n", ""),
+    }
+    refs = [f"localhost/p/bootstrap/base:{boot_key}", "localhost/p/bootstrap/base:latest"]
+    result = LayerBuilder(Buildah(), "base", KEY, "localhost/p", container=boot).commit(
+        layer_labels("base", KEY, None, None, None), ["latest"], False, refs)
+    assert result.changed and result.container == boot
+    commits = [call for call in host.calls if call[1] == "commit"]
+    assert len(commits) == 1
+    assert commits[0][-2:] == [boot, f"localhost/p/base:{KEY}"]
+    config = next(call for call in host.calls if call[1] == "config")
+    assert f"hpc.stateless.key={KEY}" in config and config[-1] == boot
+    assert [BUILDAH, "tag", f"localhost/p/base:{KEY}", "localhost/p/base:latest"] in host.calls
+    assert [BUILDAH, "tag", f"localhost/p/base:{KEY}", *refs] in host.calls
+
+
+def test_a_cache_hit_tags_the_missing_references_only(host):
+    boot_ref = "localhost/p/bootstrap/base:" + "b" * 64
+    host.replies = {
+        (BUILDAH, "inspect", "--type", "image", "--format", "{{.FromImageID}}", boot_ref): (1, "", "no such image"),
+        (BUILDAH, "containers"): (0, "[]", ""),
+    }
+    result = LayerBuilder(Buildah(), "base", KEY, "localhost/p").commit({}, ["latest"], False,
+                                                                        [boot_ref, "localhost/p/bootstrap/base:latest"])
+    assert result.cached and result.changed
+    assert [c for c in host.calls if c[1] in ("tag", "commit")] == [[BUILDAH, "tag", f"localhost/p/base:{KEY}", boot_ref]]
+    host.calls.clear()
+    host.replies = {(BUILDAH, "containers"): (0, "[]", "")}
+    result = LayerBuilder(Buildah(), "base", KEY, "localhost/p").commit({}, ["latest"], True, [boot_ref])
+    assert result.cached and not result.changed
+    assert [c for c in host.calls if c[1] in ("tag", "commit")] == []
+
+
 def test_commit_without_a_working_container_says_to_start_first(host):
     host.replies = {(BUILDAH, "inspect"): (1, "", "no such image"), (BUILDAH, "containers"): (0, "[]", "")}
     with pytest.raises(LayerError, match="run this module with state=started first"):
