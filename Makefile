@@ -46,10 +46,10 @@ sanity:
 	cd $(SANITY_ROOT) && ansible-test sanity --venv --python 3.11 --color no
 
 collection:
-	pytest -q tests/collection
+	pytest -q --durations=5 tests/collection
 
 integration:
-	pytest -q -p no:cacheprovider tests/integration
+	pytest -q -p no:cacheprovider --durations=25 tests/integration
 
 molecule:
 	@if ls molecule/*/molecule.yml >/dev/null 2>&1; then molecule test --all; else echo "no molecule scenarios"; fi
@@ -67,7 +67,7 @@ faults: setup
 
 # In make test: the integration suite has run its fault cases already.
 fault-suite:
-	pytest -q -p no:cacheprovider tests/faults
+	pytest -q -p no:cacheprovider --durations=10 tests/faults
 
 clean:
 	rm -rf build .pytest_cache
