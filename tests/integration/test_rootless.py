@@ -1,0 +1,213 @@
+"""Build and pack as an unprivileged user (rootless buildah), compared with root's build of the same DAG.
+
+The test runs as root: it makes the build user (USER, with subordinate ids and an overlay storage.conf),
+builds tests/integration/rootless_inventory (base -> owners) and packs it once as root and once as
+that user, then lists both packed cpio archives with GNU ``cpio -tv``. The owners layer is always
+rebuilt by the user; base reuses the cached bootstrap: the user's own copy of root's bootstrap image
+(copied once through an OCI archive and kept in the user's storage between runs).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, buildah, run_site
+
+USER = "hpcbuild"
+NO_IDS_USER = "hpcnoids"
+PREFIX = "localhost/hpc-stateless-rootless"
+INVENTORY = REPO / "tests" / "integration" / "rootless_inventory"
+OUTPUT_ROOT = Path(tempfile.gettempdir()) / "hpc-stateless-rootless-tests"
+VERSION = "1.0"
+STORAGE_CONF = '[storage]\ndriver = "overlay"\n'
+STAGES = ("-e", '{"hpc_stateless_site_stages": ["build", "pack"]}', "-e", f"hpc_stateless_image_prefix={PREFIX}",
+          "-e", f"hpc_stateless_pack_version={VERSION}")
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="creates a user: the integration suite runs as root")
+
+
+def _ensure_user(name: str, subids: bool) -> pwd.struct_passwd:
+    try:
+        return pwd.getpwnam(name)
+    except KeyError:
+        pass
+    argv = ["useradd", "--create-home", "--shell", "/bin/bash", name]
+    if not subids:
+        argv[1:1] = ["-K", "SUB_UID_COUNT=0", "-K", "SUB_GID_COUNT=0"]
+    subprocess.run(argv, check=True)
+    return pwd.getpwnam(name)
+
+
+def _ensure_subids(name: str) -> None:
+    """Lines for ``name`` in /etc/subuid and /etc/subgid (useradd writes them on most hosts)."""
+    for path in ("/etc/subuid", "/etc/subgid"):
+        lines = Path(path).read_text(encoding="utf-8").splitlines() if Path(path).exists() else []
+        if any(line.split(":")[0] == name for line in lines):
+            continue
+        ends = [int(f[1]) + int(f[2]) for f in (line.split(":") for line in lines) if len(f) == 3]
+        with open(path, "a", encoding="utf-8") as handle:
+            handle.write(f"{name}:{max([100000, *ends])}:65536\n")
+
+
+def as_user(user: str, argv: list[str], env: dict[str, str] | None = None,
+            cwd: Path = REPO) -> subprocess.CompletedProcess:
+    """``argv`` as ``user`` (runuser: its own HOME, no root environment), in ``cwd``."""
+    account = pwd.getpwnam(user)
+    base = {"HOME": account.pw_dir, "USER": user, "LOGNAME": user, "PATH": f"{REPO}/.venv/bin:/usr/bin:/bin:/usr/sbin",
+            "LANG": "C.UTF-8", "BUILDAH_ISOLATION": "chroot"}
+    command = ["runuser", "-u", user, "--", "env", "-i", *[f"{k}={v}" for k, v in {**base, **(env or {})}.items()],
+               *argv]
+    return subprocess.run(command, cwd=cwd, capture_output=True, text=True, check=False)
+
+
+def user_playbook(user: str, project: Path, *extra: str) -> subprocess.CompletedProcess:
+    """site.yml of this checkout run by ``user`` the way a user runs it (the callback enters buildah unshare);
+    the checkout is root's, so git is told to trust it and outputs go to ``project``."""
+    env = {"ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "PYTHONPATH": str(REPO / ".collections"),
+           "ANSIBLE_NOCOLOR": "1", "GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "safe.directory",
+           "GIT_CONFIG_VALUE_0": str(REPO)}
+    argv = ["ansible-playbook", "-i", str(INVENTORY), str(REPO / "site.yml"),
+            "-e", f"hpc_stateless_project_dir={project}", *extra]
+    proc = as_user(user, argv, env)
+    log = REPO / "build" / "test-logs"
+    log.mkdir(parents=True, exist_ok=True)
+    (log / f"rootless-{user}.log").write_text(" ".join(argv) + "\n" + proc.stdout + proc.stderr)
+    return proc
+
+
+def user_buildah(*args: str, check: bool = True) -> str:
+    proc = as_user(USER, ["buildah", *args], cwd=Path("/tmp"))
+    if check and proc.returncode != 0:
+        raise AssertionError(f"buildah {' '.join(args)} as {USER} failed: {proc.stderr}")
+    return proc.stdout
+
+
+def _tags(images_json: str, repo: str) -> set[str]:
+    return {name.rsplit(":", 1)[1] for image in json.loads(images_json or "[]") or []
+            for name in image.get("names") or [] if name.rsplit(":", 1)[0] == repo and not name.endswith(":latest")}
+
+
+@pytest.fixture(scope="module")
+def build_user(tmp_path_factory) -> str:
+    """USER with subordinate ids and overlay storage, its layer images (not its bootstrap cache) removed."""
+    account = _ensure_user(USER, subids=True)
+    _ensure_subids(USER)
+    conf = Path(account.pw_dir, ".config", "containers", "storage.conf")
+    if not conf.exists():
+        conf.parent.mkdir(parents=True, exist_ok=True)
+        conf.write_text(STORAGE_CONF, encoding="utf-8")
+        for path in (conf, conf.parent, conf.parent.parent):
+            os.chown(path, account.pw_uid, account.pw_gid)
+    stale = [f"{PREFIX}/{layer}:{tag}" for layer in ("base", "owners")
+             for tag in _tags(user_buildah("images", "--json"), f"{PREFIX}/{layer}")]
+    if stale:
+        user_buildah("rmi", "--force", *stale)
+    return USER
+
+
+def _copy_bootstrap_cache(tmp: Path) -> None:
+    """Root's bootstrap images of PREFIX into the user's storage, those it lacks (ids map into its namespace)."""
+    repo = f"{PREFIX}/bootstrap/base"
+    missing = _tags(buildah("images", "--json"), repo) - _tags(user_buildah("images", "--json"), repo)
+    for tag in missing:
+        archive = tmp / f"bootstrap-{tag[:12]}.tar"
+        buildah("push", "--quiet", f"{repo}:{tag}", f"oci-archive:{archive}")
+        os.chown(archive, pwd.getpwnam(USER).pw_uid, -1)
+        image_id = user_buildah("pull", "--quiet", f"oci-archive:{archive}").strip().splitlines()[-1]
+        user_buildah("tag", image_id, f"{repo}:{tag}")
+        archive.unlink()
+
+
+def _seed_root_bootstrap() -> None:
+    """Root's cached bootstrap of the default DAG (same spec, same key) under PREFIX too: a tag, no copy."""
+    for tag in _tags(buildah("images", "--json"), "localhost/hpc-stateless/bootstrap/base"):
+        buildah("tag", f"localhost/hpc-stateless/bootstrap/base:{tag}", f"{PREFIX}/bootstrap/base:{tag}")
+
+
+def cpio_listing(archive: Path) -> dict[str, str]:
+    """``{path: 'mode owner group [major, minor]'}`` of a cpio.zst, from GNU ``cpio -tv`` (numbers for ids
+    with no name on this host)."""
+    data = subprocess.run(["zstd", "-dc", str(archive)], capture_output=True, check=True).stdout
+    listing = subprocess.run(["cpio", "-tv", "--quiet"], input=data, capture_output=True, check=True).stdout
+    entries = {}
+    for line in listing.decode("utf-8", "replace").splitlines():
+        fields = line.split()
+        mode, owner, group = fields[0], fields[2], fields[3]
+        name = line.split(" -> ")[0].split()[-1]
+        device = f" {fields[4]}{fields[5]}" if mode[0] in "cb" else ""
+        entries[name] = f"{mode} {owner} {group}{device}"
+    return entries
+
+
+@pytest.fixture(scope="module")
+def packs(build_user, tmp_path_factory) -> dict[str, dict]:
+    """The DAG built and packed by root and by the build user: ``{'root'|'user': {listing, manifest, stdout}}``."""
+    OUTPUT_ROOT.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix="run-", dir=OUTPUT_ROOT))
+    os.chmod(tmp, 0o755)
+    _seed_root_bootstrap()
+    root_project, user_project = tmp / "root", tmp / "user"
+    root_project.mkdir()
+    user_project.mkdir()
+    os.chown(user_project, pwd.getpwnam(USER).pw_uid, -1)
+    root = run_site(*STAGES, "-e", f"hpc_stateless_project_dir={root_project}", inventory=INVENTORY)
+    assert root.returncode == 0, root.stdout[-4000:] + root.stderr[-2000:]
+    _copy_bootstrap_cache(tmp)
+    user = user_playbook(USER, user_project, *STAGES)
+    assert user.returncode == 0, user.stdout[-6000:] + user.stderr[-2000:]
+    result = {}
+    for side, project, stdout in (("root", root_project, root.stdout), ("user", user_project, user.stdout)):
+        version_dir = project / "build" / "images" / "owners" / VERSION
+        result[side] = {"listing": cpio_listing(version_dir / "owners.cpio.zst"), "stdout": stdout,
+                        "manifest": json.loads((version_dir / "manifest.json").read_text())}
+    yield result
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_user_builds_the_layer_itself_with_roots_content_key(packs):
+    assert re.search(r"layer owners committed as " + re.escape(PREFIX) + r"/owners:[0-9a-f]{64}", packs["user"]["stdout"])
+    assert packs["user"]["manifest"]["source"]["image"] == packs["root"]["manifest"]["source"]["image"]
+
+
+def test_owners_and_modes_in_the_packed_cpio_match_the_root_build(packs):
+    user, root = packs["user"]["listing"], packs["root"]["listing"]
+    assert user["usr/local/bin/owners-setuid"] == "-rwsr-xr-x root root"
+    assert user["usr/bin/passwd"] == "-rwsr-xr-x root root"
+    assert user["srv/owners-sticky"] == "drwxrwxrwt root root"
+    assert user["srv/owners-nobody"] == "-rw-r----- nobody nogroup"
+    assert user["srv/owners-numeric"] == "-rw------- 1234 4321"
+    # Device nodes: a rootless storage cannot hold them (no mknod in a user namespace), so the user's
+    # image has none and /dev is the kernel's devtmpfs at boot; pack writes the one the kernel opens
+    # before that, /dev/console.
+    devices = {name for name, entry in root.items() if entry[0] in "cb"}
+    assert user["dev/console"].startswith("c") and user["dev/console"].endswith(" 5,1")
+    assert {name for name, entry in user.items() if entry[0] in "cb"} == {"dev/console"}
+    differ = {name for name in set(user) | set(root) if user.get(name) != root.get(name)}
+    assert differ <= devices, sorted(differ - devices)[:20]
+    assert len(user) > 5000
+
+
+def test_user_without_subordinate_ids_gets_the_line_to_add(tmp_path):
+    account = _ensure_user(NO_IDS_USER, subids=False)
+    for path in ("/etc/subuid", "/etc/subgid"):
+        text = Path(path).read_text(encoding="utf-8")
+        assert not any(line.startswith(f"{NO_IDS_USER}:") for line in text.splitlines()), \
+            f"{NO_IDS_USER} must have no subordinate ids in {path} for this test"
+    project = tmp_path / "project"
+    project.mkdir()
+    os.chown(project, account.pw_uid, -1)
+    proc = user_playbook(NO_IDS_USER, project, *STAGES)
+    said = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert f"user {NO_IDS_USER} has no subordinate uids in /etc/subuid" in said, said[-2000:]
+    assert re.search(rf"add the line '{NO_IDS_USER}:\d+:65536' to /etc/subgid", said), said[-2000:]
+    assert "Traceback" not in said
