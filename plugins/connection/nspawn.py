@@ -261,6 +261,7 @@ from ansible.module_utils.common.text.converters import to_bytes, to_native, to_
 from ansible.plugins.connection import BUFSIZE, ConnectionBase
 from ansible.utils.display import Display
 
+from ansible_collections.hpc.stateless.plugins.module_utils.build import rootless
 from ansible_collections.hpc.stateless.plugins.module_utils.verify.commands import NspawnError, strip_noise
 from ansible_collections.hpc.stateless.plugins.module_utils.verify.process import keep_running
 from ansible_collections.hpc.stateless.plugins.module_utils.verify.session import Session
@@ -306,9 +307,12 @@ class Connection(ConnectionBase):
             f"install the package {package}")
 
     def _spec(self) -> SessionSpec:
-        if os.geteuid() != 0:
-            raise AnsibleConnectionFailure("the nspawn connection must run as root on the controller "
-                                           "(systemd-nspawn, nsenter and mounts need it)")
+        if rootless.is_rootless():
+            # Inside buildah unshare the user is uid 0 of a user namespace: not enough for systemd-nspawn.
+            raise AnsibleConnectionFailure(
+                "the nspawn connection must run as root on the controller (systemd-nspawn, nsenter and mounts "
+                "need it); an unprivileged (rootless) build cannot boot its images: run verify as root, or leave "
+                "the stage out (hpc_stateless_site_stages without verify; docs/rootless.md)")
         host = self.get_option("remote_addr")
         image = self.get_option("image")
         try:
