@@ -76,6 +76,7 @@ _ARGUMENT_SPEC = dict(
         extra_args=dict(type="list", elements="str", default=[]),
         tls_verify=dict(type="bool", default=True),
         diff_boot_root=dict(type="str", default=""),
+        rootless=dict(type="bool", default=False),
     )),
 )
 

@@ -163,6 +163,12 @@ options:
             playbook and keeps the Markdown summary C(image-diff/<image>.md) as an artifact.
         type: str
         default: ""
+      rootless:
+        description:
+          - Jobs for runners that are not root. Each job runs its playbook inside C(buildah unshare), with
+            C(BUILDAH_ISOLATION=chroot); the runner's user needs subordinate ids (docs/rootless.md).
+        type: bool
+        default: false
 seealso:
   - module: hpc.stateless.layer
   - module: hpc.stateless.layer_info

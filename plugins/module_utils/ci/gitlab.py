@@ -15,6 +15,11 @@ serves (playbooks/diff.yml) and keeps the Markdown summary as an artifact
 (``image-diff/<image>.md``) for a merge-request comment. It uses the layer job's storage
 (same ``HPC_STATELESS_LAYER``) and pulls the layer from the registry when it runs elsewhere.
 
+For runners that are not root (``rootless``: a rootless container, a Kubernetes pod, a shell runner's
+own user) each playbook runs inside ``buildah unshare`` (every module then sees the container mounts
+the others made) with chroot isolation; the runner needs subordinate ids and newuidmap/newgidmap
+(docs/rootless.md).
+
 The jobs' shell is written here once: the fixed part as sh text (:data:`STORAGE_SETUP`),
 the command line as argv words quoted by :func:`sh_line`.
 """
@@ -51,6 +56,10 @@ STORAGE_SETUP = r"""if [ -n "${HPC_STATELESS_STORAGE_ROOT:-}" ]; then
   printf '[storage]\ndriver = "overlay"\ngraphroot = "%s/graph"\nrunroot = "%s/run"\n' "$store" "$store" > "$store/storage.conf"
   export CONTAINERS_STORAGE_CONF="$store/storage.conf"
 fi"""
+
+
+#: The prefix of a job's playbook command on a rootless runner.
+UNSHARE = ["buildah", "unshare", "--"]
 
 
 class Expand(str):
@@ -105,7 +114,13 @@ def diff_job_name(image: str) -> str:
     return f"{_DIFF_PREFIX}{image}"
 
 
-def _diff_jobs(plan: ChangePlan, image_prefix: bool, extra_args: list[str], tags: list[str]) -> dict[str, Any]:
+def job_command(argv: Sequence[Word], rootless: bool) -> str:
+    """The script line of ``argv``; on a rootless runner inside ``buildah unshare``."""
+    return sh_line([*UNSHARE, *argv] if rootless else argv)
+
+
+def _diff_jobs(plan: ChangePlan, image_prefix: bool, extra_args: list[str], tags: list[str],
+               rootless: bool = False) -> dict[str, Any]:
     """One diff job per image whose layer is rebuilt, after that layer's job."""
     jobs: dict[str, Any] = {}
     for image in sorted(plan.images):
@@ -117,7 +132,7 @@ def _diff_jobs(plan: ChangePlan, image_prefix: bool, extra_args: list[str], tags
             "needs": [{"job": job_name(layer)}],
             "variables": {"HPC_STATELESS_LAYER": layer, "HPC_STATELESS_DIFF_IMAGE": image},
             "before_script": [ENTER_PROJECT, STORAGE_SETUP],
-            "script": [sh_line(diff_argv(image_prefix, extra_args))],
+            "script": [job_command(diff_argv(image_prefix, extra_args), rootless)],
             "artifacts": {"name": f"image-diff-{image}", "when": "always", "paths": [f"{DIFF_DIR}/"]},
         }
         if tags:
@@ -136,12 +151,14 @@ def gitlab_pipeline(
     extra_args: Iterable[str] = (),
     tls_verify: bool = True,
     diff_boot_root: str = "",
+    rootless: bool = False,
 ) -> dict[str, Any]:
     """GitLab CI child pipeline: one job per rebuilt layer, ``needs:`` following the DAG.
 
     With nothing to rebuild the pipeline holds one job that says so (GitLab rejects a
     pipeline without jobs). With ``diff_boot_root`` (the boot tree as the runners see it),
-    a diff job per image whose layer is rebuilt follows its layer's job.
+    a diff job per image whose layer is rebuilt follows its layer's job. With ``rootless`` the jobs run
+    their playbook inside ``buildah unshare`` with ``BUILDAH_ISOLATION=chroot``.
     """
     extra_args = list(extra_args)
     variables = {
@@ -154,6 +171,8 @@ def gitlab_pipeline(
         variables["HPC_STATELESS_IMAGE_PREFIX"] = image_prefix
     if diff_boot_root:
         variables["HPC_STATELESS_BOOT_ROOT"] = diff_boot_root
+    if rootless:
+        variables["BUILDAH_ISOLATION"] = "chroot"
     pipeline: dict[str, Any] = {"stages": ["build"], "variables": variables}
     rebuild = plan.rebuild
     if not rebuild:
@@ -164,7 +183,7 @@ def gitlab_pipeline(
     template: dict[str, Any] = {
         "stage": "build",
         "before_script": [ENTER_PROJECT, STORAGE_SETUP],
-        "script": [sh_line(playbook_argv(bool(image_prefix), extra_args))],
+        "script": [job_command(playbook_argv(bool(image_prefix), extra_args), rootless)],
     }
     tags = list(tags)
     if tags:
@@ -181,7 +200,7 @@ def gitlab_pipeline(
             "needs": needs,
         }
     if diff_boot_root:
-        diff_jobs = _diff_jobs(plan, bool(image_prefix), list(extra_args), tags)
+        diff_jobs = _diff_jobs(plan, bool(image_prefix), list(extra_args), tags, rootless)
         if diff_jobs:
             pipeline["stages"].append("diff")
             pipeline.update(diff_jobs)

@@ -130,3 +130,20 @@ def test_pipeline_with_diff_jobs_validates_against_gitlab_schema(tmp_path: Path)
                           text=True, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "diff:slurm:" in path.read_text()
+
+
+def test_rootless_runners_run_each_playbook_inside_buildah_unshare():
+    pipeline = gitlab_pipeline(small_plan(), registry="r.example.org/hpc", diff_boot_root="/srv/tftp", rootless=True)
+    assert pipeline["variables"]["BUILDAH_ISOLATION"] == "chroot"
+    for script in (pipeline[".hpc_stateless_layer"]["script"][0], pipeline["diff:slurm"]["script"][0]):
+        words = script.split(" ")
+        assert words[:4] == ["buildah", "unshare", "--", "ansible-playbook"], script
+    build = argv_of(pipeline[".hpc_stateless_layer"]["script"][0], **JOB_VARIABLES)
+    assert build[:4] == ["unshare", "--", "ansible-playbook", "-i"]
+    assert "hpc_stateless_build_layer=compute" in build
+
+
+def test_root_runners_run_the_playbook_directly():
+    pipeline = gitlab_pipeline(small_plan())
+    assert pipeline[".hpc_stateless_layer"]["script"][0].startswith("ansible-playbook ")
+    assert "BUILDAH_ISOLATION" not in pipeline["variables"]
