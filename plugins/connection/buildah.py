@@ -137,6 +137,8 @@ class Connection(ConnectionBase):
                 self._session.connect()
                 self._connected = True
                 return self
+            except ToolMissing as exc:
+                raise AnsibleConnectionFailure(str(exc)) from None
             except AgentUnavailable as exc:
                 display.warning(f"{exc}; using one buildah run per task for this task")
                 self._session = None
@@ -154,12 +156,9 @@ class Connection(ConnectionBase):
         return bool(self.get_option("persistent"))
 
     def _new_session(self):
-        try:
-            return Session(self._container_id, self.user if self.user != "root" else None, self._client,
-                           idle_timeout=self.get_option("persistent_idle_timeout"),
-                           log=lambda msg: display.vvv(msg, host=self._container_id))
-        except ToolMissing as exc:
-            raise AnsibleConnectionFailure(str(exc)) from None
+        return Session(self._container_id, self.user if self.user != "root" else None, self._client,
+                       idle_timeout=self.get_option("persistent_idle_timeout"),
+                       log=lambda msg: display.vvv(msg, host=self._container_id))
 
     def _agent(self, what, call, *args):
         """``call(*args)`` on the agent's session; a lost answer fails the task (never run again)."""

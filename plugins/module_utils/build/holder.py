@@ -157,7 +157,7 @@ class Holder:
         deadline = time.monotonic() + START_TIMEOUT
         self.stderr_tail = b""
         while time.monotonic() < deadline and not self.stop_reason:
-            ready = select.select([out, err], [], [], TICK)[0]
+            ready = select.select([out] + ([err] if err >= 0 else []), [], [], TICK)[0]
             if err in ready and not self._drain_stderr():
                 err = -1
             if out in ready:

@@ -103,6 +103,8 @@ class Executor:
 
 @pytest.fixture
 def executor(monkeypatch):
+    # One buildah run per task (persistent=false); the agent's path is tested in test_buildah_persistent.py.
+    monkeypatch.setattr(buildah_plugin.Connection, "_persistent", lambda self: False)
     monkeypatch.setattr(_process, "which", lambda name, hint="": f"/usr/bin/{name}")
     fake = Executor(b"/var/lib/containers/storage/overlay/x/merged\n")
     _process.set_executor(fake)
@@ -137,7 +139,10 @@ def test_another_user_runs_through_buildah_with_its_own_streams(executor, tmp_pa
     assert (tmp_path / "slurm.conf").read_bytes() == executor.stdout
 
 
-def test_a_missing_buildah_is_a_connection_failure(monkeypatch, tmp_path):
+@pytest.mark.parametrize("persistent", [True, False])
+def test_a_missing_buildah_is_a_connection_failure(monkeypatch, tmp_path, persistent):
+    monkeypatch.setattr(buildah_plugin.Connection, "_persistent", lambda self: persistent)
+    monkeypatch.setattr(buildah_plugin.Connection, "get_option", lambda self, name: 600)
     monkeypatch.setenv("PATH", str(tmp_path))
     conn = buildah_plugin.Connection(PlayContext(), None)
     with pytest.raises(AnsibleConnectionFailure, match="apt-get install buildah"):

@@ -1,0 +1,203 @@
+"""The holder of the buildah connection's agent and the client sessions of workers, on the host.
+
+The holder runs in a thread of the test and starts the real agent as ``python3 -I -B -c <agent>``
+on the host instead of through ``buildah run`` (a stand-in: no working container in unit tests),
+and is told the container always exists. Everything else is real: the abstract Unix socket,
+the peer uid check, frames, the relay, orphaned answers, aborted uploads, stop and owner checks.
+The real ``buildah run`` is tested in tests/integration/test_buildah_agent.py.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+
+import pytest
+
+from ansible_collections.hpc.stateless.plugins.module_utils.build import agent, holder
+from ansible_collections.hpc.stateless.plugins.module_utils.build.buildah import Buildah
+
+
+class HostHolder(holder.Holder):
+    """A holder whose agent runs on the host, for a container that never goes away."""
+
+    def __init__(self, config, argv=None):
+        super().__init__(config)
+        self.argv = argv or [sys.executable, "-I", "-B", "-c", holder.AGENT_SOURCE]
+
+    def _container_gone(self):
+        return False
+
+
+@pytest.fixture(name="running")
+def fixture_running(monkeypatch):
+    """Start a holder thread for a fresh container name; yields (holder, Session factory)."""
+    started = []
+
+    def start(argv=None, owner=None, idle=60):
+        container = f"unit-{uuid.uuid4().hex[:8]}"
+        owner = owner or os.getpid()
+        config = {"container": container, "user": None, "owner": owner, "owner_start": holder.start_time(owner),
+                  "idle_timeout": idle, "address": holder.address(container, None, owner).decode("latin-1")}
+        hold = HostHolder(config, argv)
+        monkeypatch.setattr(holder, "agent_argv", lambda _client, _container, _user: hold.argv)
+        thread = threading.Thread(target=hold.run, daemon=True)
+        thread.start()
+        started.append((hold, thread))
+
+        def session():
+            return holder.Session(container, None, Buildah(), owner=owner)
+        wait_for(lambda: session()._try_connect() is not None, "the holder to listen")  # pylint: disable=protected-access
+        return hold, thread, session
+
+    yield start
+    for hold, thread in started:
+        hold.stop_reason = hold.stop_reason or "test over"
+        thread.join(timeout=30)
+
+
+def wait_for(condition, what, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        result = condition()
+        if result:
+            return result
+        time.sleep(0.02)
+    pytest.fail(f"timed out waiting for {what}")
+
+
+def test_sessions_of_later_workers_reach_the_same_agent(running):
+    _hold, _thread, session = running()
+    first = session()
+    assert first.exec(b"echo $PPID; echo err >&2; exit 4")[0] == 4
+    agent_pid = first.exec(b"echo $PPID")[1]
+    first.close()
+    second = session()
+    assert second.exec(b"echo $PPID")[1] == agent_pid
+    assert second.hello["hello"] == agent.HELLO
+
+
+def test_put_and_fetch_stream_whole_files(running, tmp_path, monkeypatch):
+    monkeypatch.setattr(agent, "CHUNK", 1000)
+    _hold, _thread, session = running()
+    data = os.urandom(5500)
+    (tmp_path / "src").write_bytes(data)
+    (tmp_path / "empty").write_bytes(b"")
+    client = session()
+    client.put(str(tmp_path / "src").encode(), str(tmp_path / "dst"))
+    client.put(str(tmp_path / "empty").encode(), str(tmp_path / "empty-dst"))
+    assert (tmp_path / "dst").read_bytes() == data and (tmp_path / "empty-dst").read_bytes() == b""
+    client.fetch(str(tmp_path / "dst"), str(tmp_path / "back").encode())
+    assert (tmp_path / "back").read_bytes() == data
+    with pytest.raises(OSError, match="missing"):
+        client.fetch(str(tmp_path / "missing"), str(tmp_path / "not-written").encode())
+    assert not (tmp_path / "not-written").exists()
+
+
+def test_an_answer_of_a_worker_that_left_never_reaches_the_next_one(running, tmp_path):
+    _hold, _thread, session = running()
+    gone = session()
+    gone.connect()
+    gone._send(agent.exec_request(1, f"sleep 0.3; echo late > {tmp_path}/ran; echo orphan".encode(), None))  # pylint: disable=protected-access
+    gone.close()  # the worker dies before its answer
+    follower = session()
+    assert follower.exec(b"echo mine") == (0, b"mine\n", b"")
+    assert (tmp_path / "ran").read_text() == "late\n", "the orphaned command did not run exactly once"
+
+
+def test_an_upload_cut_off_by_its_worker_leaves_no_file(running, tmp_path):
+    _hold, _thread, session = running()
+    gone = session()
+    gone.connect()
+    gone._send(agent.encode({"id": 1, "op": "put", "path": str(tmp_path / "half"), "more": True}, b"part"))  # pylint: disable=protected-access
+    gone.close()
+    assert session().exec(b"true")[0] == 0
+    assert not (tmp_path / "half").exists()
+
+
+def test_a_lost_agent_fails_the_request_and_does_not_run_it_again(running, tmp_path):
+    hold, thread, session = running()
+    client = session()
+    client.connect()
+    count = tmp_path / "count"
+
+    def kill_agent():
+        wait_for(count.exists, "the command to start")
+        hold.proc.kill()
+    killer = threading.Thread(target=kill_agent)
+    killer.start()
+    with pytest.raises(holder.AgentLost, match="not run again"):
+        client.exec(f"echo x >> {count}; sleep 5".encode())
+    killer.join()
+    thread.join(timeout=30)
+    assert count.read_text() == "x\n"
+
+
+def test_stop_ends_agent_and_holder_and_says_so(running):
+    hold, thread, session = running()
+    assert session().exec(b"true")[0] == 0
+    assert session().stop() is True
+    thread.join(timeout=30)
+    assert not thread.is_alive() and hold.proc.poll() is not None
+    assert hold.stop_reason == "the connection was reset"
+    assert session()._try_connect() is None  # pylint: disable=protected-access
+    assert session().stop() is False
+
+
+def test_the_holder_stops_when_its_playbook_is_gone(running):
+    owner = subprocess.Popen(["sleep", "60"])  # pylint: disable=consider-using-with
+    hold, thread, session = running(owner=owner.pid)
+    assert session().exec(b"true")[0] == 0
+    owner.kill()
+    owner.wait()
+    thread.join(timeout=30)
+    assert not thread.is_alive() and hold.proc.poll() is not None
+    assert hold.stop_reason == f"ansible-playbook (pid {owner.pid}) is gone"
+
+
+def test_an_idle_holder_stops(running):
+    hold, thread, _session = running(idle=0.3)
+    thread.join(timeout=30)
+    assert hold.stop_reason.startswith("idle")
+
+
+def test_an_agent_that_never_says_hello_is_started_again_then_refused(running, tmp_path):
+    starts = tmp_path / "starts"
+    _hold, thread, session = running(argv=["/bin/sh", "-c", f"echo start >> {starts}; echo no python3 >&2; exit 127"])
+    with pytest.raises(holder.AgentUnavailable, match="no python3"):
+        session().connect()
+    thread.join(timeout=30)
+    assert starts.read_text().count("start") == holder.START_ATTEMPTS
+
+
+def test_the_socket_is_abstract_private_and_named_per_container_user_and_playbook():
+    name = holder.address("ctr", None, 42)
+    assert name.startswith(b"\0hpc-stateless/buildah/") and name.endswith(b"/42")
+    assert str(os.getuid()).encode() in name
+    assert len({name, holder.address("ctr", "builder", 42), holder.address("ctr2", None, 42),
+                holder.address("ctr", None, 43)}) == 4
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(b"\0hpc-stateless-unit-" + uuid.uuid4().hex.encode())
+    server.listen(1)
+    client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    client.connect(server.getsockname())
+    conn, _ = server.accept()
+    assert holder.peer_uid(conn) == holder.peer_uid(client) == os.getuid()
+    for sock in (conn, client, server):
+        sock.close()
+
+
+def test_the_owner_is_the_process_that_forked_the_worker():
+    assert holder.owner_pid() == os.getpid()  # not a multiprocessing child: this process itself
+    assert holder.start_time(os.getpid()) and holder.start_time(2**22 + 1) is None
+
+
+def test_the_holder_imports_from_the_collection_root():
+    root = holder.collection_root()
+    assert os.path.isfile(os.path.join(root, "ansible_collections", "hpc", "stateless", "plugins", "module_utils",
+                                       "build", "holder.py"))
