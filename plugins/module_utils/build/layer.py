@@ -126,8 +126,9 @@ class LayerBuilder:
             inside = os.path.join(mountpoint, cache["path"].lstrip("/"))
             if not os.path.isdir(inside) or inside in already:
                 continue
-            os.makedirs(cache["host_path"], mode=0o755, exist_ok=True)
-            _process.run(["mount", "--bind", cache["host_path"], inside])
+            host_path = rootless.host_cache_path(cache["host_path"])
+            os.makedirs(host_path, mode=0o755, exist_ok=True)
+            _process.run(["mount", "--bind", host_path, inside])
             bound.append(cache["path"])
         return bound
 

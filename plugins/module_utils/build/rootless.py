@@ -145,6 +145,22 @@ def preflight(files: dict[str, str] | None = None, proc: str = "/proc/self", nee
         raise RootlessError("cannot build as an unprivileged user: " + "; ".join(problems))
 
 
+# Root's package caches on the build host; a rootless build keeps its own below the user's cache directory.
+HOST_CACHE_ROOT = "/var/cache/hpc-stateless"
+
+
+def host_cache_path(path: str) -> str:
+    """Where a package cache below :data:`HOST_CACHE_ROOT` lives for this build: as is for root; for an
+    unprivileged user below ``$XDG_CACHE_HOME`` (default ``~/.cache``)/hpc-stateless, which it can write
+    (root's directory is owned by an id its namespace does not map)."""
+    if not is_rootless() or not (path == HOST_CACHE_ROOT or path.startswith(HOST_CACHE_ROOT + "/")):
+        return path
+    home = os.environ.get("HOME") or pwd.getpwuid(outer_user()[1]).pw_dir
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(home, ".cache")
+    below = os.path.relpath(path, HOST_CACHE_ROOT)
+    return os.path.join(cache, "hpc-stateless", *([] if below == "." else [below]))
+
+
 _checked: list[bool] = []
 
 
