@@ -126,8 +126,9 @@ BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in (
     Benchmark("boot", "~15 min", _deploy_args, ["--runs", "1"], True),
     Benchmark("hwprofile", "~10 min", lambda d: ["--image", d.image_ref], ["--boots", "1"], True,
               lambda d: [d.image_ref]),
+    Benchmark("peer", "~20 min", lambda d: [], ["--quick"]),
 )}
-RUN_ORDER = ["plan", "deploy", "diff", "boot", "hwprofile", "nspawn", "compliance", "build", "pack"]
+RUN_ORDER = ["plan", "deploy", "diff", "boot", "hwprofile", "nspawn", "compliance", "peer", "build", "pack"]
 
 
 @dataclass

@@ -3,7 +3,8 @@
 The fixtures in tests/unit/fixtures/bench are real result files: build, compliance, nspawn and
 pack from the full runs of session 2 (written before the uniform ``comparisons`` block existed),
 deploy and plan from runs through run_all.py (with the block), diff from a run of diff_bench.py,
-boot from a run of boot_bench.py, hwprofile from a run of hwprofile_bench.py (which missed its size goal). The end-to-end test runs the real
+boot from a run of boot_bench.py, hwprofile from a run of hwprofile_bench.py (which missed its size goal),
+peer from a run of peer_bench.py (mkosi and ansible-bender side by side). The end-to-end test runs the real
 plan benchmark through the runner; the exit-status tests use stand-in benchmark scripts (a test
 double of a benchmark process: the runner's contract is only an exit status and a JSON file,
 and a real benchmark cannot be made to fail on demand).
@@ -11,6 +12,7 @@ and a real benchmark cannot be made to fail on demand).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import sys
@@ -22,9 +24,10 @@ REPO = Path(__file__).resolve().parents[2]
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "bench"
 sys.path.insert(0, str(REPO / "benchmarks"))
 import comparisons  # noqa: E402  pylint: disable=wrong-import-position,import-error
+import peer_bench  # noqa: E402  pylint: disable=wrong-import-position,import-error
 import run_all  # noqa: E402  pylint: disable=wrong-import-position,import-error
 
-NAMES = ["build", "compliance", "nspawn", "pack", "deploy", "plan", "diff", "boot", "hwprofile"]
+NAMES = ["build", "compliance", "nspawn", "pack", "deploy", "plan", "diff", "boot", "hwprofile", "peer"]
 
 
 BOOT_ROWS = 3  # transfer (judged), qemu start to kernel, boot to multi-user (reported)
@@ -142,15 +145,20 @@ def test_report_of_every_benchmark(results_dir, tmp_path):
     # The recorded hwprofile run missed its size goal (pruned cpio.zst 48.5 % of the full one, goal <= 40 %).
     assert status == run_all.EXIT_GOAL_NOT_MET
     assert [o["name"] for o in report["benchmarks"]] == NAMES
-    assert [o["derived"] for o in report["benchmarks"]] == [True, True, True, True, False, False, False, False, False]
+    assert [o["derived"] for o in report["benchmarks"]] == [True] * 4 + [False] * 6
     rows = report["comparisons"]
+    peer = fixture("peer")["comparisons"]
+    peer_judged = sum(row["goal_min_ratio"] is not None for row in peer)
+    peer_met = sum(row["met"] is True for row in peer)
+    peer_missed = [f"peer: {row['name']}" for row in peer if row["met"] is False]
     assert [row["benchmark"] for row in rows] == ["build"] * 2 + ["compliance"] + ["nspawn"] * 3 + ["pack"] * 4 \
-        + ["deploy"] * 4 + ["plan"] + ["diff"] * 3 + ["boot"] * BOOT_ROWS + ["hwprofile"] * 4
+        + ["deploy"] * 4 + ["plan"] + ["diff"] * 3 + ["boot"] * BOOT_ROWS + ["hwprofile"] * 4 + ["peer"] * len(peer)
     for row in rows:
         assert {"benchmark", "name", "a_label", "a_median", "b_label", "b_median", "ratio", "goal", "goal_min_ratio",
                 "met", "unit", "results_written"} <= set(row)
-    assert report["summary"] == {"comparisons": 22 + BOOT_ROWS, "judged": 15, "met": 14, "not_met": 1,
-                                 "not_met_names": ["hwprofile: cpio.zst of the compute image"],
+    assert report["summary"] == {"comparisons": 22 + BOOT_ROWS + len(peer), "judged": 15 + peer_judged,
+                                 "met": 14 + peer_met, "not_met": 1 + len(peer_missed),
+                                 "not_met_names": ["hwprofile: cpio.zst of the compute image", *peer_missed],
                                  "benchmarks_failed": [], "exit_status": run_all.EXIT_GOAL_NOT_MET}
     table = [line for line in markdown.splitlines() if line.startswith("| ")]
     assert table[0] == "| benchmark | comparison | A median | B median | ratio | goal | met |"
@@ -164,8 +172,10 @@ def test_report_of_every_benchmark(results_dir, tmp_path):
             "40.4 s | iPXE over HTTP (lighttpd): 2.20 s | 18.3x | >= 5x | yes |") in table
     assert ("| hwprofile | cpio.zst of the compute image | full: 160 MiB | pruned to the qemu profile: 77.5 MiB | "
             "2.06x | pruned <= 40 % of full | **NO** |") in table
-    assert markdown.rstrip().endswith(f"{22 + BOOT_ROWS} comparisons, 15 judged: 14 goals met, 1 not met "
-                                      "(hwprofile: cpio.zst of the compute image); 0 benchmark(s) failed")
+    missed = ", ".join(["hwprofile: cpio.zst of the compute image", *peer_missed])
+    assert markdown.rstrip().endswith(f"{22 + BOOT_ROWS + len(peer)} comparisons, {15 + peer_judged} judged: "
+                                      f"{14 + peer_met} goals met, {1 + len(peer_missed)} not met "
+                                      f"({missed}); 0 benchmark(s) failed")
 
 
 def test_a_goal_not_met_fails_unless_report_only(results_dir, tmp_path):
@@ -296,3 +306,78 @@ def test_an_old_result_file_is_not_taken_for_a_new_one(tmp_path, monkeypatch):
     report = json.loads((out / "results.json").read_text())
     assert status == run_all.EXIT_BENCHMARK_FAILED and report["comparisons"] == []
     assert report["benchmarks"][0]["reason"].endswith("plan.json not written")
+
+
+# --- the peer benchmark: reading images back and its rows --------------------------------------
+
+def write_tree(root: Path, motd: str, user_comment: str, packages: list[str]) -> Path:
+    """A root file system as the peer benchmark reads it back (dpkg status, passwd, motd, kernel)."""
+    (root / "etc").mkdir(parents=True)
+    (root / "etc" / "motd").write_text(motd)
+    (root / "etc" / "passwd").write_text(f"root:x:0:0:root:/root:/bin/bash\n"
+                                         f"{peer_bench.USER}:x:{peer_bench.UID}:{peer_bench.UID}:{user_comment}:"
+                                         f"/home/{peer_bench.USER}:/bin/bash\n")
+    (root / "var" / "lib" / "dpkg").mkdir(parents=True)
+    stanzas = [f"Package: {name}\nStatus: install ok installed\nVersion: 1\n" for name in packages]
+    stanzas.append("Package: removed-one\nStatus: deinstall ok config-files\n")
+    (root / "var" / "lib" / "dpkg" / "status").write_text("\n".join(stanzas))
+    (root / "boot").mkdir()
+    (root / "boot" / "vmlinuz-6.1.0-1-amd64").write_text("kernel")
+    return root
+
+
+def test_a_stale_image_is_read_back_as_stale(tmp_path):
+    state = peer_bench.State()
+    tree = peer_bench.read_tree(write_tree(tmp_path / "img", state.motd(), state.user_comment,
+                                           [*state.root_packages, *peer_bench.LEAF_PACKAGES]))
+    assert peer_bench.check_leaf(tree, state) == [] and "removed-one" not in tree["packages"]
+    changed = dataclasses.replace(state, message="hello again", user_comment="bench user v2")
+    assert peer_bench.check_leaf(tree, changed) == [
+        f"/etc/motd is {state.motd()!r}, expected {changed.motd()!r}",
+        f"user {peer_bench.USER} is {tree['user']!r}, expected uid {peer_bench.UID} and comment 'bench user v2'"]
+    added = dataclasses.replace(state, root_packages=(*state.root_packages, peer_bench.ADDED_PACKAGE))
+    assert peer_bench.check_root(tree, added) == [f"package {peer_bench.ADDED_PACKAGE} missing"]
+
+
+def peer_runs(**stale: list[str]) -> list:
+    """A complete set of runs (seconds made up, not measured) with the named runs stale."""
+    Run = peer_bench.Run
+    runs = [Run("ours", "full (root layer)", 40.0, "1/1 layers"), Run("ours", "full (leaf layer)", 10.0, "1/2 layers"),
+            Run("ansible-bender", "full", 24.0, "3/3 tasks"), Run("mkosi", "full", 44.0, "image")]
+    for scenario in peer_bench.SCENARIOS[1:]:
+        runs.append(Run("ours", scenario.name, 12.0, "1/2 layers", profile=[["Commit layer peerleaf", 2.5]]))
+        runs.append(Run("ansible-bender", scenario.name, 9.0, "1/3 tasks"))
+        if scenario.mkosi is not None:
+            runs.append(Run("mkosi", scenario.name, 50.0, "image"))
+    for run in runs:
+        problems = stale.get(f"{run.tool} {run.scenario}".replace("-", "_").replace(" ", "_"), [])
+        peer_bench.judge(run, problems)
+    return runs
+
+
+def test_peer_rows_judge_the_issue_goals_and_name_a_stale_result():
+    rows = by_name(peer_bench.rows(peer_runs(ansible_bender_template=["/etc/motd is 'v1', expected 'v2'"]),
+                                   {"mkosi": "14-2"}, None))
+    root = rows["root layer with kernel, full build (job 1)"]
+    assert (root["a_label"], root["ratio"], root["goal_min_ratio"], root["met"]) == (
+        "mkosi 14-2 full build (image)", 1.1, 1.0, True)
+    leaf = rows["whole leaf layer, cold (job 2)"]
+    assert (leaf["ratio"], leaf["goal_min_ratio"], leaf["met"]) == (2.4, 2.0, True)
+    task = rows["one task changed (the user's comment)"]
+    assert (task["ratio"], task["met"]) == (0.75, False) and "Commit layer peerleaf 2.5 s" in task["note"]
+    noop = rows["no-op re-run"]
+    assert (noop["kind"], noop["also"], noop["met"]) == ("budget", {"0 layers built": False, "ours correct": True},
+                                                          False)
+    template = rows["template content changed"]
+    assert "STALE" in template["a_label"] and template["met"] is None
+    assert "ansible-bender STALE: /etc/motd is 'v1', expected 'v2'" in template["note"]
+    every = rows["every scenario read back correct (hpc.stateless)"]
+    assert every["met"] is True and every["note"] == "peers stale/wrong in: ansible-bender template"
+
+
+def test_one_stale_scenario_of_ours_fails_every_scenario_correct():
+    rows = by_name(peer_bench.rows(peer_runs(ours_variable=["/etc/motd is stale"]), {"mkosi": "14-2"}, None))
+    every = rows["every scenario read back correct (hpc.stateless)"]
+    assert (every["a_median"], every["b_median"], every["met"]) == (8.0, 9.0, False)
+    assert rows["variable changed (peer_leaf_message in the inventory / playbook vars)"]["b_label"] == \
+        "hpc.stateless (1/2 layers, STALE (wrong content))"
