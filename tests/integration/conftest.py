@@ -121,3 +121,13 @@ def image_prefix():
     refs = list(layer_images(prefix))
     if refs:
         buildah("rmi", "--force", *refs, check=False)
+
+
+@pytest.fixture(scope="session")
+def cluster():
+    """The test cluster of booted images (tests/integration/cluster_support.py): controller
+    ``slurmctl``, compute nodes ``node001`` and ``node002``, one per session for every test that
+    asks for it; stopped, and checked to leave nothing behind, at the end of the session."""
+    from cluster_support import cluster_session  # pylint: disable=import-outside-toplevel
+
+    yield from cluster_session()
