@@ -212,10 +212,13 @@ stdout_lines:
   elements: str
 """
 
+import contextlib
+import fcntl
 import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
@@ -246,6 +249,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils.build.bootstrap impo
 )
 
 OUTPUT_TAIL_LINES = 40
+CACHE_LOCK_NAME = ".hpc-stateless-rootfs.lock"
 C_LOCALE = {"LANG": "C", "LC_ALL": "C", "LANGUAGE": "C"}
 IGNORED_ENTRIES = frozenset({"lost+found"})
 
@@ -324,6 +328,19 @@ def unknown_entries(path: str) -> list[str]:
     if not os.path.isdir(path):
         return []
     return sorted(entry for entry in os.listdir(path) if entry not in IGNORED_ENTRIES)
+
+
+@contextlib.contextmanager
+def cache_lock(cache_dir: str) -> Iterator[None]:
+    """Hold an exclusive lock on the package cache while one bootstrap uses it.
+
+    Two root layers (or two builds) may bootstrap at once: apt refuses a package cache whose lock
+    another apt holds, and dnf's and zypper's caches take no second writer either; the second
+    bootstrap waits here instead of failing.
+    """
+    with open(os.path.join(cache_dir, CACHE_LOCK_NAME), "a", encoding="utf-8") as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        yield
 
 
 def mounts_below(path: str) -> list[str]:
@@ -507,8 +524,10 @@ class RootfsBootstrap:
             environ = self.environment(home)
             version = self.tool_version(binaries[spec.tool], environ)
             out = ""
-            for argv in commands:
-                out, err = self.run(argv, environ)
+            with cache_lock(spec.cache_dir):
+                for argv in commands:
+                    stdout, stderr = self.run(argv, environ)
+                    out = stdout or stderr  # mmdebstrap reports on stderr
         self.remove_cache_state()
         for package_file in downloaded_packages_in_root(spec):
             os.unlink(package_file)

@@ -347,6 +347,18 @@ def test_argument_spec_choices_follow_the_distro_table():
     assert rootfs.argument_spec()["distro"]["choices"] == sorted(SUPPORTED_DISTROS)
 
 
+# --- the package cache lock ------------------------------------------------------------------
+
+def test_cache_lock_holds_the_cache_for_one_bootstrap_at_a_time(tmp_path):
+    """A second bootstrap on the same cache (another process: flock locks are per open file) waits."""
+    probe = [sys.executable, "-c", "import fcntl, sys; h = open(sys.argv[1], 'a'); "
+             "fcntl.flock(h.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)", str(tmp_path / rootfs.CACHE_LOCK_NAME)]
+    with rootfs.cache_lock(str(tmp_path)):
+        held = subprocess.run(probe, capture_output=True, text=True, check=False, timeout=30)
+    assert held.returncode != 0 and "BlockingIOError" in held.stderr
+    assert subprocess.run(probe, check=False, timeout=30).returncode == 0
+
+
 # --- as a script -----------------------------------------------------------------------------
 
 def test_module_runs_as_a_script(rocky_args, tmp_path):
