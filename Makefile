@@ -25,9 +25,11 @@ setup:
 image: setup
 	@$(MAKE) --no-print-directory build
 
-# The default layers, built (or found cached) with the embedded inventory.
+# The default layers, built (or found cached) with the embedded inventory. An unprivileged user builds
+# inside one user namespace of `buildah unshare` for the whole playbook (docs/rootless.md).
+UNSHARE := $(if $(filter-out 0,$(shell id -u)),buildah unshare --)
 build:
-	ansible-playbook site.yml
+	$(UNSHARE) ansible-playbook site.yml
 
 # The collection (site) test, integration tests and Molecule scenarios start from the default layers built here.
 test: setup

@@ -69,18 +69,20 @@ class CallbackModule(CallbackBase):
         super().set_options(task_keys=task_keys, var_options=var_options, direct=direct)
         # Set before any worker forks, so buildah run in every connection inherits it.
         os.environ.setdefault("BUILDAH_ISOLATION", self.get_option("isolation"))
-        if self.get_option("unshare") and os.geteuid() != 0 and rootless.in_initial_namespace():
-            self._run_in_unshare()
-
-    @staticmethod
-    def _run_in_unshare() -> None:
-        """Replace this process with the same ansible-playbook inside ``buildah unshare``."""
+        if not self.get_option("unshare") or not rootless.is_rootless():
+            return
         try:
             rootless.preflight()
         except rootless.RootlessError as exc:
             # Ansible turns an exception of a callback into a warning and goes on: stop here instead.
             Display().error(str(exc), wrap_text=False)
             sys.exit(1)
+        if os.geteuid() != 0 and rootless.in_initial_namespace():
+            self._run_in_unshare()
+
+    @staticmethod
+    def _run_in_unshare() -> None:
+        """Replace this process with the same ansible-playbook inside ``buildah unshare``."""
         argv = rootless.unshare_argv([sys.executable, *sys.argv])
         sys.stdout.flush()
         sys.stderr.flush()
