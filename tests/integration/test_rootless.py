@@ -20,117 +20,43 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, buildah, run_site
+from conftest import REPO, run_site
+from rootless_support import (USER, as_user, buildah_as, copy_images, ensure_storage_conf, ensure_user, playbook_env,
+                              tag_root_bootstrap, tags)
 
-USER = "hpcbuild"
 NO_IDS_USER = "hpcnoids"
 PREFIX = "localhost/hpc-stateless-rootless"
 INVENTORY = REPO / "tests" / "integration" / "rootless_inventory"
 OUTPUT_ROOT = Path(tempfile.gettempdir()) / "hpc-stateless-rootless-tests"
 VERSION = "1.0"
-STORAGE_CONF = '[storage]\ndriver = "overlay"\n'
 STAGES = ("-e", '{"hpc_stateless_site_stages": ["build", "pack"]}', "-e", f"hpc_stateless_image_prefix={PREFIX}",
           "-e", f"hpc_stateless_pack_version={VERSION}")
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="creates a user: the integration suite runs as root")
 
 
-def _ensure_user(name: str, subids: bool) -> pwd.struct_passwd:
-    try:
-        return pwd.getpwnam(name)
-    except KeyError:
-        pass
-    argv = ["useradd", "--create-home", "--shell", "/bin/bash", name]
-    if not subids:
-        argv[1:1] = ["-K", "SUB_UID_COUNT=0", "-K", "SUB_GID_COUNT=0"]
-    subprocess.run(argv, check=True)
-    return pwd.getpwnam(name)
-
-
-def _ensure_subids(name: str) -> None:
-    """Lines for ``name`` in /etc/subuid and /etc/subgid (useradd writes them on most hosts)."""
-    for path in ("/etc/subuid", "/etc/subgid"):
-        lines = Path(path).read_text(encoding="utf-8").splitlines() if Path(path).exists() else []
-        if any(line.split(":")[0] == name for line in lines):
-            continue
-        ends = [int(f[1]) + int(f[2]) for f in (line.split(":") for line in lines) if len(f) == 3]
-        with open(path, "a", encoding="utf-8") as handle:
-            handle.write(f"{name}:{max([100000, *ends])}:65536\n")
-
-
-def as_user(user: str, argv: list[str], env: dict[str, str] | None = None,
-            cwd: Path = REPO) -> subprocess.CompletedProcess:
-    """``argv`` as ``user`` (runuser: its own HOME, no root environment), in ``cwd``."""
-    account = pwd.getpwnam(user)
-    base = {"HOME": account.pw_dir, "USER": user, "LOGNAME": user, "PATH": f"{REPO}/.venv/bin:/usr/bin:/bin:/usr/sbin",
-            "LANG": "C.UTF-8", "BUILDAH_ISOLATION": "chroot"}
-    command = ["runuser", "-u", user, "--", "env", "-i", *[f"{k}={v}" for k, v in {**base, **(env or {})}.items()],
-               *argv]
-    return subprocess.run(command, cwd=cwd, capture_output=True, text=True, check=False)
-
-
 def user_playbook(user: str, project: Path, *extra: str) -> subprocess.CompletedProcess:
-    """site.yml of this checkout run by ``user`` the way a user runs it (the callback enters buildah unshare);
-    the checkout is root's, so git is told to trust it and outputs go to ``project``."""
-    env = {"ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "PYTHONPATH": str(REPO / ".collections"),
-           "ANSIBLE_NOCOLOR": "1", "GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "safe.directory",
-           "GIT_CONFIG_VALUE_0": str(REPO)}
+    """site.yml of this checkout run by ``user`` the way a user runs it (the callback enters buildah
+    unshare); outputs go to ``project``."""
     argv = ["ansible-playbook", "-i", str(INVENTORY), str(REPO / "site.yml"),
             "-e", f"hpc_stateless_project_dir={project}", *extra]
-    proc = as_user(user, argv, env)
+    proc = as_user(user, argv, playbook_env(), cwd=REPO)
     log = REPO / "build" / "test-logs"
     log.mkdir(parents=True, exist_ok=True)
     (log / f"rootless-{user}.log").write_text(" ".join(argv) + "\n" + proc.stdout + proc.stderr)
     return proc
 
 
-def user_buildah(*args: str, check: bool = True) -> str:
-    proc = as_user(USER, ["buildah", *args], cwd=Path("/tmp"))
-    if check and proc.returncode != 0:
-        raise AssertionError(f"buildah {' '.join(args)} as {USER} failed: {proc.stderr}")
-    return proc.stdout
-
-
-def _tags(images_json: str, repo: str) -> set[str]:
-    return {name.rsplit(":", 1)[1] for image in json.loads(images_json or "[]") or []
-            for name in image.get("names") or [] if name.rsplit(":", 1)[0] == repo and not name.endswith(":latest")}
-
-
 @pytest.fixture(scope="module")
-def build_user(tmp_path_factory) -> str:
+def build_user() -> str:
     """USER with subordinate ids and overlay storage, its layer images (not its bootstrap cache) removed."""
-    account = _ensure_user(USER, subids=True)
-    _ensure_subids(USER)
-    conf = Path(account.pw_dir, ".config", "containers", "storage.conf")
-    if not conf.exists():
-        conf.parent.mkdir(parents=True, exist_ok=True)
-        conf.write_text(STORAGE_CONF, encoding="utf-8")
-        for path in (conf, conf.parent, conf.parent.parent):
-            os.chown(path, account.pw_uid, account.pw_gid)
-    stale = [f"{PREFIX}/{layer}:{tag}" for layer in ("base", "owners")
-             for tag in _tags(user_buildah("images", "--json"), f"{PREFIX}/{layer}")]
+    account = ensure_user(USER)
+    ensure_storage_conf(account)
+    listing = buildah_as(USER, "images", "--json")
+    stale = [f"{PREFIX}/{layer}:{tag}" for layer in ("base", "owners") for tag in tags(listing, f"{PREFIX}/{layer}")]
     if stale:
-        user_buildah("rmi", "--force", *stale)
+        buildah_as(USER, "rmi", "--force", *stale)
     return USER
-
-
-def _copy_bootstrap_cache(tmp: Path) -> None:
-    """Root's bootstrap images of PREFIX into the user's storage, those it lacks (ids map into its namespace)."""
-    repo = f"{PREFIX}/bootstrap/base"
-    missing = _tags(buildah("images", "--json"), repo) - _tags(user_buildah("images", "--json"), repo)
-    for tag in missing:
-        archive = tmp / f"bootstrap-{tag[:12]}.tar"
-        buildah("push", "--quiet", f"{repo}:{tag}", f"oci-archive:{archive}")
-        os.chown(archive, pwd.getpwnam(USER).pw_uid, -1)
-        image_id = user_buildah("pull", "--quiet", f"oci-archive:{archive}").strip().splitlines()[-1]
-        user_buildah("tag", image_id, f"{repo}:{tag}")
-        archive.unlink()
-
-
-def _seed_root_bootstrap() -> None:
-    """Root's cached bootstrap of the default DAG (same spec, same key) under PREFIX too: a tag, no copy."""
-    for tag in _tags(buildah("images", "--json"), "localhost/hpc-stateless/bootstrap/base"):
-        buildah("tag", f"localhost/hpc-stateless/bootstrap/base:{tag}", f"{PREFIX}/bootstrap/base:{tag}")
 
 
 def cpio_listing(archive: Path) -> dict[str, str]:
@@ -149,19 +75,19 @@ def cpio_listing(archive: Path) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def packs(build_user, tmp_path_factory) -> dict[str, dict]:
+def packs(build_user) -> dict[str, dict]:
     """The DAG built and packed by root and by the build user: ``{'root'|'user': {listing, manifest, stdout}}``."""
     OUTPUT_ROOT.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix="run-", dir=OUTPUT_ROOT))
     os.chmod(tmp, 0o755)
-    _seed_root_bootstrap()
+    tag_root_bootstrap(PREFIX)
     root_project, user_project = tmp / "root", tmp / "user"
     root_project.mkdir()
     user_project.mkdir()
     os.chown(user_project, pwd.getpwnam(USER).pw_uid, -1)
     root = run_site(*STAGES, "-e", f"hpc_stateless_project_dir={root_project}", inventory=INVENTORY)
     assert root.returncode == 0, root.stdout[-4000:] + root.stderr[-2000:]
-    _copy_bootstrap_cache(tmp)
+    copy_images(f"{PREFIX}/bootstrap/base", USER, tmp)
     user = user_playbook(USER, user_project, *STAGES)
     assert user.returncode == 0, user.stdout[-6000:] + user.stderr[-2000:]
     result = {}
@@ -197,7 +123,7 @@ def test_owners_and_modes_in_the_packed_cpio_match_the_root_build(packs):
 
 
 def test_user_without_subordinate_ids_gets_the_line_to_add(tmp_path):
-    account = _ensure_user(NO_IDS_USER, subids=False)
+    account = ensure_user(NO_IDS_USER, subids=False)
     for path in ("/etc/subuid", "/etc/subgid"):
         text = Path(path).read_text(encoding="utf-8")
         assert not any(line.startswith(f"{NO_IDS_USER}:") for line in text.splitlines()), \
