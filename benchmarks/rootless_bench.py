@@ -1,0 +1,205 @@
+# Copyright (c) 2026 hpc.stateless developers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Rootless benchmark: the default DAG built by root and by an unprivileged user, side by side.
+
+One invocation builds the layers of the default inventory (build stage only) under a fresh private
+prefix three times, one after the other, from the same cached bootstrap:
+
+1. as root (root's containers-storage, overlay);
+2. as the build user (tests/integration/rootless_support.USER, made with subordinate ids when
+   missing) in its own storage with the overlay driver (the kernel's, rootless);
+3. as the same user with the vfs driver (a storage of its own, CONTAINERS_STORAGE_CONF), what
+   rootless buildah falls back to without a storage.conf.
+
+Reported: wall time of each build, the commit time (sum of the ``Commit layer`` tasks, from
+ansible.posix.profile_tasks), the disk the user's storage grew by (``du`` of its graph root
+before and after), and whether all three built the same content keys. Nothing is judged: the
+issue asks for the ratio. The bootstrap image is copied into the user's storages first (not
+timed). Every image the benchmark built is removed at the end.
+
+    python benchmarks/rootless_bench.py [--inventory DIR] [--sides overlay,root,vfs] [--lock FILE] [--output FILE]
+
+``--lock FILE`` holds an flock on FILE during each build only (a host shared with test runs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import json
+import os
+import pwd
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import comparisons
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests" / "integration"))
+
+from rootless_support import (USER, as_user, buildah_as, copy_images, ensure_storage_conf, ensure_user,  # noqa: E402
+                              playbook_env, tag_root_bootstrap, tags, write_user_file)
+
+COMMIT_TASK = re.compile(r"Commit layer (\S+) -+ ([0-9.]+)s")
+SIDES = ("overlay", "root", "vfs")  # the rootless side first: it is the one that may fail
+
+
+def log(message: str) -> None:
+    print(f"[rootless_bench] {message}", file=sys.stderr, flush=True)
+
+
+def vfs_env(account: pwd.struct_passwd) -> dict[str, str]:
+    """A vfs storage of the user's own, apart from its overlay one (the two drivers cannot share a graph root)."""
+    base = Path(account.pw_dir, ".local", "share", "hpc-stateless-bench-vfs")
+    conf = Path(account.pw_dir, ".config", "hpc-stateless-bench-vfs", "storage.conf")
+    write_user_file(account, conf, f'[storage]\ndriver = "vfs"\ngraphroot = "{base}/graph"\n'
+                                   f'runroot = "/var/tmp/hpc-stateless-bench-vfs-{account.pw_uid}"\n')
+    return {"CONTAINERS_STORAGE_CONF": str(conf)}
+
+
+def graph_root(user: str | None, env: dict[str, str]) -> Path:
+    info = json.loads(buildah_as(user, "info", env=env))
+    return Path(info["store"]["GraphRoot"])
+
+
+def disk_bytes(path: Path) -> int:
+    out = subprocess.run(["du", "-sx", "--block-size=1", str(path)], capture_output=True, text=True, check=False).stdout
+    return int(out.split()[0]) if out.strip() else 0
+
+
+@contextlib.contextmanager
+def held(lock: str | None):
+    """An exclusive flock on ``lock`` while the block runs (nothing without one)."""
+    if not lock:
+        yield
+        return
+    with open(lock, "a", encoding="utf-8") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def build(side: str, inventory: Path, prefix: str, project: Path, env: dict[str, str], logs: Path) -> dict:
+    """site.yml's build stage as root or as the user; wall time, commit times, layers built."""
+    argv = [str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", str(inventory), str(REPO / "site.yml"),
+            "-e", f"hpc_stateless_image_prefix={prefix}", "-e", f"hpc_stateless_project_dir={project}",
+            "-e", '{"hpc_stateless_site_stages": ["build"]}']
+    profile = {"ANSIBLE_CALLBACKS_ENABLED": "hpc.stateless.buildah_isolation,ansible.posix.profile_tasks",
+               "PROFILE_TASKS_TASK_OUTPUT_LIMIT": "all", "PROFILE_TASKS_SORT_ORDER": "none"}
+    started = time.monotonic()
+    if side == "root":
+        proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, check=False,
+                              env={**os.environ, **playbook_env(profile), "BUILDAH_ISOLATION": "chroot"})
+    else:
+        proc = as_user(USER, argv, playbook_env({**profile, **env}), cwd=REPO)
+    seconds = time.monotonic() - started
+    log_file = logs / f"{side}.log"
+    log_file.write_text(" ".join(argv) + "\n" + proc.stdout + proc.stderr)
+    if proc.returncode != 0:
+        sys.exit(f"the {side} build failed (log {log_file}):\n{proc.stdout[-4000:]}\n{proc.stderr[-1500:]}")
+    commits = {layer: float(secs) for layer, secs in COMMIT_TASK.findall(proc.stdout)}
+    log(f"{side}: {seconds:.1f} s, commits {sum(commits.values()):.1f} s ({len(commits)} layers)")
+    return {"seconds": round(seconds, 2), "commit_seconds": commits, "commit_total_seconds": round(sum(commits.values()), 2)}
+
+
+def layer_keys(user: str | None, env: dict[str, str], prefix: str, layers: list[str]) -> dict[str, list[str]]:
+    listing = buildah_as(user, "images", "--json", env=env)
+    return {layer: sorted(tags(listing, f"{prefix}/{layer}")) for layer in layers}
+
+
+def remove_prefix(user: str | None, env: dict[str, str], prefix: str) -> None:
+    """Every image name under ``prefix`` (the bootstrap tags too): nothing of the benchmark is left."""
+    listing = json.loads(buildah_as(user, "images", "--json", env=env) or "[]") or []
+    names = sorted({n for image in listing for n in image.get("names") or [] if n.startswith(prefix + "/")})
+    if names:
+        buildah_as(user, "rmi", *names, env=env)
+
+
+def rows(result: dict) -> list[dict]:
+    sides = result["sides"]
+    same = {"same content keys": result["same_keys"]}
+    out = []
+    if "root" in sides and "overlay" in sides:
+        out.append(comparisons.comparison(
+            "default DAG build: root vs rootless (overlay)", "root", sides["root"]["seconds"],
+            "rootless, overlay", sides["overlay"]["seconds"], "reported side by side", None, also=same,
+            note=f"commits {sides['root']['commit_total_seconds']} s vs {sides['overlay']['commit_total_seconds']} s"))
+    if "overlay" in sides and "vfs" in sides:
+        out.append(comparisons.comparison(
+            "rootless commit time: vfs vs overlay", "vfs", sides["vfs"]["commit_total_seconds"],
+            "overlay", sides["overlay"]["commit_total_seconds"], "reported side by side", None,
+            note=f"whole build {sides['vfs']['seconds']} s vs {sides['overlay']['seconds']} s"))
+        out.append(comparisons.comparison(
+            "rootless disk use of the DAG: vfs vs overlay", "vfs", sides["vfs"]["disk_bytes"] / 2**20,
+            "overlay", sides["overlay"]["disk_bytes"] / 2**20, "reported side by side", None, unit="MiB",
+            note="growth of the user's graph root during the build"))
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--inventory", default="inventory")
+    parser.add_argument("--sides", default=",".join(SIDES))
+    parser.add_argument("--lock", help="flock this file during each build (shared hosts)")
+    parser.add_argument("--output", default=str(REPO / "benchmarks" / "results" / "rootless.json"))
+    args = parser.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("rootless_bench runs as root: it builds as root and as the build user it makes")
+    wanted = [s for s in args.sides.split(",") if s]
+    if not set(wanted) <= set(SIDES):
+        sys.exit(f"--sides: choose from {', '.join(SIDES)}")
+    inventory = (REPO / args.inventory).resolve()
+    account = ensure_user(USER)
+    ensure_storage_conf(account)
+    envs = {"root": {}, "overlay": {}, "vfs": vfs_env(account)}
+    prefix = f"localhost/hpc-stateless-rootlessbench-{uuid.uuid4().hex[:6]}"
+    work = Path(tempfile.mkdtemp(prefix="hpc-rootless-bench-"))
+    logs = Path(args.output).resolve().parent / "rootless-logs"  # each build's output, kept
+    logs.mkdir(parents=True, exist_ok=True)
+    os.chmod(work, 0o755)
+    result: dict = {"image": f"default DAG of {args.inventory}", "inventory": args.inventory, "prefix": prefix,
+                    "user": USER, "sides": {}}
+    try:
+        tag_root_bootstrap(prefix)
+        for side in wanted:
+            if side != "root":
+                copied = copy_images(f"{prefix}/bootstrap/base", USER, work, envs[side])
+                log(f"{side}: bootstrap image copied into the user's storage ({len(copied)})")
+        for side in wanted:  # one after the other, never at the same time
+            project = work / side
+            project.mkdir()
+            user = None if side == "root" else USER
+            if user:
+                os.chown(project, account.pw_uid, account.pw_gid)
+            root_dir = graph_root(user, envs[side])
+            with held(args.lock):
+                before = disk_bytes(root_dir) if user else 0
+                result["sides"][side] = build(side, inventory, prefix, project, envs[side], logs)
+                if user:
+                    result["sides"][side]["disk_bytes"] = disk_bytes(root_dir) - before
+                    result["sides"][side]["graph_root"] = str(root_dir)
+        layers = sorted({layer for side in result["sides"].values() for layer in side["commit_seconds"]})
+        keys = {side: layer_keys(None if side == "root" else USER, envs[side], prefix, layers)
+                for side in result["sides"]}
+        result["keys"] = keys
+        result["same_keys"] = len({json.dumps(k, sort_keys=True) for k in keys.values()}) == 1
+    finally:
+        for side in wanted:
+            remove_prefix(None if side == "root" else USER, envs[side], prefix)
+        shutil.rmtree(work, ignore_errors=True)
+    result["comparisons"] = rows(result)
+    return comparisons.write_results(result, Path(args.output))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
