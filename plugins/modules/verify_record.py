@@ -57,6 +57,13 @@ options:
     type: list
     elements: dict
     default: []
+  settings:
+    description:
+      - What verify was told to accept (units allowed to fail or to be inactive, test secrets), recorded with
+        O(state=present).
+      - With O(state=query), a record made with other settings is C(stale) (verify boots the image again);
+        without it the settings are not compared (the gate of M(hpc.stateless.pack)).
+    type: dict
 notes:
   - Runs on the build host, which holds the layer images (buildah inspects the image ID).
 seealso:
@@ -95,7 +102,8 @@ passed:
   returned: always
   type: bool
 status:
-  description: C(passed), C(failed), C(missing) (verify never ran) or C(stale) (the image was built again since).
+  description: C(passed), C(failed), C(missing) (verify never ran) or C(stale) (the image was built again
+    since, or with O(settings) the record was made with other settings).
   returned: always
   type: str
 message:
@@ -131,6 +139,7 @@ def main() -> None:
             image=dict(type="str", required=True),
             state=dict(type="str", choices=["present", "query"], default="query"),
             checks=dict(type="list", elements="dict", default=[]),
+            settings=dict(type="dict"),
         ),
         supports_check_mode=True,
     )
@@ -146,7 +155,7 @@ def main() -> None:
     if p["state"] == "present":
         try:
             checks = tuple(Check.from_dict(f"checks[{i}]", c) for i, c in enumerate(p["checks"]))
-            record = Record(p["layer"], p["key"], p["image"], image_id, checks)
+            record = Record(p["layer"], p["key"], p["image"], image_id, checks, settings=p["settings"] or {})
             if not module.check_mode:
                 write_record(p["dir"], record)
         except RecordError as exc:
@@ -154,7 +163,7 @@ def main() -> None:
         module.exit_json(changed=True, path=path, passed=record.passed, status="passed" if record.passed else "failed",
                          message=f"recorded {path}: " + ("passed" if record.passed else "failed: " + ", ".join(
                              c.name for c in record.failed)), record=record.to_dict())
-    verdict = judge(p["dir"], p["layer"], p["key"], image_id)
+    verdict = judge(p["dir"], p["layer"], p["key"], image_id, p["settings"])
     module.exit_json(changed=False, path=path, passed=verdict.passed, status=verdict.status, message=verdict.message,
                      record=verdict.record.to_dict() if verdict.record else {})
 

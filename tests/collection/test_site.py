@@ -110,7 +110,11 @@ def write_site(site: Path, collections: Path) -> None:
             # The default base layer (same bootstrap spec and role: the same key) and the site's own.
             "hpc_stateless_layers": {"base": base, "site": {"parent": "base", "roles": ["mysite_motd", "hpc.stateless.slurm"]}},
             "hpc_stateless_images": {"site": {"layer": "site", "formats": ["cpio.zst"], "kernel_args": "console=ttyS0"}},
-            "hpc_stateless_site_stages": ["build", "pack", "deploy"],
+            # The whole chain as docs/site.md shows it: the site layer boots under verify before it is packed
+            # (a throw-away munge key for that boot; slurmd needs a controller, which a lone node has not).
+            "hpc_stateless_site_stages": ["build", "verify", "pack", "deploy"],
+            "hpc_stateless_verify_test_secrets": ["/etc/munge/munge.key"],
+            "hpc_stateless_verify_allowed_failed_units": ["slurmd.service"],
         }),
         "roles/mysite_motd/defaults/main.yml": f"---\nmysite_motd_text: {MOTD!r}\n",
         "roles/mysite_motd/tasks/main.yml": SITE_ROLE_TASKS,

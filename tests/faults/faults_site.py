@@ -85,6 +85,9 @@ class Site:
 def write_build_inventory(directory: Path, layers: dict, **group_vars) -> Path:
     (directory / "group_vars" / "all").mkdir(parents=True, exist_ok=True)
     (directory / "hosts.yml").write_text((TEST_INVENTORY / "hosts.yml").read_text())
+    # The faulty layer exists to be packed and deployed under faults, never booted: it passes pack's
+    # verification gate on the explicit override (a warning per pack, recorded in the manifest).
+    group_vars.setdefault("hpc_stateless_unverified_ok", "fault test: the faulty layer is packed to be broken, not booted")
     (directory / "group_vars" / "all" / "layers.yml").write_text(yaml.safe_dump(
         {"hpc_stateless_layers": layers, "hpc_stateless_images": FAULTS_IMAGES, **group_vars}))
     return directory

@@ -63,9 +63,17 @@ class PackTarget:
 TEST_VERSION = "1.0~pack+test1"
 
 
+# The default compute image passes pack's verification gate on the record make test's site.yml wrote
+# (build -> verify -> pack). The private test layers (a kernel, dracut) are never booted by verify: they
+# pass on the explicit override, which pack prints as a warning and records in the manifest.
+TEST_LAYERS_UNVERIFIED = ("-e", json.dumps({"hpc_stateless_unverified_ok": "pack test: a private kernel test layer, "
+                                                                           "not booted by verify"}))
+
+
 def run_pack_playbook(inventory: Path, output: Path, *extra: str) -> subprocess.CompletedProcess:
+    gate = () if inventory == DEFAULT_INVENTORY else TEST_LAYERS_UNVERIFIED
     return run_site("-e", f"hpc_stateless_pack_output_dir={output}", "-e", f"hpc_stateless_pack_version={TEST_VERSION}",
-                    *extra, inventory=inventory, playbook="playbooks/pack.yml")
+                    *gate, *extra, inventory=inventory, playbook="playbooks/pack.yml")
 
 
 def _version_dir(output: Path, image: str) -> Path:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -39,8 +40,14 @@ def runtime_dir():
 
 
 def verify(runtime_dir: str, extra: dict, inventory: Path = INVENTORY, playbook: str = VERIFY):
-    variables = {"hpc_stateless_image_prefix": TEST_PREFIX, "ansible_nspawn_runtime_dir": runtime_dir, **extra}
-    return run_site("-e", json.dumps(variables), inventory=inventory, playbook=playbook)
+    # Every test boots (no record reuse); its verification records go to a directory of its own.
+    records = tempfile.mkdtemp(prefix="hpc-verify-records-")
+    variables = {"hpc_stateless_image_prefix": TEST_PREFIX, "ansible_nspawn_runtime_dir": runtime_dir,
+                 "hpc_stateless_verify_force": True, "hpc_stateless_verify_record_dir": records, **extra}
+    try:
+        return run_site("-e", json.dumps(variables), inventory=inventory, playbook=playbook)
+    finally:
+        shutil.rmtree(records, ignore_errors=True)
 
 
 @pytest.fixture()

@@ -73,6 +73,9 @@ class Record:
     image_id: str
     checks: tuple[Check, ...]
     verified_at: int = field(default_factory=lambda: int(time.time()))
+    # What verify was told to accept (units allowed to fail, ...): a boot judged with other
+    # settings is not reused by verify (judge's ``settings``).
+    settings: dict[str, Any] = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
@@ -89,7 +92,7 @@ class Record:
     def to_dict(self) -> dict[str, Any]:
         return {"format": RECORD_FORMAT, "layer": self.layer, "key": self.key, "image": self.image,
                 "image_id": self.image_id, "passed": self.passed, "verified_at": _iso(self.verified_at),
-                "verified_at_epoch": self.verified_at,
+                "verified_at_epoch": self.verified_at, "settings": self.settings,
                 "checks": [{"name": c.name, "passed": c.passed, "detail": c.detail} for c in self.checks]}
 
     @classmethod
@@ -104,8 +107,10 @@ class Record:
         if not isinstance(checks, list):
             raise RecordError(f"{where}: 'checks' must be a list; remove the file and verify again")
         epoch = data.get("verified_at_epoch")
+        settings = data.get("settings")
         return cls(data["layer"], data["key"], data["image"], data["image_id"],
-                   tuple(Check.from_dict(where, c) for c in checks), epoch if isinstance(epoch, int) else 0)
+                   tuple(Check.from_dict(where, c) for c in checks), epoch if isinstance(epoch, int) else 0,
+                   settings if isinstance(settings, dict) else {})
 
 
 def _iso(epoch: int) -> str:
@@ -186,8 +191,9 @@ class Verdict:
         return entry
 
 
-def judge(record_dir: str, layer: str, key: str, image_id: str) -> Verdict:
-    """The verdict on image ``image_id`` of ``layer`` at ``key`` without any override."""
+def judge(record_dir: str, layer: str, key: str, image_id: str, settings: dict[str, Any] | None = None) -> Verdict:
+    """The verdict on image ``image_id`` of ``layer`` at ``key`` without any override; with ``settings``,
+    a record made with other verify settings is stale too (verify boots the image again)."""
     try:
         record = read_record(record_dir, layer, key)
     except RecordError as exc:
@@ -202,6 +208,11 @@ def judge(record_dir: str, layer: str, key: str, image_id: str) -> Verdict:
                        f"{where}: the record {record_path(record_dir, layer, key)} verified image "
                        f"{record.image_id[:12]}, but the layer's image is now {image_id[:12]} (built again): "
                        f"run: {verify_command(layer)}", record)
+    if settings is not None and record.settings != settings:
+        changed = sorted(k for k in set(settings) | set(record.settings) if settings.get(k) != record.settings.get(k))
+        return Verdict("stale", layer, key,
+                       f"{where}: the record {record_path(record_dir, layer, key)} was made with other verify "
+                       f"settings ({', '.join(changed)}): run: {verify_command(layer)}", record)
     if not record.passed:
         failed = "; ".join(f"{c.name}: {c.detail}" if c.detail else c.name for c in record.failed) or "no checks"
         return Verdict("failed", layer, key,

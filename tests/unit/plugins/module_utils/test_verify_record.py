@@ -148,3 +148,13 @@ def test_pack_without_the_gate_says_so_in_the_manifest(tmp_path):
 def test_pack_refuses_an_image_without_layer_labels_under_the_gate(tmp_path):
     with pytest.raises(PackError, match="carries no layer name and content key"):
         _packer(tmp_path)._verification("", "", IMAGE_ID)
+
+
+def test_a_record_made_with_other_settings_is_stale_for_verify_only(tmp_path):
+    record = Record("slurm", KEY, IMAGE, IMAGE_ID, PASSING, 1_700_000_000, {"allowed_failed_units": ["slurmd.service"]})
+    write_record(str(tmp_path), record)
+    verdict = judge(str(tmp_path), "slurm", KEY, IMAGE_ID, {"allowed_failed_units": []})
+    assert verdict.status == "stale"
+    assert "was made with other verify settings (allowed_failed_units)" in verdict.message
+    assert judge(str(tmp_path), "slurm", KEY, IMAGE_ID, {"allowed_failed_units": ["slurmd.service"]}).passed
+    assert gate(str(tmp_path), "slurm", KEY, IMAGE_ID).passed  # pack does not compare settings
