@@ -346,7 +346,7 @@ class Packer:
             names.check_name("version", version)
         except ValueError as exc:
             raise PackError(str(exc)) from exc
-        verification = self._verification(layer, layer_key, source.image_id or "")
+        verification = self._verification(layer, layer_key, source.image_id or "", check_mode)
         try:
             kernel = find_kernel(root, req.kernel_version, req.kernel)
         except KernelError as exc:
@@ -431,8 +431,9 @@ class Packer:
                             f"(free space or permissions of {image_dir}?)") from exc
         return self._result(True, final, data, scan, uncompressed)
 
-    def _verification(self, layer: str, key: str, image_id: str) -> dict[str, Any]:
-        """The manifest's ``verification``; PackError when the gate refuses the image."""
+    def _verification(self, layer: str, key: str, image_id: str, check_mode: bool = False) -> dict[str, Any]:
+        """The manifest's ``verification``; PackError when the gate refuses the image (in check mode a
+        warning: site.yml --check verifies nothing, its real run verifies before it packs)."""
         req = self.req
         if not req.verify_dir or not req.source_image:
             return {"status": NOT_CHECKED}  # a directory, or the module used without the gate
@@ -443,6 +444,9 @@ class Packer:
         try:
             verdict = gate(req.verify_dir, layer, key, image_id, req.unverified_ok)
         except UnverifiedError as exc:
+            if check_mode:
+                self._warn(f"check mode: image {req.image} would be refused unless verify passes it first: {exc}")
+                return {"status": NOT_CHECKED, "layer": layer, "key": key}
             raise PackError(f"image {req.image} ({req.source_image}): {exc}") from exc
         if verdict.status == OVERRIDDEN:
             self._warn(f"packing image {req.image} UNVERIFIED on override ({OVERRIDE_VARIABLE}: "

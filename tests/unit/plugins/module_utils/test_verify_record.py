@@ -158,3 +158,10 @@ def test_a_record_made_with_other_settings_is_stale_for_verify_only(tmp_path):
     assert "was made with other verify settings (allowed_failed_units)" in verdict.message
     assert judge(str(tmp_path), "slurm", KEY, IMAGE_ID, {"allowed_failed_units": ["slurmd.service"]}).passed
     assert gate(str(tmp_path), "slurm", KEY, IMAGE_ID).passed  # pack does not compare settings
+
+
+def test_pack_check_mode_warns_instead_of_refusing(tmp_path):
+    packer = _packer(tmp_path)
+    assert packer._verification("slurm", KEY, IMAGE_ID, check_mode=True)["status"] == "not-checked"
+    assert packer.warnings[0].startswith("check mode: image compute would be refused unless verify passes it first: "
+                                         "refused: layer slurm")
