@@ -311,8 +311,9 @@ class Connection(ConnectionBase):
             # Inside buildah unshare the user is uid 0 of a user namespace: not enough for systemd-nspawn.
             raise AnsibleConnectionFailure(
                 "the nspawn connection must run as root on the controller (systemd-nspawn, nsenter and mounts "
-                "need it); an unprivileged (rootless) build cannot boot its images: run verify as root, or leave "
-                "the stage out (hpc_stateless_site_stages without verify; docs/rootless.md)")
+                "need it); an unprivileged (rootless) build cannot boot its images: verify as root, or leave the "
+                "stage out (hpc_stateless_site_stages without verify) and pack with the gate's override "
+                "(-e hpc_stateless_unverified_ok='<why>'; docs/rootless.md)")
         host = self.get_option("remote_addr")
         image = self.get_option("image")
         try:
