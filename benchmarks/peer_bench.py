@@ -469,6 +469,20 @@ class Bench:
         self.state = State()
         self.runs: list[Run] = []
 
+    def add(self, result: Run) -> None:
+        """Keep a run; a wrong one says since which scenario that tool's image has been wrong (an
+        image left stale by one edit stays wrong through the no-op edits that follow)."""
+        if not result.correct:
+            earlier = [r for r in self.runs if r.tool == result.tool]
+            first = None
+            for previous in reversed(earlier):
+                if previous.correct:
+                    break
+                first = previous
+            if first is not None:
+                result.note = " ".join(filter(None, [result.note, f"wrong since scenario {first.scenario}"]))
+        self.runs.append(result)
+
     def leaf_ref(self) -> str:
         return f"{self.prefix}/{LEAF_LAYER}:latest"
 
@@ -495,14 +509,14 @@ class Bench:
             self.full()
         else:
             ours_run = ours(self.proj, scenario.name, self.prefix)
-            self.runs.append(judge(ours_run, check_leaf(read_image(self.leaf_ref()), self.state)))
+            self.add(judge(ours_run, check_leaf(read_image(self.leaf_ref()), self.state)))
             if scenario.name == "base_package":
                 self.tag_bender_base()
             if scenario.bender:
-                self.runs.append(judge(bender(self.proj, scenario.name, self.home),
+                self.add(judge(bender(self.proj, scenario.name, self.home),
                                        check_leaf(read_image(f"{self.prefix}/bender-leaf:latest"), self.state)))
         if scenario.mkosi is not None:
-            self.runs.append(judge(mkosi(self.proj, scenario.name, scenario.mkosi),
+            self.add(judge(mkosi(self.proj, scenario.name, scenario.mkosi),
                                    check_root(read_tree(self.proj / "mkosi" / "image"), self.state)))
 
     def full(self) -> None:
@@ -512,12 +526,12 @@ class Bench:
         whole = layers.read_text(encoding="utf-8")
         layers.write_text(whole.split(f"  {LEAF_LAYER}:\n")[0], encoding="utf-8")
         root_run = ours(self.proj, "full (root layer)", self.prefix)
-        self.runs.append(judge(root_run, check_root(read_image(self.root_ref()), self.state)))
+        self.add(judge(root_run, check_root(read_image(self.root_ref()), self.state)))
         layers.write_text(whole, encoding="utf-8")
         leaf_run = ours(self.proj, "full (leaf layer)", self.prefix)
-        self.runs.append(judge(leaf_run, check_leaf(read_image(self.leaf_ref()), self.state)))
+        self.add(judge(leaf_run, check_leaf(read_image(self.leaf_ref()), self.state)))
         self.tag_bender_base()
-        self.runs.append(judge(bender(self.proj, "full", self.home),
+        self.add(judge(bender(self.proj, "full", self.home),
                                check_leaf(read_image(f"{self.prefix}/bender-leaf:latest"), self.state)))
 
     def cleanup(self) -> None:
@@ -578,8 +592,8 @@ def remove_prefix_images(prefix: str) -> int:
     for image in images:
         names = image.get("names") or []
         mine = [n for n in names if n.startswith(prefix + "/")]
-        if mine and len(mine) == len(names):
-            run(["buildah", "rmi", image["id"]], env=BUILDAH_ENV, check=False)
+        if mine and len(mine) == len(names):  # by its names: buildah refuses an ID with several tags
+            run(["buildah", "rmi", *mine], env=BUILDAH_ENV, check=False)
         elif mine:
             run(["podman", "untag", image["id"], *mine], env=BUILDAH_ENV, check=False)
         count += len(mine)
@@ -605,7 +619,9 @@ def slowest(result: Run, count: int = 5) -> str:
 def correctness_note(*results: Optional[Run]) -> str:
     parts = []
     for result in filter(None, results):
-        parts.append(f"{result.tool} " + ("correct" if result.correct else "STALE: " + "; ".join(result.problems)))
+        since = result.note[result.note.find("wrong since"):] if "wrong since" in result.note else ""
+        wrong = "STALE: " + "; ".join(result.problems) + (f" ({since})" if since else "")
+        parts.append(f"{result.tool} " + ("correct" if result.correct else wrong))
     return ", ".join(parts)
 
 

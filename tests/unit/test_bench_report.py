@@ -381,3 +381,11 @@ def test_one_stale_scenario_of_ours_fails_every_scenario_correct():
     assert (every["a_median"], every["b_median"], every["met"]) == (8.0, 9.0, False)
     assert rows["variable changed (peer_leaf_message in the inventory / playbook vars)"]["b_label"] == \
         "hpc.stateless (1/2 layers, STALE (wrong content))"
+
+
+def test_a_peer_image_left_stale_says_since_which_scenario(tmp_path):
+    bench = peer_bench.Bench(tmp_path, "localhost/p", quick=True)
+    for scenario, problems in (("noop", []), ("variable", ["motd"]), ("template", ["motd"]), ("comment", ["motd"])):
+        bench.add(peer_bench.judge(peer_bench.Run("ansible-bender", scenario, 5.0, "0/3 tasks"), problems))
+    assert [run.note for run in bench.runs] == ["", "", "wrong since scenario variable", "wrong since scenario variable"]
+    assert peer_bench.correctness_note(bench.runs[3]) == "ansible-bender STALE: motd (wrong since scenario variable)"
