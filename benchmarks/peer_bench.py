@@ -55,6 +55,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 import comparisons
+from build_bench import PLAN_LINE, copy_checkout, pick_leaf, plan, role_dir, run_build
 
 REPO = Path(__file__).resolve().parents[1]
 PEER_HOME = Path(os.environ.get("HPC_STATELESS_PEER_BENCH_HOME", "/var/cache/hpc-stateless-peer-bench"))
@@ -71,7 +72,6 @@ ADDED_PACKAGE = "tree"
 LEAF_PACKAGES = ["chrony", "less"]
 ROOT_LAYER, LEAF_LAYER, ROLE = "peerroot", "peerleaf", "peer_leaf"
 USER, UID = "benchuser", 2001
-PLAN_LINE = re.compile(r"(\d+) layers?,\s+(\d+) to build")
 ROLE_PATH = re.compile(r"hpc\.stateless\.\S*/roles/")  # a project role's task as profile_tasks names it
 PROFILE_LINE = re.compile(r"^(?P<task>\S.*?) -{3,} (?P<seconds>\d+(?:\.\d+)?)s\s*$")
 GOALS = {"root": 1.0, "leaf": 2.0, "task": 1.0, "base_package": 1.0, "noop_seconds": 2.0, "dag_leaf": 0.15}
@@ -558,28 +558,26 @@ def bender_container_prefix(prefix: str) -> str:
 def default_dag(prefix: str) -> dict[str, Any]:
     """build_bench's full build and leaf rebuild of the default inventory, with the bootstrap of
     the default prefix tagged into the private one (the bootstrap is cached, as the issue asks)."""
-    import build_bench  # pylint: disable=import-outside-toplevel
-
     with tempfile.TemporaryDirectory(prefix="hpc-stateless-peer-dag-") as tmp:
         workdir = Path(tmp)
-        build_bench.copy_checkout(workdir)
+        copy_checkout(workdir)
         inventory = workdir / "inventory"
-        plan = build_bench.plan(workdir, inventory, prefix)
-        default = build_bench.plan(workdir, inventory, "localhost/hpc-stateless")
+        planned = plan(workdir, inventory, prefix)
+        default = plan(workdir, inventory, "localhost/hpc-stateless")
         tagged = []
-        for name, layer in plan["layers"].items():
+        for name, layer in planned["layers"].items():
             source = default["layers"][name].get("bootstrap_image")
             if source and layer.get("bootstrap_image"):
                 if run(["buildah", "tag", source, layer["bootstrap_image"]], env=BUILDAH_ENV, check=False).returncode:
                     log(f"no cached bootstrap {source}: the default DAG's full build bootstraps too")
                 else:
                     tagged.append(layer["bootstrap_image"])
-        leaf, role = build_bench.pick_leaf(plan, None)
-        full = build_bench.run_build(workdir, inventory, prefix, "default DAG full build (bootstrap cached)")
-        tasks = build_bench.role_dir(workdir, role) / "tasks" / "main.yml"
+        leaf, role = pick_leaf(planned, None)
+        full = run_build(workdir, inventory, prefix, "default DAG full build (bootstrap cached)")
+        tasks = role_dir(workdir, role) / "tasks" / "main.yml"
         with tasks.open("a", encoding="utf-8") as handle:
             handle.write(f"# touched by peer_bench {uuid.uuid4().hex}\n")
-        rebuild = build_bench.run_build(workdir, inventory, prefix, "default DAG leaf rebuild")
+        rebuild = run_build(workdir, inventory, prefix, "default DAG leaf rebuild")
     return {"full": full, "leaf": {**rebuild, "layer": leaf, "role": role}, "bootstrap_cached": bool(tagged),
             "ratio_to_full": round(rebuild["seconds"] / full["seconds"], 3), "goal_ratio": GOALS["dag_leaf"]}
 
