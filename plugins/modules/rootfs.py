@@ -522,6 +522,10 @@ class RootfsBootstrap:
         os.makedirs(spec.cache_dir, mode=0o755, exist_ok=True)
         with tempfile.TemporaryDirectory(prefix="hpc-stateless-rootfs-") as home:
             environ = self.environment(home)
+            if spec.mode == MODE_UNSHARE and "HOME" in environ:
+                # The private HOME goes inside buildah unshare only: buildah finds its run directory through the user's.
+                commands = bootstrap_commands(spec, binaries, inner_env={"HOME": environ.pop("HOME")})
+                self.result.update(cmd=commands[-1], commands=commands)
             version = self.tool_version(binaries[spec.tool], environ)
             out = ""
             with cache_lock(spec.cache_dir):
@@ -540,11 +544,6 @@ class RootfsBootstrap:
         """Return the environment for the tools: C locale, no initramfs; for rpm tools a private HOME with our rpm macros."""
         environ = {**C_LOCALE, **NO_INITRD_ENV}
         if self.spec.family != "debootstrap":
-            if self.spec.mode == MODE_UNSHARE:
-                # buildah unshare finds the user's containers configuration through these, not the private HOME.
-                user_home = os.environ.get("HOME") or os.path.expanduser("~")
-                environ["XDG_CONFIG_HOME"] = os.environ.get("XDG_CONFIG_HOME") or os.path.join(user_home, ".config")
-                environ["XDG_DATA_HOME"] = os.environ.get("XDG_DATA_HOME") or os.path.join(user_home, ".local", "share")
             # rpm reads ~/.rpmmacros: this pins %_dbpath without touching the host's /etc/rpm.
             with open(os.path.join(home, ".rpmmacros"), "w", encoding="utf-8") as handle:
                 handle.write(rpm_macros(self.spec.distro))

@@ -20,8 +20,10 @@ import http.server
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
+import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -319,3 +321,80 @@ def test_zypper_refuses_metadata_signed_with_another_key(rpm_repo, tmp_path):
     assert any("is signed with an unknown key" in line for line in result["stdout_lines"])
     assert not (root / RECORD_RELPATH).exists()
     assert not (root / "etc" / "hpc-test-release").exists()
+
+
+# --- without root (rootless builds) ----------------------------------------------------------
+# The module runs as the rootless build user of tests/integration/test_rootless.py: as that user
+# (the module wraps each tool in `buildah unshare`), and as root of the user namespace
+# `buildah unshare` makes (how a rootless site.yml runs it). Files root owns inside the namespace
+# are the user's own on the host, as in buildah's rootless storage.
+
+from rootless_support import USER, as_user, ensure_user  # noqa: E402  (the rootless build user's set-up)
+
+
+@pytest.fixture
+def user_dir(tmp_path):
+    """A directory the build user owns (pytest's basetemp is root's, mode 0700); removed by root after."""
+    account = ensure_user(USER)
+    work = Path(tempfile.mkdtemp(prefix="hpc-rootfs-rootless-", dir="/var/tmp"))
+    os.chown(work, account.pw_uid, account.pw_gid)
+    yield work, account
+    shutil.rmtree(work)
+
+
+def run_rootfs_as_user(args: dict, work: Path, in_namespace: bool) -> tuple[dict, int]:
+    """The module as a script run by USER, directly or as root of `buildah unshare`."""
+    args_file = work / f"args-{len(list(work.glob('args-*')))}.json"
+    args_file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
+    os.chmod(args_file, 0o644)
+    argv = [str(REPO / ".venv" / "bin" / "python"), "-m", "ansible_collections.hpc.stateless.plugins.modules.rootfs",
+            str(args_file)]
+    proc = as_user(USER, (["buildah", "unshare", "--"] if in_namespace else []) + argv,
+                   env={"PYTHONPATH": str(REPO / ".collections")}, cwd=work)
+    try:
+        return json.loads(proc.stdout), proc.returncode
+    except ValueError:
+        raise AssertionError(f"module printed no JSON (rc={proc.returncode}): {proc.stdout}{proc.stderr}") from None
+
+
+@pytest.mark.parametrize(("in_namespace", "mode"), [(False, "unshare"), (True, "userns")])
+def test_dnf_without_root(rpm_repo, user_dir, in_namespace, mode):
+    work, account = user_dir
+    key = work / "key.asc"
+    shutil.copy(rpm_repo.key, key)
+    os.chmod(key, 0o644)
+    root, cache = work / "root", work / "cache"
+    args = {"path": str(root), "distro": "rocky", "release": "9", "mirror": rpm_repo.url, "keyring": str(key),
+            "packages": ["hpc-test-release"], "cache_dir": str(cache)}
+    result, code = run_rootfs_as_user(args, work, in_namespace)
+    assert code == 0, result.get("msg")
+    assert result["record"]["mode"] == mode
+    assert (result["cmd"][:3] == [shutil.which("buildah"), "unshare", "--"]) is (mode == "unshare")
+    release = root / "etc" / "hpc-test-release"
+    assert release.read_text() == RELEASE_TEXT
+    # root inside the namespace is the user on the host: what the user's buildah storage expects
+    assert (release.stat().st_uid, release.stat().st_gid) == (account.pw_uid, account.pw_gid)
+    assert installed(root, "rocky") == ALL_PACKAGES
+    assert not (root / str(cache).lstrip("/")).exists()
+    assert stored_record(root) == result["record"]
+
+
+def test_debian_root_as_root_of_a_user_namespace(user_dir):
+    """mmdebstrap (root mode) inside `buildah unshare`: apt's package cache is the user's own, device nodes
+    cannot be made, the kernel's hooks would build no initramfs. Downloads from deb.debian.org once."""
+    work, account = user_dir
+    root = work / "root"
+    args = {"path": str(root), "distro": "debian", "release": "bookworm", "variant": "essential"}
+    result, code = run_rootfs_as_user(args, work, in_namespace=True)
+    assert code == 0, result.get("msg")
+    record = result["record"]
+    assert (record["tool"], record["mode"]) == ("mmdebstrap", "userns")
+    cache = Path(account.pw_dir, ".cache", "hpc-stateless", "debootstrap")
+    assert f"mount -o bind {cache} " in " ".join(result["cmd"])
+    assert any(cache.glob("libc6_*.deb")), "the packages stay in the user's cache"
+    assert not list((root / "var" / "cache" / "apt" / "archives").glob("*.deb")), "and none in the root"
+    passwd = root / "etc" / "passwd"
+    assert (passwd.stat().st_uid, passwd.stat().st_gid) == (account.pw_uid, account.pw_gid)
+    assert not [entry.name for entry in (root / "dev").iterdir()
+                if stat.S_ISCHR(entry.lstat().st_mode) or stat.S_ISBLK(entry.lstat().st_mode)]
+    assert stored_record(root) == record

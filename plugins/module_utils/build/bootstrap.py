@@ -367,11 +367,13 @@ def zypper_argvs(spec: BootstrapSpec, binary: str = "zypper", rpm_binary: str = 
     return commands
 
 
-def bootstrap_commands(spec: BootstrapSpec, binaries: dict[str, str] | None = None) -> list[list[str]]:
+def bootstrap_commands(spec: BootstrapSpec, binaries: dict[str, str] | None = None,
+                       inner_env: dict[str, str] | None = None) -> list[list[str]]:
     """Return every command line, in order, that bootstraps `spec`.
 
     `binaries` maps tool names (mmdebstrap, debootstrap, dnf, zypper, rpm, buildah) to resolved
-    paths. In MODE_UNSHARE each command runs under ``buildah unshare``.
+    paths. In MODE_UNSHARE each command runs under ``buildah unshare``, with `inner_env` set
+    inside it only (buildah itself needs the user's own HOME to find its run directory).
     """
     binaries = binaries or {}
     if spec.tool == "mmdebstrap":
@@ -384,7 +386,8 @@ def bootstrap_commands(spec: BootstrapSpec, binaries: dict[str, str] | None = No
         commands = zypper_argvs(spec, binaries.get("zypper", "zypper"), binaries.get("rpm", "rpm"))
     if spec.mode == MODE_UNSHARE:
         buildah = binaries.get("buildah", "buildah")
-        commands = [[buildah, "unshare", "--", *argv] for argv in commands]
+        inner = ["env", *[f"{name}={value}" for name, value in sorted((inner_env or {}).items())]] if inner_env else []
+        commands = [[buildah, "unshare", "--", *inner, *argv] for argv in commands]
     return commands
 
 

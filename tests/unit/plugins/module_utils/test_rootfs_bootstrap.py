@@ -208,6 +208,9 @@ def test_unshare_mode_wraps_every_command_in_buildah_unshare():
         ["/usr/bin/buildah", "unshare", "--", "/usr/bin/zypper"]] * 2
     assert [argv[3:] for argv in commands] == zypper_argvs(leap(keyring="/k"), "/usr/bin/zypper", "/usr/bin/rpm")
     assert bootstrap_commands(deb(mode=MODE_UNSHARE))[0][:4] == ["buildah", "unshare", "--", "mmdebstrap"]
+    # an environment for the tool only (rpm's private HOME) is set inside the namespace
+    inside = bootstrap_commands(rocky(mode=MODE_UNSHARE), inner_env={"HOME": "/tmp/h"})
+    assert inside == [["buildah", "unshare", "--", "env", "HOME=/tmp/h", *dnf_argv(rocky())]]
 
 
 def test_debootstrap_needs_root_on_the_host():
