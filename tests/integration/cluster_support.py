@@ -70,6 +70,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils.artifact.manifest im
 from ansible_collections.hpc.stateless.plugins.module_utils.artifact.names import MANIFEST_FILE, RELEASE_PATH
 from ansible_collections.hpc.stateless.plugins.module_utils.deploy.bootlink import INITRD_LINK
 from ansible_collections.hpc.stateless.plugins.module_utils.verify.cgroups import (
+    cgroup_dirs_of,
     in_cgroups_argv,
     remove_cgroups,
     session_cgroups,
@@ -150,9 +151,9 @@ def build_cluster_images() -> Release:
     if _RELEASE is None:
         pack_dir = PACK_DIR
         images = [COMPUTE_IMAGE, CONTROLLER_IMAGE]
-        # build + pack; deploy goes to each cluster's own boot tree (start_cluster)
+        # build, verify (the gate of pack), pack; deploy goes to each cluster's own boot tree (start_cluster)
         proc = run_playbook(*playbook_args(pack_dir, pack_dir / "unused-boot-root", FIRST_VERSION, images),
-                            "-e", json.dumps({"hpc_stateless_site_stages": ["build", "pack"]}))
+                            "-e", json.dumps({"hpc_stateless_site_stages": ["build", "verify", "pack"]}))
         check_playbook(proc, "building and packing the cluster images (site.yml, inventory_cluster)")
         _RELEASE = Release(pack_dir, FIRST_VERSION)
     return _RELEASE
@@ -385,7 +386,8 @@ class Node:
                 if fields.get("READY") == "1" and self.leader_pid:
                     return
             if self._proc.poll() is not None:
-                raise RuntimeError(f"systemd-nspawn exited with {self._proc.returncode} while booting\n{self.console()}")
+                raise RuntimeError(f"systemd-nspawn exited with {self._proc.returncode} while booting\n"
+                                   f"{self.console()}")
             if self.cluster.stopping:
                 raise RuntimeError("the cluster stopped while the node booted")
             if time.monotonic() - started > BOOT_TIMEOUT:
@@ -463,14 +465,16 @@ def _is_mount(path: Path) -> bool:
 class Cluster:
     """A controller and compute nodes booted from a boot tree of their own (see the module doc)."""
 
-    def __init__(self, release: Release, computes: int = 2, name: str = "") -> None:
+    def __init__(self, release: Release, computes: int = 2, name: str = "", boot_root: Path | None = None) -> None:
         if not 1 <= computes <= MAX_COMPUTES:
             raise ValueError(f"computes={computes}: slurm.conf of inventory_cluster has node001..node00{MAX_COMPUTES}")
         self.tag = name or uuid.uuid4().hex[:6]
         self.release = release
         self.pack_dir = release.pack_dir
         self.work = Path(WORK_ROOT) / f"{WORK_PREFIX}{self.tag}"
-        self.boot_root = self.work / "tftpboot"
+        # a boot tree of its own, deployed at start; or boot from another cluster's (served as it is)
+        self.boot_root = boot_root or self.work / "tftpboot"
+        self.own_boot_root = boot_root is None
         self.inventory_file = self.work / "hosts.yml"
         self.munge_key = os.urandom(1024)
         self.network = Network(self.tag)
@@ -513,22 +517,21 @@ class Cluster:
                              "hpc_stateless_boot_image": node.image}
                  for node in self.nodes.values()}
         computes = {node.name: None for node in self.computes}
-        data = {"all": {"hosts": {**nodes, "localhost": {"ansible_connection": "local",
-                                                         "ansible_python_interpreter": "{{ ansible_playbook_python }}"}},
+        local = {"ansible_connection": "local", "ansible_python_interpreter": "{{ ansible_playbook_python }}"}
+        data = {"all": {"hosts": {**nodes, "localhost": local},
                         "children": {"hpc_stateless_nodes": {"hosts": computes},
                                      "slurm_controller": {"hosts": {CONTROLLER: None}}}}}
         self.inventory_file.write_text(json.dumps(data, indent=1))
 
     # -- life cycle ------------------------------------------------------------------------
     def start(self) -> None:
+        sweep_stale()
         self.work.mkdir(mode=0o700)
+        # whose cluster this is: sweep_stale() of a later run removes it once this process is gone
+        (self.work / "owner").write_text(f"{os.getpid()} {process_start(os.getpid())}\n")
         self.write_inventory()
-        proc = run_playbook("-e", f"hpc_stateless_boot_root={self.boot_root}",
-                            "-e", f"hpc_stateless_pack_output_dir={self.pack_dir}",
-                            "-e", f"hpc_stateless_pack_version={self.release.version}",
-                            "-e", json.dumps({"hpc_stateless_deploy_images": [COMPUTE_IMAGE, CONTROLLER_IMAGE]}),
-                            playbook="playbooks/deploy.yml")
-        check_playbook(proc, f"deploying version {self.release.version} into {self.boot_root}")
+        if self.own_boot_root:
+            self._deploy_first()
         self.network.create()
         for index, node in enumerate(self.nodes.values()):
             node.netns = self.network.attach(index, node.address)
@@ -537,6 +540,14 @@ class Cluster:
             node.power_on()
         for node in self.nodes.values():
             node.wait_boot(1, timeout=BOOT_TIMEOUT + 120)
+
+    def _deploy_first(self) -> None:
+        proc = run_playbook("-e", f"hpc_stateless_boot_root={self.boot_root}",
+                            "-e", f"hpc_stateless_pack_output_dir={self.pack_dir}",
+                            "-e", f"hpc_stateless_pack_version={self.release.version}",
+                            "-e", json.dumps({"hpc_stateless_deploy_images": [COMPUTE_IMAGE, CONTROLLER_IMAGE]}),
+                            playbook="playbooks/deploy.yml")
+        check_playbook(proc, f"deploying version {self.release.version} into {self.boot_root}")
 
     def sinfo(self) -> dict[str, str]:
         result = self.controller.run("sinfo --noheader --Node --format='%N %T'")
@@ -573,10 +584,11 @@ class Cluster:
 
 
 @contextlib.contextmanager
-def start_cluster(release: Release, computes: int = 2, name: str = "") -> Iterator[Cluster]:
+def start_cluster(release: Release, computes: int = 2, name: str = "", boot_root: Path | None = None
+                  ) -> Iterator[Cluster]:
     """A running cluster, stopped and removed on exit whatever happened; fails when teardown
-    could not remove everything."""
-    cluster = Cluster(release, computes, name)
+    could not remove everything. ``boot_root``: boot from that tree instead of deploying one."""
+    cluster = Cluster(release, computes, name, boot_root)
     try:
         cluster.start()
         yield cluster
@@ -584,6 +596,57 @@ def start_cluster(release: Release, computes: int = 2, name: str = "") -> Iterat
         problems = cluster.stop()
         if problems:
             raise AssertionError("the test cluster left: " + "; ".join(problems))
+
+
+def _nspawn_processes(path: str) -> list[int]:
+    """systemd-nspawn processes booting a root under ``path``."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError):
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            if argv and argv[0].endswith(b"systemd-nspawn") and any(path.encode() in arg for arg in argv):
+                found.append(int(pid))
+    return found
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for task in Path(f"/proc/{pid}/task").glob("*/children"):
+        with contextlib.suppress(OSError):
+            found += [int(child) for child in task.read_text().split()]
+    return found
+
+
+def sweep_stale() -> list[str]:
+    """Remove what clusters of test processes that are gone left (a killed pytest run cannot tear
+    down): their containers, tmpfs roots, namespaces and work directories. Returns what it removed."""
+    removed = []
+    for work in Path(WORK_ROOT).glob(f"{WORK_PREFIX}*"):
+        try:
+            pid, start = (work / "owner").read_text().split()
+        except (OSError, ValueError):
+            continue  # not a cluster's work directory
+        if process_start(int(pid)) == start:
+            continue  # a live cluster
+        for nspawn in _nspawn_processes(str(work)):
+            for pid in [*_children(nspawn), nspawn]:  # the container's init first: its pid namespace goes
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 15
+        while _nspawn_processes(str(work)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        for mount in leftovers(work.name[len(WORK_PREFIX):]).get("mounts", []):
+            run(["umount", "--lazy", mount], check=False)
+        tag = work.name[len(WORK_PREFIX):]
+        if os.path.isdir("/run/netns"):
+            for ns in os.listdir("/run/netns"):
+                if ns.startswith(f"{NETNS_PREFIX}{tag}-"):
+                    run(["ip", "netns", "delete", ns], check=False)
+        for node in (work / "nodes").glob("*"):
+            remove_cgroups(cgroup_dirs_of(f"cluster-{tag}-{node.name}"))
+        shutil.rmtree(work, ignore_errors=True)
+        removed.append(str(work))
+    return removed
 
 
 def leftovers(tag: str = "") -> dict[str, list[str]]:

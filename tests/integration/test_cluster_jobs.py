@@ -95,9 +95,45 @@ def test_a_node_rebooted_by_slurm_boots_again_from_the_tree(idle):
     idle.wait_idle()
 
 
+def test_playbooks_reach_every_node_through_the_cluster_inventory(cluster, tmp_path):
+    """The inventory the rolling update runs with: modules, file transfer both ways."""
+    playbook = tmp_path / "reach.yml"
+    playbook.write_text(f"""---
+- name: Reach every node of the test cluster
+  hosts: hpc_stateless_nodes:slurm_controller
+  gather_facts: false
+  tasks:
+    - name: Wait for the node
+      ansible.builtin.wait_for_connection:
+        timeout: 30
+    - name: Run a command
+      ansible.builtin.command: hostname
+      register: reach_hostname
+      changed_when: false
+    - name: Send a file (put_file)
+      ansible.builtin.copy:
+        content: "{{{{ inventory_hostname }}}}\\n"
+        dest: /tmp/reach
+        mode: "0644"
+    - name: Fetch a file (fetch_file)
+      ansible.builtin.fetch:
+        src: /etc/image-release
+        dest: {tmp_path}/fetched/
+    - name: Check the node answered as itself
+      ansible.builtin.assert:
+        that: reach_hostname.stdout == inventory_hostname
+""")
+    proc = cluster.playbook(str(playbook))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    for node in cluster.nodes.values():
+        assert node.run("cat /tmp/reach").stdout == f"{node.name}\n"
+        fetched = (tmp_path / "fetched" / node.name / "etc/image-release").read_text()
+        assert f"IMAGE={node.image}" in fetched.splitlines()
+
+
 def test_teardown_leaves_nothing_even_when_the_test_fails(cluster):
     with pytest.raises(RuntimeError, match="a failing test"):
-        with start_cluster(cluster.release, computes=1) as small:
+        with start_cluster(cluster.release, computes=1, boot_root=cluster.boot_root) as small:
             tag = small.tag
             assert small.computes[0].run("true").rc == 0
             raise RuntimeError("a failing test")
