@@ -456,6 +456,7 @@ class Session:
         sock = self._try_connect()
         if sock is None:
             return False
+        sock.settimeout(START_ATTEMPTS * START_TIMEOUT + STOP_GRACE + 30.0)  # the holder's own bounds, and some
         try:
             agent.read_frame(sock.recv)  # ready (or refused)
             sock.sendall(agent.encode({"id": 0, "op": "stop"}))
