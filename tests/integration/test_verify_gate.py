@@ -109,7 +109,8 @@ def _run(playbook: str, records: Path, **variables) -> tuple[int, str]:
     proc = run_site("-e", json.dumps({"hpc_stateless_image_prefix": PACK_PREFIX,
                                       "hpc_stateless_verify_record_dir": str(records), **variables}),
                     inventory=PACK_INVENTORY, playbook=playbook)
-    return proc.returncode, (proc.stdout + proc.stderr).replace('\\"', '"')  # messages are JSON-escaped
+    # Messages are JSON-escaped, warnings wrapped at the terminal width: compare them unwrapped.
+    return proc.returncode, " ".join((proc.stdout + proc.stderr).replace('\\"', '"').split())
 
 
 def _manifest(out: Path) -> dict:
@@ -161,24 +162,30 @@ def test_override_packs_with_a_warning_and_deploy_serves_it_saying_so(packkernel
     assert os.readlink(root / "packtest").endswith("gate1")
 
 
-def test_deploy_refuses_a_pack_without_verification_and_changes_nothing(tmp_path, served_tree):
-    out = tmp_path / "out"
-    write_pack(out, "broken", "v1", find_kernel())  # a hand-made pack: its manifest records no verification
+def test_deploy_refuses_a_pack_without_verification_and_changes_nothing(tmp_path):
+    out, root = tmp_path / "out", tmp_path / "tftpboot"
     inventory = write_inventory(tmp_path / "inventory", {"broken": {"layer": "test", "formats": ["cpio.zst"]}},
-                                hpc_stateless_boot_root=str(served_tree), hpc_stateless_pack_output_dir=str(out),
+                                hpc_stateless_boot_root=str(root), hpc_stateless_pack_output_dir=str(out),
                                 hpc_stateless_boot_copy_loader=False, hpc_stateless_unverified_ok="")
-    before = tree(served_tree)
-    proc = run_site(inventory=inventory, playbook="playbooks/deploy.yml")
+    # hand-made packs: their manifests record no verification; v0 is served on the override first
+    write_pack(out, "broken", "v0", find_kernel())
+    served = run_site("-e", "hpc_stateless_deploy_version=v0", "-e", json.dumps({"hpc_stateless_unverified_ok": "seed"}),
+                      inventory=inventory, playbook="playbooks/deploy.yml")
+    assert served.returncode == 0, served.stdout[-4000:]
+    write_pack(out, "broken", "v1", find_kernel())
+    before = tree(root)
+    proc = run_site("-e", "hpc_stateless_deploy_version=v1", inventory=inventory, playbook="playbooks/deploy.yml")
     assert proc.returncode != 0
     assert ("image broken version v1 (" + str(out / "broken" / "v1") + "): refused, its manifest records no "
             "verification (packed without the verify gate, or by an older release).") in proc.stdout.replace("\n", " ")
     assert "The boot tree is unchanged." in proc.stdout
-    assert tree(served_tree) == before
+    assert tree(root) == before and os.readlink(root / "broken").endswith("v0")
 
-    overridden = run_site("-e", json.dumps({"hpc_stateless_unverified_ok": "rollback to a pre-gate pack"}),
+    overridden = run_site("-e", "hpc_stateless_deploy_version=v1",
+                          "-e", json.dumps({"hpc_stateless_unverified_ok": "rollback to a pre-gate pack"}),
                           inventory=inventory, playbook="playbooks/deploy.yml")
     assert overridden.returncode == 0, overridden.stdout[-4000:]
     assert ("verification none - OVERRIDE at deploy (hpc_stateless_unverified_ok): rollback to a pre-gate pack"
             in overridden.stdout)
-    assert os.readlink(served_tree / "broken").endswith("v1")
+    assert os.readlink(root / "broken").endswith("v1")
 
