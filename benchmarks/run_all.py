@@ -127,8 +127,11 @@ BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in (
     Benchmark("hwprofile", "~10 min", lambda d: ["--image", d.image_ref], ["--boots", "1"], True,
               lambda d: [d.image_ref]),
     Benchmark("peer", "~20 min", lambda d: [], ["--quick"]),
+    Benchmark("connection", "~10 min", lambda d: ["--image", d.root_ref], ["--rounds", "1"], True,
+              lambda d: [d.root_ref]),
 )}
-RUN_ORDER = ["plan", "deploy", "diff", "boot", "hwprofile", "nspawn", "compliance", "peer", "build", "pack"]
+RUN_ORDER = ["plan", "deploy", "diff", "boot", "hwprofile", "nspawn", "connection", "compliance", "peer", "build",
+             "pack"]
 
 
 @dataclass

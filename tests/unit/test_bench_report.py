@@ -4,7 +4,8 @@ The fixtures in tests/unit/fixtures/bench are real result files: build, complian
 pack from the full runs of session 2 (written before the uniform ``comparisons`` block existed),
 deploy and plan from runs through run_all.py (with the block), diff from a run of diff_bench.py,
 boot from a run of boot_bench.py, hwprofile from a run of hwprofile_bench.py (which missed its size goal),
-peer from a run of peer_bench.py (mkosi and ansible-bender side by side). The end-to-end test runs the real
+peer from a run of peer_bench.py (mkosi and ansible-bender side by side). connection from a run of connection_bench.py
+(2 rounds at a load average of ~4: the per-task budget missed). The end-to-end test runs the real
 plan benchmark through the runner; the exit-status tests use stand-in benchmark scripts (a test
 double of a benchmark process: the runner's contract is only an exit status and a JSON file,
 and a real benchmark cannot be made to fail on demand).
@@ -27,10 +28,12 @@ import comparisons  # noqa: E402  pylint: disable=wrong-import-position,import-e
 import peer_bench  # noqa: E402  pylint: disable=wrong-import-position,import-error
 import run_all  # noqa: E402  pylint: disable=wrong-import-position,import-error
 
-NAMES = ["build", "compliance", "nspawn", "pack", "deploy", "plan", "diff", "boot", "hwprofile", "peer"]
+NAMES = ["build", "compliance", "nspawn", "pack", "deploy", "plan", "diff", "boot", "hwprofile", "peer", "connection"]
 
 
 BOOT_ROWS = 3  # transfer (judged), qemu start to kernel, boot to multi-user (reported)
+# The recorded connection run (load average ~4) missed the per-task budget: 0.348 s against 0.25 s.
+CONNECTION_MISSED = "connection: per task, 50 module tasks on one working container"
 
 
 def fixture(name: str) -> dict:
@@ -58,6 +61,17 @@ def test_noop_that_built_a_layer_misses_its_goal_however_fast():
     data["noop"]["runs"][1]["built"] = 1
     noop = comparisons.derive("build", data)[0]
     assert noop["ratio"] > 1 and noop["also"] == {"0 layers built": False} and noop["met"] is False
+
+
+def test_connection_per_task_is_a_budget_and_the_other_connections_are_reported():
+    rows = by_name(fixture("connection")["comparisons"])
+    budget = rows["per task, 50 module tasks on one working container"]
+    assert (budget["kind"], budget["a_median"], budget["b_median"], budget["met"]) == ("budget", 0.25, 0.3482, False)
+    per_run = rows["per task, same 50 module tasks, vs hpc.stateless.buildah, one buildah run per task"]
+    podman = rows["per task, same 50 module tasks, vs containers.podman.buildah"]
+    assert (per_run["ratio"], podman["ratio"]) == (4.564, 6.295)
+    assert per_run["met"] is None and podman["met"] is None
+    assert len(per_run["a_samples"]) == len(per_run["b_samples"]) == 2
 
 
 def test_compliance_is_judged_as_the_speed_up_and_needs_equal_verdicts():
@@ -145,20 +159,22 @@ def test_report_of_every_benchmark(results_dir, tmp_path):
     # The recorded hwprofile run missed its size goal (pruned cpio.zst 48.5 % of the full one, goal <= 40 %).
     assert status == run_all.EXIT_GOAL_NOT_MET
     assert [o["name"] for o in report["benchmarks"]] == NAMES
-    assert [o["derived"] for o in report["benchmarks"]] == [True] * 4 + [False] * 6
+    assert [o["derived"] for o in report["benchmarks"]] == [True] * 4 + [False] * 7
     rows = report["comparisons"]
     peer = fixture("peer")["comparisons"]
     peer_judged = sum(row["goal_min_ratio"] is not None for row in peer)
     peer_met = sum(row["met"] is True for row in peer)
     peer_missed = [f"peer: {row['name']}" for row in peer if row["met"] is False]
     assert [row["benchmark"] for row in rows] == ["build"] * 2 + ["compliance"] + ["nspawn"] * 3 + ["pack"] * 4 \
-        + ["deploy"] * 4 + ["plan"] + ["diff"] * 3 + ["boot"] * BOOT_ROWS + ["hwprofile"] * 4 + ["peer"] * len(peer)
+        + ["deploy"] * 4 + ["plan"] + ["diff"] * 3 + ["boot"] * BOOT_ROWS + ["hwprofile"] * 4 + ["peer"] * len(peer) \
+        + ["connection"] * 3
     for row in rows:
         assert {"benchmark", "name", "a_label", "a_median", "b_label", "b_median", "ratio", "goal", "goal_min_ratio",
                 "met", "unit", "results_written"} <= set(row)
-    assert report["summary"] == {"comparisons": 22 + BOOT_ROWS + len(peer), "judged": 15 + peer_judged,
-                                 "met": 14 + peer_met, "not_met": 1 + len(peer_missed),
-                                 "not_met_names": ["hwprofile: cpio.zst of the compute image", *peer_missed],
+    assert report["summary"] == {"comparisons": 25 + BOOT_ROWS + len(peer), "judged": 16 + peer_judged,
+                                 "met": 14 + peer_met, "not_met": 2 + len(peer_missed),
+                                 "not_met_names": ["hwprofile: cpio.zst of the compute image", *peer_missed,
+                                                   CONNECTION_MISSED],
                                  "benchmarks_failed": [], "exit_status": run_all.EXIT_GOAL_NOT_MET}
     table = [line for line in markdown.splitlines() if line.startswith("| ")]
     assert table[0] == "| benchmark | comparison | A median | B median | ratio | goal | met |"
@@ -172,9 +188,9 @@ def test_report_of_every_benchmark(results_dir, tmp_path):
             "40.4 s | iPXE over HTTP (lighttpd): 2.20 s | 18.3x | >= 5x | yes |") in table
     assert ("| hwprofile | cpio.zst of the compute image | full: 160 MiB | pruned to the qemu profile: 77.5 MiB | "
             "2.06x | pruned <= 40 % of full | **NO** |") in table
-    missed = ", ".join(["hwprofile: cpio.zst of the compute image", *peer_missed])
-    assert markdown.rstrip().endswith(f"{22 + BOOT_ROWS + len(peer)} comparisons, {15 + peer_judged} judged: "
-                                      f"{14 + peer_met} goals met, {1 + len(peer_missed)} not met "
+    missed = ", ".join(["hwprofile: cpio.zst of the compute image", *peer_missed, CONNECTION_MISSED])
+    assert markdown.rstrip().endswith(f"{25 + BOOT_ROWS + len(peer)} comparisons, {16 + peer_judged} judged: "
+                                      f"{14 + peer_met} goals met, {2 + len(peer_missed)} not met "
                                       f"({missed}); 0 benchmark(s) failed")
 
 
