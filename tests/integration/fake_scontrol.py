@@ -15,7 +15,13 @@ State directory (``--state DIR``)::
     DIR/nodes/<node>/etc/image-release
 
 behaviour: ``ok``; ``fail`` (never comes back: DOWN+NOT_RESPONDING); ``wrong-image`` (comes
-back, resumed, but still runs its old image).
+back, resumed, but still runs its old image); ``no-reboot`` (Slurm takes it back into service
+without a new BootTime, as slurmctld does through ReturnToService=2 after "reboot timed out" when
+the node never really rebooted).
+
+The records follow what slurmctld 22.05 printed on the test cluster (test_cluster_rollout.py):
+``NextState=RESUME`` after ``State=`` while a ``reboot ... nextstate=RESUME`` is pending, and
+``Reason=<reason> : reboot issued`` once the reboot is issued.
 
 Supported: ``show node [--oneliner|-o] NODE``, ``reboot [ASAP] [nextstate=X] [reason=...] NODES``,
 ``update NodeName=X State=DRAIN Reason=...`` (the NHC reboot-on-drain trigger).
@@ -83,12 +89,16 @@ def boot(state: str, node: str) -> None:
     record = _load(state, node)
     time.sleep(float(record.get("boot_delay", 0.5)))
     record = _load(state, node)
-    record["State"] = "DOWN+REBOOT_ISSUED"
+    record.update(State="DOWN+DRAIN+REBOOT_ISSUED", Reason=record.get("Reason", "") + " : reboot issued")
     _save(state, node, record)
     time.sleep(0.2)
     behaviour = record.get("behaviour", "ok")
     if behaviour == "fail":
-        record.update(State="DOWN+NOT_RESPONDING", Reason="Not responding [slurm@fake]")
+        record.update(State="DOWN+NOT_RESPONDING", Reason="Not responding [slurm@fake]", NextState="")
+        _save(state, node, record)
+        return
+    if behaviour == "no-reboot":
+        record.update(State="IDLE", Reason="", NextState="")
         _save(state, node, record)
         return
     if behaviour == "ok":
@@ -100,7 +110,7 @@ def boot(state: str, node: str) -> None:
             handle.write(f"IMAGE={manifest['image']}\nVERSION={manifest['version']}\nLAYER={manifest.get('layer', '')}\n"
                          f"LAYER_KEY=\nBUILD_TIME={manifest.get('created', '')}\n")
         os.replace(release + ".tmp", release)
-    record.update(State="IDLE", Reason="", BootTime=_now())
+    record.update(State="IDLE", Reason="", BootTime=_now(), NextState="")
     _save(state, node, record)
 
 
@@ -121,8 +131,9 @@ def main(argv: list[str]) -> int:
         if record is None:
             print(f"Node {names[0] if names else ''} not found", file=sys.stderr)
             return 1
+        next_state = f"NextState={record['NextState']} " if record.get("NextState") else ""
         print(f"NodeName={names[0]} Arch=x86_64 CoresPerSocket=1 CPUAlloc=0 State={record['State']} "
-              f"ThreadsPerCore=1 BootTime={record['BootTime']} SlurmdStartTime={record['BootTime']} "
+              f"ThreadsPerCore=1 {next_state}BootTime={record['BootTime']} SlurmdStartTime={record['BootTime']} "
               f"Reason={record.get('Reason') or ''}".rstrip())
         return 0
 
@@ -137,7 +148,8 @@ def main(argv: list[str]) -> int:
             if record is None:
                 print(f"scontrol: error: Invalid node name specified: {node}", file=sys.stderr)
                 return 1
-            record.update(State="IDLE+DRAIN+REBOOT_REQUESTED", Reason=options.get("reason", "reboot requested"))
+            record.update(State="IDLE+DRAIN+REBOOT_REQUESTED", Reason=options.get("reason", "reboot requested"),
+                          NextState=options.get("nextstate", "").upper())
             _save(state, node, record)
             _start_boot(state, node)
         return 0

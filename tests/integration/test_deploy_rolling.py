@@ -1,10 +1,17 @@
 """playbooks/rolling_update.yml: batches, canary, skip-up-to-date, --check and failure handling.
 
-TEST DOUBLE: a fleet of physical nodes running slurmd cannot run on this build host. The nodes
-here are local directories (their /etc/image-release is a file, reached over Ansible's local
-connection) and Slurm is tests/integration/fake_scontrol.py, a recording fake ``scontrol`` that
-keeps real-looking node records and simulates a PXE reboot by reading the boot tree the playbook
-manages. The playbook, the boot tree (bootlink/bootconfig) and the rollback are real.
+TEST DOUBLE: the nodes here are local directories (their /etc/image-release is a file, reached
+over Ansible's local connection) and Slurm is tests/integration/fake_scontrol.py, a recording fake
+``scontrol`` that keeps node records like the ones slurmctld printed on the test cluster and
+simulates a PXE reboot by reading the boot tree the playbook manages. The playbook, the boot tree
+(bootlink/bootconfig) and the rollback are real.
+
+The roll itself, the canary that never registers and the rollback run against real slurmctld and
+rebooting nodes in test_cluster_rollout.py. This file keeps the edge cases a real cluster cannot
+produce on demand: a node that comes back with the wrong image (a PXE entry or DHCP gone wrong), a
+node that never answers again, a node already on the served version or on an older one, Slurm
+returning a node to service without a reboot, nothing served, the NHC drain path (its timer fires
+every few minutes), and the exact batch plan of five nodes.
 """
 
 from __future__ import annotations
@@ -157,6 +164,20 @@ def test_failed_later_batch_stops_the_roll_without_rollback(tmp_path):
     assert "roll stopped after this batch" in proc.stdout
     assert cluster.served() == "images/compute/v2"  # a later batch does not roll back
     assert [cluster.release(n) for n in NODES] == ["v2", "v2", "v1", "v1", "v1"]
+
+
+def test_canary_back_in_service_without_a_reboot_fails(tmp_path):
+    """Slurm gave the node back (ReturnToService=2 after "reboot timed out") but its BootTime is
+    older than the request: the node never rebooted, so it must not count as rolled (this is how
+    slurmd in a container, which reports the host's boot time, looked before slurmd -b)."""
+    cluster = Cluster(tmp_path, behaviours={"n1": "no-reboot"})
+    proc = cluster.roll()
+    assert proc.returncode != 0
+    assert cluster.reboots() == ["n1"]
+    assert "canary failed - n1: back in service without a new boot: Slurm says State=IDLE BootTime=2026-01-01T00:00:00, " \
+        "not after the reboot request at " in proc.stdout
+    assert "start slurmd with -b" in proc.stdout
+    assert "boot links rolled back: compute v2 -> v1" in proc.stdout
 
 
 def test_nhc_method_drains_with_the_reboot_reason(tmp_path):
