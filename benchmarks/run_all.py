@@ -126,7 +126,7 @@ BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in (
     Benchmark("boot", "~15 min", _deploy_args, ["--runs", "1"], True),
     Benchmark("hwprofile", "~10 min", lambda d: ["--image", d.image_ref], ["--boots", "1"], True,
               lambda d: [d.image_ref]),
-    Benchmark("peer", "~20 min", lambda d: [], ["--quick"]),
+    Benchmark("peer", "~8 min", lambda d: [], ["--quick"]),
     Benchmark("connection", "~10 min", lambda d: ["--image", d.root_ref], ["--rounds", "1"], True,
               lambda d: [d.root_ref]),
 )}
