@@ -124,9 +124,9 @@ def worker(container: str, ids: list[str], results) -> None:
 
 
 def test_every_answer_arrives_exactly_once_under_load(container):
-    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]  # pylint: disable=consider-using-with
+    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _burner in range(2)]  # pylint: disable=consider-using-with
     try:
-        ids = [uuid.uuid4().hex for _ in range(RUNS)]
+        ids = [uuid.uuid4().hex for _run in range(RUNS)]
         results = multiprocessing.get_context("fork").SimpleQueue()
         children = [multiprocessing.get_context("fork").Process(target=worker, args=(container, ids[n::WORKERS], results))
                     for n in range(WORKERS)]
@@ -134,7 +134,7 @@ def test_every_answer_arrives_exactly_once_under_load(container):
             child.start()
             child.join(timeout=120)
             assert child.exitcode == 0
-        answers = [item for _ in children for item in results.get()]
+        answers = [item for _child in children for item in results.get()]
     finally:
         for burner in burners:
             burner.kill()

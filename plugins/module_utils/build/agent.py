@@ -233,6 +233,7 @@ def main() -> None:
     """Entry point inside the container: serve stdin/stdout until stdin closes."""
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     # Nothing a command prints reaches our stdout but our frames: commands get pipes of their own.
+
     def write(data: bytes) -> None:
         stdout.write(data)
         stdout.flush()

@@ -152,8 +152,8 @@ class Holder:
                                f"(rc={self.proc.returncode if self.proc else '?'}): {said or 'no message'}")
 
     def _await_hello(self) -> dict[str, Any] | None:
-        assert self.proc and self.proc.stdout and self.proc.stderr
-        out, err = self.proc.stdout.fileno(), self.proc.stderr.fileno()
+        _stdin, stdout, stderr = self._pipes()
+        out, err = stdout.fileno(), stderr.fileno()
         deadline = time.monotonic() + START_TIMEOUT
         self.stderr_tail = b""
         while time.monotonic() < deadline and not self.stop_reason:
@@ -174,9 +174,15 @@ class Holder:
         self._stop_process()
         return None
 
+    def _pipes(self) -> tuple[Any, Any, Any]:
+        """stdin, stdout and stderr of ``buildah run`` (the agent's streams)."""
+        proc = self.proc
+        if proc is None or proc.stdin is None or proc.stdout is None or proc.stderr is None:
+            raise RuntimeError(f"the agent of container {self.container} was never started")
+        return proc.stdin, proc.stdout, proc.stderr
+
     def _drain_stderr(self) -> bool:
-        assert self.proc and self.proc.stderr
-        data = os.read(self.proc.stderr.fileno(), 65536)
+        data = os.read(self._pipes()[2].fileno(), 65536)
         self.stderr_tail = (self.stderr_tail + data)[-STDERR_TAIL:]
         return bool(data)
 
@@ -225,14 +231,14 @@ class Holder:
         if self.peer is not None:
             self.peer.close()
         self.peer = None
-        assert self.proc and self.proc.stdin
         for rid in sorted(self.open_puts):
-            _write_all(self.proc.stdin.fileno(), agent.encode({"id": rid, "op": "abort"}))
+            _write_all(self._pipes()[0].fileno(), agent.encode({"id": rid, "op": "abort"}))
             self.pending.add(rid)
         self.open_puts.clear()
 
     def _from_peer(self) -> None:
-        assert self.peer is not None and self.proc and self.proc.stdin
+        if self.peer is None:
+            return
         try:
             frame = agent.read_frame(self.peer.recv)
         except (agent.ProtocolError, ValueError, OSError):
@@ -251,13 +257,12 @@ class Holder:
         else:
             self.open_puts.discard(rid)
             self.pending.add(rid)
-        _write_all(self.proc.stdin.fileno(), agent.encode(header, body))
+        _write_all(self._pipes()[0].fileno(), agent.encode(header, body))
 
     def _from_agent(self) -> bool:
         """Relay one answer; False when the agent is gone."""
-        assert self.proc and self.proc.stdout
         try:
-            frame = agent.read_frame(_read_fd(self.proc.stdout.fileno()))
+            frame = agent.read_frame(_read_fd(self._pipes()[1].fileno()))
         except (agent.ProtocolError, ValueError, OSError):
             frame = None
         if frame is None:
@@ -282,8 +287,8 @@ class Holder:
         self._send_peer(agent.encode({"id": 0, "ready": True, **self.hello}))
 
     def serve(self, listener: socket.socket) -> None:
-        assert self.proc and self.proc.stdout and self.proc.stderr
-        out, err = self.proc.stdout.fileno(), self.proc.stderr.fileno()
+        _stdin, stdout, stderr = self._pipes()
+        out, err = stdout.fileno(), stderr.fileno()
         last_use = last_check = time.monotonic()
         while not self.stop_reason:
             watch = [out] + ([err] if err >= 0 else [])
@@ -474,16 +479,20 @@ class Session:
                          f"it may have run, so it is not run again. Run the play again, or set "
                          f"ansible_hpc_stateless_buildah_persistent=false to use one buildah run per task")
 
+    def _socket(self) -> socket.socket:
+        if self.sock is None:
+            raise AgentLost(f"no connection to the agent of container {self.container}")
+        return self.sock
+
     def _send(self, data: bytes) -> None:
-        assert self.sock is not None
-        self.sock.sendall(data)
+        self._socket().sendall(data)
 
     def _answers(self, rid: int, what: str):
         """Frames answering request ``rid`` up to the final one."""
-        assert self.sock is not None
+        sock = self._socket()
         while True:
             try:
-                frame = agent.read_frame(self.sock.recv)
+                frame = agent.read_frame(sock.recv)
             except (agent.ProtocolError, ValueError, OSError) as exc:
                 raise self._lost(what, exc) from None
             if frame is None:

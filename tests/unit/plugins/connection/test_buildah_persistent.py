@@ -20,21 +20,22 @@ class FakeSession:
     """Records what the plugin asks of the agent's session."""
 
     instances: list = []
+    failures: dict = {}  # "connect" / "exec": the exception that call raises
 
     def __init__(self, container, user, client, idle_timeout=600, log=None, owner=None):  # pylint: disable=unused-argument
         self.container, self.user, self.idle_timeout = container, user, idle_timeout
-        self.calls, self.fail_connect, self.fail_exec = [], None, None
+        self.calls = []
         FakeSession.instances.append(self)
 
     def connect(self):
         self.calls.append(("connect",))
-        if FakeSession.fail_connect:
-            raise FakeSession.fail_connect
+        if "connect" in FakeSession.failures:
+            raise FakeSession.failures["connect"]
 
     def exec(self, cmd, stdin=None):
         self.calls.append(("exec", cmd, stdin))
-        if FakeSession.fail_exec:
-            raise FakeSession.fail_exec
+        if "exec" in FakeSession.failures:
+            raise FakeSession.failures["exec"]
         return 0, b"out", b"err"
 
     def put(self, local, remote):
@@ -54,7 +55,7 @@ class FakeSession:
 
 @pytest.fixture(name="conn")
 def fixture_conn(monkeypatch):
-    FakeSession.instances, FakeSession.fail_connect, FakeSession.fail_exec = [], None, None
+    FakeSession.instances, FakeSession.failures = [], {}
     monkeypatch.setattr(buildah_plugin, "Session", FakeSession)
     options = {"persistent": True, "persistent_idle_timeout": 42}
     monkeypatch.setattr(buildah_plugin.Connection, "get_option", lambda self, name: options[name])
@@ -74,7 +75,7 @@ def test_commands_and_files_go_through_one_session(conn):
 
 
 def test_a_lost_answer_fails_the_task_and_is_not_retried(conn):
-    FakeSession.fail_exec = AgentLost("the agent went away; it may have run, so it is not run again")
+    FakeSession.failures["exec"] = AgentLost("the agent went away; it may have run, so it is not run again")
     with pytest.raises(AnsibleConnectionFailure, match="not run again"):
         conn.exec_command("apt-get install -y x")
     assert [c[0] for c in FakeSession.instances[0].calls] == ["connect", "exec"]
@@ -86,7 +87,7 @@ def test_a_file_error_names_the_container(conn, tmp_path):
 
 
 def test_an_agent_that_cannot_start_falls_back_to_one_buildah_run_per_task(conn, monkeypatch):
-    FakeSession.fail_connect = AgentUnavailable("no python3 in the container")
+    FakeSession.failures["connect"] = AgentUnavailable("no python3 in the container")
     calls = []
     monkeypatch.setattr(conn, "_buildah", lambda verb, args=(), in_data=None: calls.append(verb) or (1, b"", b"no"))
     warnings = []

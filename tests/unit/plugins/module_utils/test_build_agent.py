@@ -95,7 +95,7 @@ def test_file_errors_are_answers_that_name_the_path(tmp_path):
     answers = serve([agent.encode({"id": 1, "op": "fetch", "path": missing}),
                      agent.encode({"id": 2, "op": "put", "path": str(tmp_path / "no" / "dir"), "more": False}, b"x"),
                      agent.encode({"id": 3, "op": "frobnicate"})])[1:]
-    assert [h["id"] for h, _ in answers] == [1, 2, 3] and all(h["rc"] == 1 for h, _ in answers)
+    assert [h["id"] for h, _body in answers] == [1, 2, 3] and all(h["rc"] == 1 for h, _body in answers)
     assert missing in answers[0][0]["error"] and "No such file" in answers[1][0]["error"]
     assert "unknown request" in answers[2][0]["error"]
 
@@ -117,14 +117,14 @@ def test_the_agent_process_kills_a_running_command_when_its_input_closes(tmp_pat
         assert agent.read_frame(proc.stdout.read)[0]["hello"] == agent.HELLO
         proc.stdin.write(agent.exec_request(1, f"echo $$ > {marker}; exec sleep 937".encode(), None))
         proc.stdin.flush()
-        for _ in range(500):
+        for _poll in range(500):
             if marker.exists() and marker.read_text().strip():
                 break
             subprocess.run(["sleep", "0.01"], check=True)
         sleeper = int(marker.read_text())
         proc.stdin.close()
         assert proc.wait(timeout=10) == 0
-        for _ in range(100):
+        for _poll in range(100):
             if not os.path.exists(f"/proc/{sleeper}") or open(f"/proc/{sleeper}/stat").read().split()[2] == "Z":
                 break
             subprocess.run(["sleep", "0.02"], check=True)

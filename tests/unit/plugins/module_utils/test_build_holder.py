@@ -186,7 +186,7 @@ def test_the_socket_is_abstract_private_and_named_per_container_user_and_playboo
     server.listen(1)
     client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     client.connect(server.getsockname())
-    conn, _ = server.accept()
+    conn, _address = server.accept()
     assert holder.peer_uid(conn) == holder.peer_uid(client) == os.getuid()
     for sock in (conn, client, server):
         sock.close()
