@@ -84,6 +84,11 @@ class CallbackModule(CallbackBase):
     def _run_in_unshare() -> None:
         """Replace this process with the same ansible-playbook inside ``buildah unshare``."""
         argv = rootless.unshare_argv([sys.executable, *sys.argv])
+        # Inside, the user is uid 0: without USER/LOGNAME (a sanitised CI environment) Ansible would take
+        # it for root and put its remote_tmp under ~root, which the user cannot write.
+        name = rootless.outer_user()[0]
+        os.environ.setdefault("USER", name)
+        os.environ.setdefault("LOGNAME", name)
         sys.stdout.flush()
         sys.stderr.flush()
         try:
