@@ -144,7 +144,7 @@ class Holder:
             if hello is not None:
                 self.hello = hello
                 return
-            self.proc.wait()
+            self._stop_process()  # it may still run after saying something else than hello
             said = self.stderr_tail.decode("utf-8", "replace").strip()
             if self.stop_reason:
                 break
