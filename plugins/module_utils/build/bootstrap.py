@@ -271,7 +271,7 @@ def mmdebstrap_argv(spec: BootstrapSpec, binary: str = "mmdebstrap") -> list[str
     The host cache directory is bind-mounted over the root's apt archive while mmdebstrap runs
     (hooks run as root, in the host's or the build's user namespace), and the downloaded packages
     are kept there (``--skip=essential/unlink``); it is unmounted before mmdebstrap's cleanup,
-    which then leaves no package file in the root.
+    which then leaves no package file in the root. The package lists stay, as with debootstrap.
     """
     archives = APT_ARCHIVES.lstrip("/")
     cache = shlex.quote(spec.cache_dir)
@@ -293,6 +293,9 @@ def mmdebstrap_argv(spec: BootstrapSpec, binary: str = "mmdebstrap") -> list[str
         argv.append(f"--keyring={spec.keyring}")
     argv += [
         "--skip=essential/unlink",
+        # Keep apt's package lists, as debootstrap does: a role's apt with cache_valid_time trusts a fresh
+        # list directory, and mmdebstrap's cleanup would leave it fresh and empty ("No package matching").
+        "--skip=cleanup/apt/lists",
         f"--hook-dir={MMDEBSTRAP_FILE_MIRROR_HOOKS}",
         f'--setup-hook=mkdir -p "$1/{archives}" && mount -o bind {cache} "$1/{archives}"',
         f'--customize-hook=umount "$1/{archives}"',

@@ -136,6 +136,7 @@ def test_debootstrap_empty_components_fall_back_to_main():
 
 CACHE_HOOKS = [
     "--skip=essential/unlink",
+    "--skip=cleanup/apt/lists",
     f"--hook-dir={MMDEBSTRAP_FILE_MIRROR_HOOKS}",
     '--setup-hook=mkdir -p "$1/var/cache/apt/archives" && mount -o bind /var/cache/hpc-stateless/debootstrap '
     '"$1/var/cache/apt/archives"',
@@ -164,7 +165,7 @@ def test_mmdebstrap_full_argv():
     assert argv[:7] == ["/usr/bin/mmdebstrap", "--mode=root", "--variant=minbase", "--include=python3,systemd-sysv",
                         "--components=main,contrib", "--architectures=arm64", "--keyring=/k.gpg"]
     # the cache path is quoted for the hook's shell; a local mirror becomes a file:// URL
-    assert "mount -o bind '/var/tmp/my cache' \"$1/var/cache/apt/archives\"" in argv[9]
+    assert "mount -o bind '/var/tmp/my cache' \"$1/var/cache/apt/archives\"" in argv[10]
     assert argv[-4:] == ["--verbose", "bookworm", ROOT, "file:///srv/mirror/debian"]
 
 
