@@ -129,9 +129,11 @@ BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in (
     Benchmark("peer", "~8 min", lambda d: [], ["--quick"]),
     Benchmark("connection", "~10 min", lambda d: ["--image", d.root_ref], ["--rounds", "1"], True,
               lambda d: [d.root_ref]),
+    Benchmark("rootless", "~5 min", lambda d: ["--inventory", INVENTORY],
+              ["--inventory", "tests/integration/rootless_inventory"]),
 )}
-RUN_ORDER = ["plan", "deploy", "diff", "boot", "hwprofile", "nspawn", "connection", "compliance", "peer", "build",
-             "pack"]
+RUN_ORDER = ["plan", "deploy", "diff", "boot", "hwprofile", "nspawn", "connection", "compliance", "peer", "rootless",
+             "build", "pack"]
 
 
 @dataclass

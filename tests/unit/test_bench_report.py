@@ -4,7 +4,8 @@ The fixtures in tests/unit/fixtures/bench are real result files: build, complian
 pack from the full runs of session 2 (written before the uniform ``comparisons`` block existed),
 deploy and plan from runs through run_all.py (with the block), diff from a run of diff_bench.py,
 boot from a run of boot_bench.py, hwprofile from a run of hwprofile_bench.py (which missed its size goal),
-peer from a run of peer_bench.py (mkosi and ansible-bender side by side). connection from a run of connection_bench.py
+peer from a run of peer_bench.py (mkosi and ansible-bender side by side), rootless from a run of rootless_bench.py
+(the default DAG as root, rootless on overlay and on vfs). connection from a run of connection_bench.py
 (2 rounds at a load average of ~4: the per-task budget missed). The end-to-end test runs the real
 plan benchmark through the runner; the exit-status tests use stand-in benchmark scripts (a test
 double of a benchmark process: the runner's contract is only an exit status and a JSON file,
@@ -28,9 +29,11 @@ import comparisons  # noqa: E402  pylint: disable=wrong-import-position,import-e
 import peer_bench  # noqa: E402  pylint: disable=wrong-import-position,import-error
 import run_all  # noqa: E402  pylint: disable=wrong-import-position,import-error
 
-NAMES = ["build", "compliance", "nspawn", "pack", "deploy", "plan", "diff", "boot", "hwprofile", "peer", "connection"]
+NAMES = ["build", "compliance", "nspawn", "pack", "deploy", "plan", "diff", "boot", "hwprofile", "peer", "connection",
+         "rootless"]
 
 
+ROOTLESS_ROWS = 3  # root vs rootless build, vfs vs overlay commit time and disk use (all reported)
 BOOT_ROWS = 3  # transfer (judged), qemu start to kernel, boot to multi-user (reported)
 # The recorded connection run (load average ~4) missed the per-task budget: 0.348 s against 0.25 s.
 CONNECTION_MISSED = "connection: per task, 50 module tasks on one working container"
@@ -159,7 +162,7 @@ def test_report_of_every_benchmark(results_dir, tmp_path):
     # The recorded hwprofile run missed its size goal (pruned cpio.zst 48.5 % of the full one, goal <= 40 %).
     assert status == run_all.EXIT_GOAL_NOT_MET
     assert [o["name"] for o in report["benchmarks"]] == NAMES
-    assert [o["derived"] for o in report["benchmarks"]] == [True] * 4 + [False] * 7
+    assert [o["derived"] for o in report["benchmarks"]] == [True] * 4 + [False] * 8
     rows = report["comparisons"]
     peer = fixture("peer")["comparisons"]
     peer_judged = sum(row["goal_min_ratio"] is not None for row in peer)
@@ -167,11 +170,11 @@ def test_report_of_every_benchmark(results_dir, tmp_path):
     peer_missed = [f"peer: {row['name']}" for row in peer if row["met"] is False]
     assert [row["benchmark"] for row in rows] == ["build"] * 2 + ["compliance"] + ["nspawn"] * 3 + ["pack"] * 4 \
         + ["deploy"] * 4 + ["plan"] + ["diff"] * 3 + ["boot"] * BOOT_ROWS + ["hwprofile"] * 4 + ["peer"] * len(peer) \
-        + ["connection"] * 3
+        + ["connection"] * 3 + ["rootless"] * ROOTLESS_ROWS
     for row in rows:
         assert {"benchmark", "name", "a_label", "a_median", "b_label", "b_median", "ratio", "goal", "goal_min_ratio",
                 "met", "unit", "results_written"} <= set(row)
-    assert report["summary"] == {"comparisons": 25 + BOOT_ROWS + len(peer), "judged": 16 + peer_judged,
+    assert report["summary"] == {"comparisons": 25 + BOOT_ROWS + ROOTLESS_ROWS + len(peer), "judged": 16 + peer_judged,
                                  "met": 14 + peer_met, "not_met": 2 + len(peer_missed),
                                  "not_met_names": ["hwprofile: cpio.zst of the compute image", *peer_missed,
                                                    CONNECTION_MISSED],
@@ -189,7 +192,7 @@ def test_report_of_every_benchmark(results_dir, tmp_path):
     assert ("| hwprofile | cpio.zst of the compute image | full: 160 MiB | pruned to the qemu profile: 77.5 MiB | "
             "2.06x | pruned <= 40 % of full | **NO** |") in table
     missed = ", ".join(["hwprofile: cpio.zst of the compute image", *peer_missed, CONNECTION_MISSED])
-    assert markdown.rstrip().endswith(f"{25 + BOOT_ROWS + len(peer)} comparisons, {16 + peer_judged} judged: "
+    assert markdown.rstrip().endswith(f"{25 + BOOT_ROWS + ROOTLESS_ROWS + len(peer)} comparisons, {16 + peer_judged} judged: "
                                       f"{14 + peer_met} goals met, {2 + len(peer_missed)} not met "
                                       f"({missed}); 0 benchmark(s) failed")
 
@@ -405,3 +408,14 @@ def test_a_peer_image_left_stale_says_since_which_scenario(tmp_path):
         bench.add(peer_bench.judge(peer_bench.Run("ansible-bender", scenario, 5.0, "0/3 tasks"), problems))
     assert [run.note for run in bench.runs] == ["", "", "wrong since scenario variable", "wrong since scenario variable"]
     assert peer_bench.correctness_note(bench.runs[3]) == "ansible-bender STALE: motd (wrong since scenario variable)"
+
+
+def test_rootless_rows_are_reported_side_by_side():
+    data = fixture("rootless")
+    rows = by_name(data["comparisons"])
+    build = rows["default DAG build: root vs rootless (overlay)"]
+    assert build["a_median"] == data["sides"]["root"]["seconds"] and build["b_median"] == data["sides"]["overlay"]["seconds"]
+    assert build["met"] is None and build["also"] == {"same content keys": True}
+    disk = rows["rootless disk use of the DAG: vfs vs overlay"]
+    assert disk["unit"] == "MiB" and disk["ratio"] > 1
+    assert all(row["goal_min_ratio"] is None for row in rows.values())
