@@ -214,6 +214,10 @@ def test_artifacts_and_boot_tree_are_in_the_site_tree_with_the_site_version(site
     repo = site["repo"]
     manifest = json.loads((repo / "build/images/site" / SITE_TAG / "manifest.json").read_text())
     assert manifest["version"] == SITE_TAG  # git describe of the site repository, not of the collection
+    # packed through the verification gate: the site layer booted under verify first, once
+    assert manifest["verification"]["status"] == "passed", manifest["verification"]
+    assert [p.name.split("-")[0] for p in (repo / "build/verify").iterdir()] == ["site"]
+    assert "not booted again" in site["second"].stdout
     served = repo / "build/tftpboot/site"
     assert json.loads((served / "manifest.json").read_text())["version"] == SITE_TAG
     assert (served / "vmlinuz").is_file() and (repo / "build/tftpboot/pxelinux.cfg/default").is_file()
