@@ -348,8 +348,8 @@ class Node:
         boot = Boot(number=len(self.boots) + 1, version=version, started=started)
         self._unpack(initrd)
         self._provision()
-        argv = nspawn_boot_argv("systemd-nspawn", str(self.root), self.machine, hostname=self.name,
-                                network=self.netns)
+        argv = fresh_clock_argv() + nspawn_boot_argv("systemd-nspawn", str(self.root), self.machine,
+                                                     hostname=self.name, network=self.netns)
         notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         address = f"\0hpc-cluster-{self.cluster.tag}-{self.name}"
         notify.bind(address)
@@ -453,6 +453,18 @@ class Node:
         if self._thread is not None:
             self._thread.join(timeout=60)
         self._release_boot()  # whatever a boot that was under way when we stopped had made
+
+
+def fresh_clock_argv() -> list[str]:
+    """A time namespace whose boot and monotonic clocks start near 0, like a machine that just booted.
+
+    A container shares the host's kernel, so without it /proc/uptime (and sysinfo()) inside the node
+    is the host's: slurmd reports the same BootTime after a reboot, and slurmctld, which tells a
+    finished reboot by a newer BootTime, takes the node down after its timeout instead of resuming it
+    (the rolling update checks BootTime too)."""
+    with open("/proc/uptime", encoding="utf-8") as handle:
+        offset = int(float(handle.read().split()[0])) - 1
+    return ["unshare", "--time", "--fork", f"--boottime=-{offset}", f"--monotonic=-{offset}", "--"]
 
 
 def _is_mount(path: Path) -> bool:
