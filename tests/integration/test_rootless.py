@@ -77,6 +77,18 @@ def cpio_listing(archive: Path) -> dict[str, str]:
     return entries
 
 
+def squashfs_listing(image: Path) -> dict[str, str]:
+    """``{path: 'mode uid/gid'}`` of a squashfs, from ``unsquashfs -lln`` (numeric owners)."""
+    listing = subprocess.run(["unsquashfs", "-lln", "-d", "", str(image)], capture_output=True, text=True,
+                             check=True).stdout
+    entries = {}
+    for line in listing.splitlines():
+        match = re.match(r"(\S+) (\d+/\d+) .* \d{4}-\d\d-\d\d \d\d:\d\d /(.+)$", line)
+        if match:
+            entries[match.group(3).split(" -> ")[0]] = f"{match.group(1)} {match.group(2)}"
+    return entries
+
+
 @pytest.fixture(scope="module")
 def packs(build_user) -> dict[str, dict]:
     """The DAG built and packed by root and by the build user: ``{'root'|'user': {listing, manifest, stdout}}``."""
@@ -97,6 +109,7 @@ def packs(build_user) -> dict[str, dict]:
     for side, project, stdout in (("root", root_project, root.stdout), ("user", user_project, user.stdout)):
         version_dir = project / "build" / "images" / "owners" / VERSION
         result[side] = {"listing": cpio_listing(version_dir / "owners.cpio.zst"), "stdout": stdout,
+                        "squashfs": squashfs_listing(version_dir / "owners.squashfs"),
                         "manifest": json.loads((version_dir / "manifest.json").read_text())}
     yield result
     shutil.rmtree(tmp, ignore_errors=True)
@@ -140,3 +153,15 @@ def test_user_without_subordinate_ids_gets_the_line_to_add(tmp_path):
     assert f"user {NO_IDS_USER} has no subordinate uids in /etc/subuid" in said, said[-2000:]
     assert re.search(rf"add the line '{NO_IDS_USER}:\d+:65536' to /etc/subgid", said), said[-2000:]
     assert "Traceback" not in said
+
+
+def test_owners_and_modes_in_the_packed_squashfs_match_the_root_build(packs):
+    user, root = packs["user"]["squashfs"], packs["root"]["squashfs"]
+    assert user["usr/local/bin/owners-setuid"] == "-rwsr-xr-x 0/0"
+    assert user["srv/owners-nobody"] == "-rw-r----- 65534/65534"
+    assert user["srv/owners-numeric"] == "-rw------- 1234/4321"
+    assert user["srv/owners-sticky"] == "drwxrwxrwt 0/0"
+    devices = {name for name, entry in root.items() if entry[0] in "cb"}
+    differ = {name for name in set(user) | set(root) if user.get(name) != root.get(name)}
+    assert differ <= devices, sorted(differ - devices)[:20]
+    assert len(user) > 5000
