@@ -286,22 +286,35 @@ class Holder:
         self.peer = conn
         self._send_peer(agent.encode({"id": 0, "ready": True, **self.hello}))
 
+    def _owner_fd(self) -> int:
+        """A pidfd of the playbook (readable the moment it exits), -1 where the kernel has none."""
+        try:
+            fd = os.pidfd_open(self.owner)  # type: ignore[attr-defined]  # Python >= 3.9, Linux >= 5.3
+        except (AttributeError, OSError):
+            return -1
+        self._check_owner()  # the pid is the playbook's, not a reused one
+        return fd
+
     def serve(self, listener: socket.socket) -> None:
         _stdin, stdout, stderr = self._pipes()
         out, err = stdout.fileno(), stderr.fileno()
+        owner = self._owner_fd()
         last_use = last_check = time.monotonic()
         while not self.stop_reason:
-            watch = [out] + ([err] if err >= 0 else [])
+            watch = [out] + ([err] if err >= 0 else []) + ([owner] if owner >= 0 else [])
             if self.peer is not None:
                 watch.append(self.peer.fileno())
             elif not self.pending:
                 watch.append(listener.fileno())
             ready = select.select(watch, [], [], TICK)[0]
+            if owner in ready:
+                self.stop_reason = f"ansible-playbook (pid {self.owner}) is gone"
+                continue
             if err in ready and not self._drain_stderr():
                 err = -1
             if out in ready and not self._from_agent():
                 self.stop_reason = "the agent exited: " + self.stderr_tail.decode("utf-8", "replace").strip()
-                break
+                continue
             if self.peer is not None and self.peer.fileno() in ready:
                 self._from_peer()
             elif listener.fileno() in ready:
@@ -316,6 +329,8 @@ class Holder:
                 last_check = now
                 if self._container_gone():
                     self.stop_reason = f"container {self.container} is gone"
+        if owner >= 0:
+            os.close(owner)
 
     def run(self) -> None:
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
