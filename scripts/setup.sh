@@ -105,4 +105,22 @@ if ! cmp -s scripts/ansible_test_get_pip.py "$get_pip"; then
   cp scripts/ansible_test_get_pip.py "$get_pip"
 fi
 
+# A build user (not root): rootless buildah on the kernel's overlay instead of its vfs fallback (a full
+# copy per layer), and the subordinate-id check every rootless build runs (docs/rootless.md).
+if ((EUID != 0)); then
+  conf="${XDG_CONFIG_HOME:-$HOME/.config}/containers/storage.conf"
+  if [[ ! -e $conf && ! -e "${XDG_DATA_HOME:-$HOME/.local/share}/containers/storage" ]]; then
+    step "writing $conf (overlay storage for rootless buildah)"
+    mkdir -p "$(dirname "$conf")"
+    printf '[storage]\ndriver = "overlay"\n' > "$conf"
+  fi
+  PYTHONPATH="$repo/.collections" .venv/bin/python -c '
+from ansible_collections.hpc.stateless.plugins.module_utils.build import rootless
+try:
+    rootless.preflight()
+except rootless.RootlessError as exc:
+    raise SystemExit(str(exc))' || exit 1
+  step "subordinate ids and newuidmap/newgidmap present for $(id -un)"
+fi
+
 step "set-up complete"
