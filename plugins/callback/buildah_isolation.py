@@ -76,7 +76,7 @@ class CallbackModule(CallbackBase):
         except rootless.RootlessError as exc:
             # Ansible turns an exception of a callback into a warning and goes on: stop here instead.
             Display().error(str(exc), wrap_text=False)
-            sys.exit(1)
+            raise SystemExit(1)
         if os.geteuid() != 0 and rootless.in_initial_namespace():
             self._run_in_unshare()
 
@@ -96,4 +96,4 @@ class CallbackModule(CallbackBase):
         except OSError as exc:
             Display().error(f"cannot start {argv[0]} to run the playbook in its user namespace: {exc}; "
                             "install buildah", wrap_text=False)
-            sys.exit(1)
+            raise SystemExit(1)
