@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cluster_support import COMPUTE_IMAGE, INVENTORY, Cluster, NodeDown, check_playbook
+from cluster_support import COMPUTE_IMAGE, INVENTORY, Cluster, check_playbook
 
 VERSIONS = yaml.safe_load(Path(__file__).with_name("rollout_versions.yml").read_text(encoding="utf-8"))
 ROLL = "playbooks/rolling_update.yml"
