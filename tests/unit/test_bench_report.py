@@ -30,10 +30,12 @@ import peer_bench  # noqa: E402  pylint: disable=wrong-import-position,import-er
 import run_all  # noqa: E402  pylint: disable=wrong-import-position,import-error
 
 NAMES = ["build", "compliance", "nspawn", "pack", "deploy", "plan", "diff", "boot", "hwprofile", "peer", "connection",
-         "rootless"]
+         "rootless", "rollout"]
 
 
 ROOTLESS_ROWS = 3  # root vs rootless build, vfs vs overlay commit time and disk use (all reported)
+# The rollout run measured 2 and 4 nodes: three rolls, batch 1 vs 2 at 4 nodes, one node's reboot (all reported).
+ROLLOUT_ROWS = 5
 BOOT_ROWS = 3  # transfer (judged), qemu start to kernel, boot to multi-user (reported)
 # The recorded connection run (load average ~4) missed the per-task budget: 0.348 s against 0.25 s.
 CONNECTION_MISSED = "connection: per task, 50 module tasks on one working container"
@@ -122,6 +124,18 @@ def test_plan_and_deploy_blocks_from_the_runner_run():
     assert deploy[0]["name"] == "switch + render boot config for 10000 nodes (20003 files)"
 
 
+def test_rollout_rows_from_the_real_run():
+    data = fixture("rollout")
+    rows = by_name(data["comparisons"])
+    assert len(rows) == ROLLOUT_ROWS and all(row["kind"] == "reported" and row["met"] is None for row in rows.values())
+    four = rows["roll 4 nodes, canary 1 then batches of 2"]
+    assert (four["a_median"], four["b_median"]) == (17.33, 26.31)
+    run = data["cases"][1]["runs"][1]
+    assert run["batches"] == [["node001"], ["node002", "node003"], ["node004"]]
+    assert run["overhead_seconds"] == pytest.approx(run["wall_seconds"] - run["reboot_path_seconds"], abs=0.02)
+    assert [row["batch_size"] for row in data["extrapolation"]] == [1, 10, 50, 100, 500]
+
+
 def test_a_missing_field_names_itself():
     data = fixture("pack")
     del data["results"]["squashfs"]["ours_median"]
@@ -162,7 +176,7 @@ def test_report_of_every_benchmark(results_dir, tmp_path):
     # The recorded hwprofile run missed its size goal (pruned cpio.zst 48.5 % of the full one, goal <= 40 %).
     assert status == run_all.EXIT_GOAL_NOT_MET
     assert [o["name"] for o in report["benchmarks"]] == NAMES
-    assert [o["derived"] for o in report["benchmarks"]] == [True] * 4 + [False] * 8
+    assert [o["derived"] for o in report["benchmarks"]] == [True] * 4 + [False] * 9
     rows = report["comparisons"]
     peer = fixture("peer")["comparisons"]
     peer_judged = sum(row["goal_min_ratio"] is not None for row in peer)
@@ -170,11 +184,11 @@ def test_report_of_every_benchmark(results_dir, tmp_path):
     peer_missed = [f"peer: {row['name']}" for row in peer if row["met"] is False]
     assert [row["benchmark"] for row in rows] == ["build"] * 2 + ["compliance"] + ["nspawn"] * 3 + ["pack"] * 4 \
         + ["deploy"] * 4 + ["plan"] + ["diff"] * 3 + ["boot"] * BOOT_ROWS + ["hwprofile"] * 4 + ["peer"] * len(peer) \
-        + ["connection"] * 3 + ["rootless"] * ROOTLESS_ROWS
+        + ["connection"] * 3 + ["rootless"] * ROOTLESS_ROWS + ["rollout"] * ROLLOUT_ROWS
     for row in rows:
         assert {"benchmark", "name", "a_label", "a_median", "b_label", "b_median", "ratio", "goal", "goal_min_ratio",
                 "met", "unit", "results_written"} <= set(row)
-    assert report["summary"] == {"comparisons": 25 + BOOT_ROWS + ROOTLESS_ROWS + len(peer), "judged": 16 + peer_judged,
+    assert report["summary"] == {"comparisons": 25 + BOOT_ROWS + ROOTLESS_ROWS + ROLLOUT_ROWS + len(peer), "judged": 16 + peer_judged,
                                  "met": 14 + peer_met, "not_met": 2 + len(peer_missed),
                                  "not_met_names": ["hwprofile: cpio.zst of the compute image", *peer_missed,
                                                    CONNECTION_MISSED],
@@ -192,7 +206,7 @@ def test_report_of_every_benchmark(results_dir, tmp_path):
     assert ("| hwprofile | cpio.zst of the compute image | full: 160 MiB | pruned to the qemu profile: 77.5 MiB | "
             "2.06x | pruned <= 40 % of full | **NO** |") in table
     missed = ", ".join(["hwprofile: cpio.zst of the compute image", *peer_missed, CONNECTION_MISSED])
-    assert markdown.rstrip().endswith(f"{25 + BOOT_ROWS + ROOTLESS_ROWS + len(peer)} comparisons, {16 + peer_judged} judged: "
+    assert markdown.rstrip().endswith(f"{25 + BOOT_ROWS + ROOTLESS_ROWS + ROLLOUT_ROWS + len(peer)} comparisons, {16 + peer_judged} judged: "
                                       f"{14 + peer_met} goals met, {2 + len(peer_missed)} not met "
                                       f"({missed}); 0 benchmark(s) failed")
 
