@@ -131,7 +131,7 @@ BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in (
               lambda d: [d.root_ref]),
     Benchmark("rootless", "~5 min", lambda d: ["--inventory", INVENTORY],
               ["--inventory", "tests/integration/rootless_inventory"]),
-    Benchmark("rollout", "~12 min", lambda d: ["--nodes", "2,4,8"], ["--nodes", "2"]),
+    Benchmark("rollout", "~8 min", lambda d: ["--nodes", "2,4,8"], ["--nodes", "2"]),
 )}
 RUN_ORDER = ["plan", "deploy", "diff", "boot", "hwprofile", "nspawn", "connection", "rollout", "compliance", "peer",
              "rootless", "build", "pack"]

@@ -34,8 +34,8 @@ NAMES = ["build", "compliance", "nspawn", "pack", "deploy", "plan", "diff", "boo
 
 
 ROOTLESS_ROWS = 3  # root vs rootless build, vfs vs overlay commit time and disk use (all reported)
-# The rollout run measured 2 and 4 nodes: three rolls, batch 1 vs 2 at 4 nodes, one node's reboot (all reported).
-ROLLOUT_ROWS = 5
+# The rollout runs (2 and 4 nodes, then 8): five rolls, batch 1 vs N/2 at 4 and 8 nodes, one node's reboot (reported).
+ROLLOUT_ROWS = 8
 BOOT_ROWS = 3  # transfer (judged), qemu start to kernel, boot to multi-user (reported)
 # The recorded connection run (load average ~4) missed the per-task budget: 0.348 s against 0.25 s.
 CONNECTION_MISSED = "connection: per task, 50 module tasks on one working container"
@@ -134,6 +134,8 @@ def test_rollout_rows_from_the_real_run():
     assert run["batches"] == [["node001"], ["node002", "node003"], ["node004"]]
     assert run["overhead_seconds"] == pytest.approx(run["wall_seconds"] - run["reboot_path_seconds"], abs=0.02)
     assert [row["batch_size"] for row in data["extrapolation"]] == [1, 10, 50, 100, 500]
+    eight = rows["roll 8 nodes: batches of 1 vs 4"]
+    assert (eight["a_median"], eight["b_median"], eight["ratio"]) == (77.61, 47.73, 1.626)
 
 
 def test_a_missing_field_names_itself():
