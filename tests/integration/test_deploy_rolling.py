@@ -168,8 +168,8 @@ def test_failed_later_batch_stops_the_roll_without_rollback(tmp_path):
 
 def test_canary_back_in_service_without_a_reboot_fails(tmp_path):
     """Slurm gave the node back (ReturnToService=2 after "reboot timed out") but its BootTime is
-    older than the request: the node never rebooted, so it must not count as rolled (this is how
-    slurmd in a container, which reports the host's boot time, looked before slurmd -b)."""
+    older than the request: the node never rebooted, so it must not count as rolled (how nodes of
+    the test cluster looked while slurmd in a container reported the host's boot time)."""
     cluster = Cluster(tmp_path, behaviours={"n1": "no-reboot"})
     proc = cluster.roll()
     assert proc.returncode != 0
