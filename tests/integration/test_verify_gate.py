@@ -188,4 +188,3 @@ def test_deploy_refuses_a_pack_without_verification_and_changes_nothing(tmp_path
     assert ("verification none - OVERRIDE at deploy (hpc_stateless_unverified_ok): rollback to a pre-gate pack"
             in overridden.stdout)
     assert os.readlink(root / "broken").endswith("v1")
-

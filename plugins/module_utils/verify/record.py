@@ -232,4 +232,3 @@ def gate(record_dir: str, layer: str, key: str, image_id: str, override_reason: 
         return Verdict(OVERRIDDEN, layer, key, verdict.message, verdict.record, reason)
     raise UnverifiedError(f"refused: {verdict.message}. In an emergency only, set {OVERRIDE_VARIABLE} to the "
                           "reason (it is printed and recorded in the manifest) to pack it anyway.")
-
