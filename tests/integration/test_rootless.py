@@ -115,6 +115,14 @@ def packs(build_user) -> dict[str, dict]:
     shutil.rmtree(tmp, ignore_errors=True)
 
 
+def assert_same_apart_from_root_devices(user: dict[str, str], root: dict[str, str]) -> None:
+    """Every entry of the two listings alike, but the device nodes of root's image (see the cpio test)."""
+    devices = {name for name, entry in root.items() if entry[0] in "cb"}
+    differ = {name for name in set(user) | set(root) if user.get(name) != root.get(name)}
+    assert differ <= devices, sorted(differ - devices)[:20]
+    assert len(user) > 5000
+
+
 def test_user_builds_the_layer_itself_with_roots_content_key(packs):
     assert re.search(r"layer owners committed as " + re.escape(PREFIX) + r"/owners:[0-9a-f]{64}", packs["user"]["stdout"])
     assert packs["user"]["manifest"]["source"]["image"] == packs["root"]["manifest"]["source"]["image"]
@@ -130,12 +138,9 @@ def test_owners_and_modes_in_the_packed_cpio_match_the_root_build(packs):
     # Device nodes: a rootless storage cannot hold them (no mknod in a user namespace), so the user's
     # image has none and /dev is the kernel's devtmpfs at boot; pack writes the one the kernel opens
     # before that, /dev/console.
-    devices = {name for name, entry in root.items() if entry[0] in "cb"}
     assert user["dev/console"].startswith("c") and user["dev/console"].endswith(" 5,1")
     assert {name for name, entry in user.items() if entry[0] in "cb"} == {"dev/console"}
-    differ = {name for name in set(user) | set(root) if user.get(name) != root.get(name)}
-    assert differ <= devices, sorted(differ - devices)[:20]
-    assert len(user) > 5000
+    assert_same_apart_from_root_devices(user, root)
 
 
 def test_user_without_subordinate_ids_gets_the_line_to_add(tmp_path):
@@ -161,7 +166,4 @@ def test_owners_and_modes_in_the_packed_squashfs_match_the_root_build(packs):
     assert user["srv/owners-nobody"] == "-rw-r----- 65534/65534"
     assert user["srv/owners-numeric"] == "-rw------- 1234/4321"
     assert user["srv/owners-sticky"] == "drwxrwxrwt 0/0"
-    devices = {name for name, entry in root.items() if entry[0] in "cb"}
-    differ = {name for name in set(user) | set(root) if user.get(name) != root.get(name)}
-    assert differ <= devices, sorted(differ - devices)[:20]
-    assert len(user) > 5000
+    assert_same_apart_from_root_devices(user, root)
