@@ -17,8 +17,8 @@ description:
     buildah C(scratch) working container, with C(mmdebstrap) (Debian, Ubuntu; or C(debootstrap), see O(tool)),
     C(dnf --installroot) (Rocky, AlmaLinux, CentOS, RHEL, Fedora, Oracle Linux) or
     C(zypper --root) (openSUSE Leap, openSUSE Tumbleweed, SLES).
-  - The kernel's install hooks build no initramfs (C(INITRD=No)): a stateless image never boots from
-    one; M(hpc.stateless.pack) makes the boot artifact.
+  - The kernel's install hooks build no initramfs (C(INITRD=No)); a stateless image never boots from
+    one, and M(hpc.stateless.pack) makes the boot artifact.
   - Runs without root too. As root inside a user namespace (a build under C(buildah unshare)) the tools
     run as they are; as an ordinary user each tool runs under C(buildah unshare), so file owners map as
     in buildah's rootless storage. The record's C(mode) says which.
