@@ -105,7 +105,7 @@ def run(argv: list[str], *, env: Optional[dict] = None, cwd: Optional[Path] = No
 
 def dpkg_version(package: str) -> str:
     proc = run(["dpkg-query", "-W", "-f", "${Status}|${Version}", package], check=False)
-    status, _, version = proc.stdout.partition("|")
+    status, _sep, version = proc.stdout.partition("|")
     return version if proc.returncode == 0 and status.endswith(" installed") else ""
 
 
@@ -514,10 +514,10 @@ class Bench:
                 self.tag_bender_base()
             if scenario.bender:
                 self.add(judge(bender(self.proj, scenario.name, self.home),
-                                       check_leaf(read_image(f"{self.prefix}/bender-leaf:latest"), self.state)))
+                               check_leaf(read_image(f"{self.prefix}/bender-leaf:latest"), self.state)))
         if scenario.mkosi is not None:
             self.add(judge(mkosi(self.proj, scenario.name, scenario.mkosi),
-                                   check_root(read_tree(self.proj / "mkosi" / "image"), self.state)))
+                           check_root(read_tree(self.proj / "mkosi" / "image"), self.state)))
 
     def full(self) -> None:
         """Our root layer alone (the inventory without the child), then the child on it: each
@@ -532,7 +532,7 @@ class Bench:
         self.add(judge(leaf_run, check_leaf(read_image(self.leaf_ref()), self.state)))
         self.tag_bender_base()
         self.add(judge(bender(self.proj, "full", self.home),
-                               check_leaf(read_image(f"{self.prefix}/bender-leaf:latest"), self.state)))
+                       check_leaf(read_image(f"{self.prefix}/bender-leaf:latest"), self.state)))
 
     def cleanup(self) -> None:
         containers = [c for c in json.loads(run(["buildah", "containers", "--json"], env=BUILDAH_ENV,

@@ -224,6 +224,7 @@ from typing import Any
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.hpc.stateless.plugins.module_utils import _process
 from ansible_collections.hpc.stateless.plugins.module_utils._paths import write_atomic
+from ansible_collections.hpc.stateless.plugins.module_utils.build.rootless import host_cache_path
 from ansible_collections.hpc.stateless.plugins.module_utils.build.bootstrap import (
     DEFAULT_CACHE_ROOT,
     DISTRO_FAMILIES,
@@ -284,12 +285,6 @@ def current_mode() -> str:
     return privilege_mode(os.geteuid(), uid_map)
 
 
-def user_cache_root(environ: dict[str, str]) -> str:
-    """Return the package cache root of a build without root: ${XDG_CACHE_HOME:-$HOME/.cache}/hpc-stateless."""
-    base = environ.get("XDG_CACHE_HOME") or os.path.join(environ.get("HOME") or os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "hpc-stateless")
-
-
 def spec_from_params(params: dict[str, Any], mode: str = MODE_ROOT) -> BootstrapSpec:
     """Build the BootstrapSpec; ValueError names the offending option."""
     path = os.path.abspath(params["path"])
@@ -315,7 +310,7 @@ def spec_from_params(params: dict[str, Any], mode: str = MODE_ROOT) -> Bootstrap
 
 def cache_root(mode: str) -> str:
     """Return the root of the default package caches for a build in `mode`."""
-    return DEFAULT_CACHE_ROOT if mode == MODE_ROOT else user_cache_root(dict(os.environ))
+    return DEFAULT_CACHE_ROOT if mode == MODE_ROOT else host_cache_path(DEFAULT_CACHE_ROOT)
 
 
 def tail(text: str, lines: int = OUTPUT_TAIL_LINES) -> list[str]:

@@ -135,7 +135,7 @@ def test_roll_b_over_a_canary_then_batches_and_jobs_survive(on_a):
     roll.start()
     # While the canary drains and reboots, users keep submitting.
     wait_for_state(cluster, names[0], r"DRAIN|REBOOT", timeout=120)
-    jobs += [submit(cluster, "--time=2") for _ in range(3)]
+    jobs += [submit(cluster, "--time=2") for _attempt in range(3)]
     roll.join(timeout=900)
     assert not roll.is_alive(), "the roll did not end within 15 min"
     proc = result["proc"]

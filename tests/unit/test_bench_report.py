@@ -401,8 +401,8 @@ def test_peer_rows_judge_the_issue_goals_and_name_a_stale_result():
     task = rows["one task changed (the user's comment)"]
     assert (task["ratio"], task["met"]) == (0.75, False) and "Commit layer peerleaf 2.5 s" in task["note"]
     noop = rows["no-op re-run"]
-    assert (noop["kind"], noop["also"], noop["met"]) == ("budget", {"0 layers built": False, "ours correct": True},
-                                                          False)
+    assert (noop["kind"], noop["also"], noop["met"]) == (
+        "budget", {"0 layers built": False, "ours correct": True}, False)
     template = rows["template content changed"]
     assert "STALE" in template["a_label"] and template["met"] is None
     assert "ansible-bender STALE: /etc/motd is 'v1', expected 'v2'" in template["note"]

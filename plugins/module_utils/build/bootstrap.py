@@ -22,6 +22,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
+from ansible_collections.hpc.stateless.plugins.module_utils.build.rootless import HOST_CACHE_ROOT
 from ansible_collections.hpc.stateless.plugins.module_utils.layers.graph import BOOTSTRAP_TOOLS, SUPPORTED_DISTROS
 
 # distro -> tool family; the single source is layer_graph.SUPPORTED_DISTROS.
@@ -91,7 +92,7 @@ APT_ARCHIVES = "/var/cache/apt/archives"
 
 REPO_ID = "hpc-stateless-base"
 RECORD_RELPATH = "var/lib/hpc-stateless/rootfs.json"
-DEFAULT_CACHE_ROOT = "/var/cache/hpc-stateless"
+DEFAULT_CACHE_ROOT = HOST_CACHE_ROOT  # one place: build/rootless.py
 
 # Keys whose change means a different root file system. The tool, its version and the
 # privilege mode are recorded for provenance only: a host upgrade of debootstrap, or the
