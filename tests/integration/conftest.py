@@ -34,7 +34,10 @@ def run_site(*extra: str, inventory: Path = TEST_INVENTORY, playbook: str = "sit
 
 
 def buildah(*args: str, check: bool = True) -> str:
-    proc = subprocess.run(["buildah", *args], env=BUILDAH_ENV, capture_output=True, text=True, check=False)
+    # A fresh /dev/null as stdin: `buildah run` with chroot isolation makes its stdin non-blocking, and an
+    # inherited one would stay so for every later ansible-playbook of the session ("Non-blocking file handles").
+    proc = subprocess.run(["buildah", *args], env=BUILDAH_ENV, stdin=subprocess.DEVNULL, capture_output=True,
+                          text=True, check=False)
     if check and proc.returncode != 0:
         raise AssertionError(f"buildah {' '.join(args)} failed: {proc.stderr}")
     return proc.stdout
