@@ -20,8 +20,10 @@ own user) each playbook runs inside ``buildah unshare`` (every module then sees 
 the others made) with chroot isolation; the runner needs subordinate ids and newuidmap/newgidmap
 (docs/rootless.md).
 
-The jobs' shell is written here once: the fixed part as sh text (:data:`STORAGE_SETUP`),
-the command line as argv words quoted by :func:`sh_line`.
+The jobs' shell is written here once: the fixed part as sh text (:data:`STORAGE_SETUP`), the
+playbook's variables as a vars file written from the job variables (:func:`job_vars_setup`: never
+``-e "k=$VAR"``, which Ansible splits at spaces and templates), the command line as argv words quoted
+by :func:`sh_line`.
 """
 
 from __future__ import annotations
@@ -61,6 +63,18 @@ fi"""
 #: The prefix of a job's playbook command on a rootless runner.
 UNSHARE = ["buildah", "unshare", "--"]
 
+#: The sh variable that holds the path of the job's vars file (see :func:`job_vars_setup`).
+VARS_FILE = "hpc_stateless_vars"
+
+# Writes one ``name: !unsafe "value"`` line per ``name=JOB_VARIABLE[/suffix]`` word: the value is the job
+# variable's text (empty when unset) as a JSON string, which is a YAML double-quoted scalar. Python source
+# for ``python3 -c`` inside sh single quotes: it must hold no single quote.
+_VARS_WRITER = """import json, os, sys
+for word in sys.argv[1:]:
+    name, _, source = word.partition("=")
+    env, slash, suffix = source.partition("/")
+    print(name + ": !unsafe " + json.dumps(os.environ.get(env, "") + slash + suffix))"""
+
 
 class Expand(str):
     """An argv word that references job variables (``$NAME``): double-quoted, so sh expands them.
@@ -77,33 +91,63 @@ def sh_line(words: Sequence[Word]) -> str:
     return " ".join(f'"{w}"' if isinstance(w, Expand) else shlex.quote(w) for w in words)
 
 
-def playbook_argv(image_prefix: bool, extra_args: Iterable[str]) -> list[Word]:
-    """The single-layer playbook run of a job; the job variables say which layer and where it goes."""
-    argv: list[Word] = [
-        "ansible-playbook", "-i", Expand("$HPC_STATELESS_INVENTORY"), Expand("$HPC_STATELESS_PLAYBOOK"),
-        "-e", Expand("hpc_stateless_build_layer=$HPC_STATELESS_LAYER"),
-        "-e", Expand("hpc_stateless_registry=$HPC_STATELESS_REGISTRY"),
-        "-e", Expand("hpc_stateless_registry_tls_verify=$HPC_STATELESS_REGISTRY_TLS_VERIFY"),
-    ]
+def job_vars_setup(sources: Mapping[str, str]) -> str:
+    """sh lines that write the playbook variables ``sources`` (``{variable: "JOB_VARIABLE[/suffix]"}``) to a
+    temporary vars file named by ``$hpc_stateless_vars``, removed when the job's shell exits.
+
+    Job variables may be set by whoever triggers the pipeline. ``-e "name=$VALUE"`` would let Ansible split
+    the value at spaces into more variables and render any ``{{ }}`` in it as a template; read from this
+    file, each value is one string, tagged ``!unsafe`` so Ansible never templates it.
+    """
+    words = [f"{name}={source}" for name, source in sources.items()]
+    return "\n".join([
+        f'{VARS_FILE}="$(mktemp)"',
+        f"trap 'rm -f \"${VARS_FILE}\"' EXIT",
+        sh_line(["python3", "-c", _VARS_WRITER, *words]) + f' > "${VARS_FILE}"',
+    ])
+
+
+def _vars_argv() -> list[Word]:
+    return ["-e", Expand(f"@${VARS_FILE}")]
+
+
+def playbook_vars(image_prefix: bool) -> dict[str, str]:
+    """The single-layer playbook's variables and the job variables they come from."""
+    sources = {
+        "hpc_stateless_build_layer": "HPC_STATELESS_LAYER",
+        "hpc_stateless_registry": "HPC_STATELESS_REGISTRY",
+        "hpc_stateless_registry_tls_verify": "HPC_STATELESS_REGISTRY_TLS_VERIFY",
+    }
     if image_prefix:
-        argv += ["-e", Expand("hpc_stateless_image_prefix=$HPC_STATELESS_IMAGE_PREFIX")]
-    return argv + list(extra_args)
+        sources["hpc_stateless_image_prefix"] = "HPC_STATELESS_IMAGE_PREFIX"
+    return sources
 
 
-def diff_argv(image_prefix: bool, extra_args: Iterable[str]) -> list[Word]:
+def diff_vars(image_prefix: bool) -> dict[str, str]:
+    """The diff playbook's variables and the job variables they come from."""
+    sources = {
+        "hpc_stateless_diff_images": "HPC_STATELESS_DIFF_IMAGE",
+        "hpc_stateless_boot_root": "HPC_STATELESS_BOOT_ROOT",
+        "hpc_stateless_diff_dir": f"CI_PROJECT_DIR/{DIFF_DIR}",
+        "hpc_stateless_registry": "HPC_STATELESS_REGISTRY",
+        "hpc_stateless_registry_tls_verify": "HPC_STATELESS_REGISTRY_TLS_VERIFY",
+    }
+    if image_prefix:
+        sources["hpc_stateless_image_prefix"] = "HPC_STATELESS_IMAGE_PREFIX"
+    return sources
+
+
+def playbook_argv(extra_args: Iterable[str]) -> list[Word]:
+    """The single-layer playbook run of a job; its variables come from the vars file of :func:`playbook_vars`."""
+    argv: list[Word] = ["ansible-playbook", "-i", Expand("$HPC_STATELESS_INVENTORY"), Expand("$HPC_STATELESS_PLAYBOOK")]
+    return argv + _vars_argv() + list(extra_args)
+
+
+def diff_argv(extra_args: Iterable[str]) -> list[Word]:
     """The diff playbook run of a diff job: the new layer image of one image against the served version."""
-    argv: list[Word] = [
-        "ansible-playbook", "-i", Expand("$HPC_STATELESS_INVENTORY"), "hpc.stateless.diff",
-        "-e", "hpc_stateless_diff_from=layer",
-        "-e", Expand("hpc_stateless_diff_images=$HPC_STATELESS_DIFF_IMAGE"),
-        "-e", Expand("hpc_stateless_boot_root=$HPC_STATELESS_BOOT_ROOT"),
-        "-e", Expand(f"hpc_stateless_diff_dir=$CI_PROJECT_DIR/{DIFF_DIR}"),
-        "-e", Expand("hpc_stateless_registry=$HPC_STATELESS_REGISTRY"),
-        "-e", Expand("hpc_stateless_registry_tls_verify=$HPC_STATELESS_REGISTRY_TLS_VERIFY"),
-    ]
-    if image_prefix:
-        argv += ["-e", Expand("hpc_stateless_image_prefix=$HPC_STATELESS_IMAGE_PREFIX")]
-    return argv + list(extra_args)
+    argv: list[Word] = ["ansible-playbook", "-i", Expand("$HPC_STATELESS_INVENTORY"), "hpc.stateless.diff",
+                        "-e", "hpc_stateless_diff_from=layer"]
+    return argv + _vars_argv() + list(extra_args)
 
 
 def job_name(layer: str) -> str:
@@ -132,7 +176,7 @@ def _diff_jobs(plan: ChangePlan, image_prefix: bool, extra_args: list[str], tags
             "needs": [{"job": job_name(layer)}],
             "variables": {"HPC_STATELESS_LAYER": layer, "HPC_STATELESS_DIFF_IMAGE": image},
             "before_script": [ENTER_PROJECT, STORAGE_SETUP],
-            "script": [job_command(diff_argv(image_prefix, extra_args), rootless)],
+            "script": [job_vars_setup(diff_vars(image_prefix)), job_command(diff_argv(extra_args), rootless)],
             "artifacts": {"name": f"image-diff-{image}", "when": "always", "paths": [f"{DIFF_DIR}/"]},
         }
         if tags:
@@ -183,7 +227,7 @@ def gitlab_pipeline(
     template: dict[str, Any] = {
         "stage": "build",
         "before_script": [ENTER_PROJECT, STORAGE_SETUP],
-        "script": [job_command(playbook_argv(bool(image_prefix), extra_args), rootless)],
+        "script": [job_vars_setup(playbook_vars(bool(image_prefix))), job_command(playbook_argv(extra_args), rootless)],
     }
     tags = list(tags)
     if tags:

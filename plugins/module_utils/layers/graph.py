@@ -54,8 +54,9 @@ SUPPORTED_DISTROS: dict[str, str] = {
 }
 
 
-# Layer and image names become image names and inventory host names.
-NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
+# Layer and image names become image names and inventory host names: lower case, as OCI repository
+# names must be. Always fullmatch: with "$", match() lets a trailing newline through.
+NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9_.-]*")
 
 LAYER_KEYS = ("parent", "bootstrap", "roles", "vars", "groups", "description")
 ROLE_ENTRY_KEYS = ("role", "name")
@@ -149,7 +150,7 @@ def _expect_strings(path: str, value: object) -> list[str]:
 
 
 def _check_name(path: str, name: object, what: str) -> str:
-    if not isinstance(name, str) or not NAME_PATTERN.match(name):
+    if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
         raise LayerSpecError(
             path,
             f"invalid {what} name {name!r}: must match {NAME_PATTERN.pattern} "

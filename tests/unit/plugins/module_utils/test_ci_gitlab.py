@@ -8,14 +8,21 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ansible.parsing.dataloader import DataLoader
+from ansible.utils.unsafe_proxy import AnsibleUnsafeText
+
 from ansible_collections.hpc.stateless.plugins.module_utils.ci.gitlab import (
     ENTER_PROJECT,
     STORAGE_SETUP,
+    VARS_FILE,
     Expand,
     diff_argv,
+    diff_vars,
     gitlab_pipeline,
+    job_vars_setup,
     pipeline_yaml,
     playbook_argv,
+    playbook_vars,
     sh_line,
 )
 from ansible_collections.hpc.stateless.plugins.module_utils.layers.change_plan import (
@@ -48,18 +55,74 @@ def test_sh_line_expands_only_the_words_written_here():
     assert argv_of(line, HOME="/h") == ["/h/x", "$HOME", "it's", "a b"]
 
 
-def test_playbook_argv_through_sh():
-    line = sh_line(playbook_argv(True, ["--diff", "-e", "motd='$(reboot)'"]))
-    assert line.startswith("ansible-playbook ")
-    assert argv_of(line, **JOB_VARIABLES) == [
-        "-i", "inventory dir", "hpc.stateless.layer",
-        "-e", "hpc_stateless_build_layer=compute",
-        "-e", "hpc_stateless_registry=r.example.org/hpc",
-        "-e", "hpc_stateless_registry_tls_verify=false",
-        "-e", "hpc_stateless_image_prefix=site-",
-        "--diff", "-e", "motd='$(reboot)'",
-    ]
-    assert "hpc_stateless_image_prefix" not in sh_line(playbook_argv(False, []))
+# Stands in for ansible-playbook in the jobs' shell: prints its argv (NUL-separated) and copies the vars
+# file it was given (-e @file) to $VARS_COPY.
+FAKE_PLAYBOOK = """#!/bin/sh
+for w in "$@"; do
+  printf '%s\\0' "$w"
+  case "$w" in @*) cp "${w#@}" "$VARS_COPY" ;; esac
+done
+"""
+
+
+def run_job(script: list[str], tmp_path: Path, **env: str) -> tuple[list[str], dict]:
+    """Run a job's script lines as GitLab's shell would (one shell), with ansible-playbook faked:
+    the argv it got and the variables of its vars file, as Ansible loads them."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "ansible-playbook").write_text(FAKE_PLAYBOOK)
+    (bin_dir / "ansible-playbook").chmod(0o755)
+    copy = tmp_path / "vars.yml"
+    proc = subprocess.run(["sh", "-ec", "\n".join(script)], check=True, capture_output=True, text=True,
+                          env={"PATH": f"{bin_dir}:{os.environ['PATH']}", "TMPDIR": str(tmp_path), "VARS_COPY": str(copy),
+                               **env})
+    argv = proc.stdout.split("\0")[:-1]
+    assert not list(tmp_path.glob("tmp.*")), "the vars file outlives the job's shell"
+    return argv, DataLoader().load_from_file(str(copy))
+
+
+def test_playbook_argv_through_sh(tmp_path: Path):
+    script = [job_vars_setup(playbook_vars(True)), sh_line(playbook_argv(["--diff", "-e", "motd='$(reboot)'"]))]
+    argv, variables = run_job(script, tmp_path, **JOB_VARIABLES)
+    assert argv[:3] == ["-i", "inventory dir", "hpc.stateless.layer"]
+    assert argv[3] == "-e" and argv[4].startswith("@") and argv[5:] == ["--diff", "-e", "motd='$(reboot)'"]
+    assert variables == {
+        "hpc_stateless_build_layer": "compute",
+        "hpc_stateless_registry": "r.example.org/hpc",
+        "hpc_stateless_registry_tls_verify": "false",
+        "hpc_stateless_image_prefix": "site-",
+    }
+    assert "hpc_stateless_image_prefix" not in playbook_vars(False)
+
+
+def test_job_variables_are_one_string_each_and_never_templated(tmp_path: Path):
+    """A job variable with spaces, '=', quotes and a Jinja expression reaches the playbook as that exact text,
+    marked unsafe: with -e "k=$VAR" Ansible would split it into more variables and render the template."""
+    hostile = "r.example.org/hpc x=1 '\"{{ lookup('pipe', 'id') }}\" $(reboot) `id` \\"
+    script = [job_vars_setup(playbook_vars(False)), sh_line(playbook_argv([]))]
+    _, variables = run_job(script, tmp_path, **{**JOB_VARIABLES, "HPC_STATELESS_REGISTRY": hostile})
+    assert variables["hpc_stateless_registry"] == hostile
+    assert isinstance(variables["hpc_stateless_registry"], AnsibleUnsafeText)
+    assert set(variables) == {"hpc_stateless_build_layer", "hpc_stateless_registry", "hpc_stateless_registry_tls_verify"}
+
+
+def test_a_real_playbook_reads_the_vars_file_literally(tmp_path: Path):
+    """The real ansible-playbook: the variable's text arrives unrendered and unsplit."""
+    playbook = tmp_path / "show.yml"
+    out = tmp_path / "out.txt"
+    playbook.write_text(f"""- hosts: localhost
+  gather_facts: false
+  tasks:
+    - ansible.builtin.copy:
+        dest: {out}
+        content: "{{{{ hpc_stateless_build_layer }}}}|{{{{ x | default('unset') }}}}"
+        mode: "0644"
+""")
+    script = [job_vars_setup({"hpc_stateless_build_layer": "HPC_STATELESS_LAYER"}),
+              sh_line(["ansible-playbook", "-i", "localhost,", "-c", "local", str(playbook), "-e", Expand(f"@${VARS_FILE}")])]
+    subprocess.run(["sh", "-ec", "\n".join(script)], check=True, capture_output=True, text=True,
+                   env={**os.environ, "HPC_STATELESS_LAYER": "a x=1 {{ 6 * 7 }}", "ANSIBLE_PYTHON_INTERPRETER": sys.executable})
+    assert out.read_text() == "a x=1 {{ 6 * 7 }}|unset"
 
 
 def test_storage_setup_gives_each_layer_its_own_storage(tmp_path: Path):
@@ -103,22 +166,22 @@ def test_without_a_boot_root_there_is_no_diff_stage():
     assert not [k for k in pipeline if k.startswith("diff:")]
 
 
-def test_diff_job_argv_through_sh():
+def test_diff_job_argv_through_sh(tmp_path: Path):
     job = gitlab_pipeline(small_plan(), image_prefix="site-", extra_args=["-e", "x=1"],
                           diff_boot_root="/srv/tftp")["diff:compute"]
     env = {**JOB_VARIABLES, **job["variables"], "HPC_STATELESS_BOOT_ROOT": "/srv/my tftp", "CI_PROJECT_DIR": "/b/p"}
-    assert argv_of(job["script"][0], **env) == [
-        "-i", "inventory dir", "hpc.stateless.diff",
-        "-e", "hpc_stateless_diff_from=layer",
-        "-e", "hpc_stateless_diff_images=compute",
-        "-e", "hpc_stateless_boot_root=/srv/my tftp",
-        "-e", "hpc_stateless_diff_dir=/b/p/image-diff",
-        "-e", "hpc_stateless_registry=r.example.org/hpc",
-        "-e", "hpc_stateless_registry_tls_verify=false",
-        "-e", "hpc_stateless_image_prefix=site-",
-        "-e", "x=1",
-    ]
-    assert sh_line(diff_argv(False, [])).count("hpc_stateless_image_prefix") == 0
+    argv, variables = run_job(job["script"], tmp_path, **env)
+    assert argv[:5] == ["-i", "inventory dir", "hpc.stateless.diff", "-e", "hpc_stateless_diff_from=layer"]
+    assert argv[5] == "-e" and argv[6].startswith("@") and argv[7:] == ["-e", "x=1"]
+    assert variables == {
+        "hpc_stateless_diff_images": "compute",
+        "hpc_stateless_boot_root": "/srv/my tftp",
+        "hpc_stateless_diff_dir": "/b/p/image-diff",
+        "hpc_stateless_registry": "r.example.org/hpc",
+        "hpc_stateless_registry_tls_verify": "false",
+        "hpc_stateless_image_prefix": "site-",
+    }
+    assert "hpc_stateless_image_prefix" not in diff_vars(False)
 
 
 def test_pipeline_with_diff_jobs_validates_against_gitlab_schema(tmp_path: Path):
@@ -135,15 +198,14 @@ def test_pipeline_with_diff_jobs_validates_against_gitlab_schema(tmp_path: Path)
 def test_rootless_runners_run_each_playbook_inside_buildah_unshare():
     pipeline = gitlab_pipeline(small_plan(), registry="r.example.org/hpc", diff_boot_root="/srv/tftp", rootless=True)
     assert pipeline["variables"]["BUILDAH_ISOLATION"] == "chroot"
-    for script in (pipeline[".hpc_stateless_layer"]["script"][0], pipeline["diff:slurm"]["script"][0]):
+    for script in (pipeline[".hpc_stateless_layer"]["script"][-1], pipeline["diff:slurm"]["script"][-1]):
         words = script.split(" ")
         assert words[:4] == ["buildah", "unshare", "--", "ansible-playbook"], script
-    build = argv_of(pipeline[".hpc_stateless_layer"]["script"][0], **JOB_VARIABLES)
+    build = argv_of(pipeline[".hpc_stateless_layer"]["script"][-1], **JOB_VARIABLES)
     assert build[:4] == ["unshare", "--", "ansible-playbook", "-i"]
-    assert "hpc_stateless_build_layer=compute" in build
 
 
 def test_root_runners_run_the_playbook_directly():
     pipeline = gitlab_pipeline(small_plan())
-    assert pipeline[".hpc_stateless_layer"]["script"][0].startswith("ansible-playbook ")
+    assert pipeline[".hpc_stateless_layer"]["script"][-1].startswith("ansible-playbook ")
     assert "BUILDAH_ISOLATION" not in pipeline["variables"]

@@ -410,7 +410,7 @@ def test_layers_must_be_a_mapping():
     assert err.path == L and "expected a mapping, got list" in err.problem
 
 
-@pytest.mark.parametrize("name", ["Compute", "-base", "a b", "gpu/1", "", "é"])
+@pytest.mark.parametrize("name", ["Compute", "-base", "a b", "gpu/1", "", "é", "compute\n", "base\nx"])
 def test_invalid_layer_names(name):
     """Layer names must be lower-case host/image-safe names; the error is at the name."""
     err = spec_error({name: root()})
