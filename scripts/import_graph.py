@@ -153,7 +153,8 @@ def mutual_pairs(edges: list[Edge]) -> list[tuple[str, str]]:
 def dot(edges: list[Edge], title: str = "module_utils imports") -> str:
     """Graphviz source of the package graph: one rank per floor, bottom floor at the bottom."""
     graph = package_graph(edges)
-    units = sorted({u for pair in graph for u in pair} | set(FLOOR_OF))
+    present = {u for u in FLOOR_OF if u == HELPERS or (PLUGINS / UTILS / u).is_dir()}
+    units = sorted({u for pair in graph for u in pair} | present)
     looped = {u for pair in mutual_pairs(edges) for u in pair}
     bad = {(s, d) for (s, d) in graph
            if (s in looped and d in looped) or (s in FLOOR_OF and d in FLOOR_OF and FLOOR_OF[d] >= FLOOR_OF[s])}
