@@ -15,9 +15,10 @@ header has an ``id`` and an ``op``; the answer that ends a request has ``more`` 
 * ``exec``: body is the command (``cmd_len`` bytes) followed by its standard input (``stdin``
   true) -> ``rc`` and ``out`` (length of stdout), body stdout + stderr. Run with ``/bin/sh -c``
   exactly once.
-* ``put``: ``path``, ``more``; the body is the next chunk of the file. The last frame (``more``
-  false) is answered with ``rc`` 0, or ``rc`` 1 and ``error``; ``abort`` ends an unfinished put
-  and removes what it wrote.
+* ``put``: ``path``, ``more``; the body is the next chunk of the file. The chunks go to a new file
+  next to ``path`` (:class:`Replacement`), renamed over ``path`` once the last frame (``more``
+  false) came, which is answered with ``rc`` 0, or ``rc`` 1 and ``error``; ``abort`` ends an
+  unfinished put and removes its new file: ``path`` is never seen half-written nor lost.
 * ``fetch``: ``path`` -> frames with ``more`` true carrying chunks, then ``rc`` (and ``error``).
 
 On start the agent writes a hello frame (``id`` 0, :data:`HELLO`). When its standard input
@@ -33,6 +34,7 @@ import json
 import os
 import select
 import signal
+import stat
 import struct
 import subprocess
 import sys
@@ -149,12 +151,96 @@ def _fs(path: str) -> bytes:
     return os.fsencode(path)
 
 
+def umask() -> int:
+    """The process's umask, read without changing it where ``/proc`` tells (threads may create files meanwhile)."""
+    try:
+        with open("/proc/self/status", "rb") as handle:
+            for line in handle:
+                if line.startswith(b"Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+class Replacement:
+    """A new file for ``path``, written under a temporary name in its directory and renamed over it when complete.
+
+    Until :meth:`commit`, ``path`` is untouched and nothing is under its name that was not there before;
+    :meth:`discard` removes the temporary file only. The temporary file is created exclusively (never
+    through a link, never an existing file) and readable by its owner only while it is written. A symlink
+    at ``path`` is replaced, not followed: resolve ``path`` first to write through it. ``dir_fd``: ``path``
+    is relative to that open directory.
+
+    Once committed, the file has the mode and owner of the regular file it replaced, as writing into that
+    file did (the owner where the process may set it), else mode ``0o666`` less the umask and the process's
+    owner. Hard links to the replaced file keep the old content.
+    """
+
+    def __init__(self, path: bytes, dir_fd: int | None = None) -> None:
+        self.path, self.dir_fd = path, dir_fd
+        directory, name = os.path.split(path)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        while True:
+            # Short enough for any name: the final name's start, and 96 random bits.
+            self.temp = os.path.join(directory, b".%s.%s.part" % (name[:180], os.urandom(12).hex().encode("ascii")))
+            try:
+                fd = os.open(self.temp, flags, 0o600, dir_fd=dir_fd)
+                break
+            except FileExistsError:
+                continue
+            except OSError as exc:
+                raise OSError(exc.errno, exc.strerror, os.fsdecode(path)) from None
+        self.handle = os.fdopen(fd, "wb")
+        self.done = False
+
+    def write(self, data: bytes) -> None:
+        self.handle.write(data)
+
+    def commit(self) -> None:
+        """Give the new file its mode and owner and rename it over ``path``; the temporary file is gone on failure."""
+        try:
+            fd = self.handle.fileno()
+            try:
+                old = os.stat(self.path, dir_fd=self.dir_fd, follow_symlinks=False)
+            except FileNotFoundError:
+                old = None
+            if old is not None and stat.S_ISREG(old.st_mode):
+                if (old.st_uid, old.st_gid) != (os.geteuid(), os.getegid()):
+                    try:
+                        os.fchown(fd, old.st_uid, old.st_gid)
+                    except PermissionError:
+                        pass  # not ours to give away: the new file stays the writer's, as a new file would
+                os.fchmod(fd, stat.S_IMODE(old.st_mode))  # after fchown, which drops set-id bits
+            else:
+                os.fchmod(fd, 0o666 & ~umask())
+            self.handle.close()
+            os.rename(self.temp, self.path, src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
+            self.done = True
+        except BaseException:
+            self.discard()
+            raise
+
+    def discard(self) -> None:
+        """Close and remove the temporary file (``path`` keeps what it had); nothing once committed."""
+        if self.done:
+            return
+        self.done = True
+        self.handle.close()
+        try:
+            os.unlink(self.temp, dir_fd=self.dir_fd)
+        except OSError:
+            pass  # the directory went away with it
+
+
 class Agent:
     """Answers requests read from ``read`` with frames written through ``write``."""
 
     def __init__(self, read, write) -> None:
         self.read, self.write = read, write
-        self.puts: dict = {}  # id -> (open file, path) of unfinished puts
+        self.puts: dict = {}  # id -> Replacement of an unfinished put
 
     def serve(self) -> None:
         self.write(encode({"id": 0, "hello": HELLO, "protocol": PROTOCOL, "pid": os.getpid(),
@@ -189,24 +275,20 @@ class Agent:
 
     def put(self, rid: int, header: dict, body: bytes) -> None:
         if rid not in self.puts:
-            path = _fs(header["path"])
-            self.puts[rid] = (open(path, "wb"), path)  # pylint: disable=consider-using-with
-        handle = self.puts[rid][0]
-        handle.write(body)
+            # Written through a symlink at the path, as opening the path for writing did.
+            self.puts[rid] = Replacement(os.path.realpath(_fs(header["path"])))
+        target = self.puts[rid]
+        target.write(body)
         if not header.get("more"):
             del self.puts[rid]
-            handle.close()
+            target.commit()
             self.write(encode({"id": rid, "rc": 0}))
 
     def abort(self, rid: int) -> None:
-        """Close and remove the file of an unfinished put (nothing half-written stays)."""
-        handle, path = self.puts.pop(rid, (None, None))
-        if handle is not None:
-            handle.close()
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
+        """Remove the new file of an unfinished put; the file it was to replace stays as it was."""
+        target = self.puts.pop(rid, None)
+        if target is not None:
+            target.discard()
 
     def fetch(self, rid: int, path: str) -> None:
         with open(_fs(path), "rb") as handle:

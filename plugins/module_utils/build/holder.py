@@ -558,22 +558,25 @@ class Session:
                 raise OSError(f"cannot write {remote} in container {self.container}: {header.get('error')}")
 
     def fetch(self, remote: str, local: bytes) -> None:
-        """Copy ``remote`` in the container to host file ``local``; nothing stays at ``local`` on failure."""
+        """Copy ``remote`` in the container to host file ``local``, replaced only once the whole file came."""
         rid = self._new_id()
         what = f"the copy of {remote}"
+        # Opened before the request: a local error must not leave its answer unread on the socket.
+        target = agent.Replacement(os.path.realpath(local))  # through a symlink at ``local``, as writing to it did
         try:
-            self._send(agent.encode({"id": rid, "op": "fetch", "path": remote}))
-        except OSError as exc:
-            raise self._lost(what, exc) from None
-        ok = False
-        try:
-            with open(local, "wb") as handle:
-                for header, body in self._answers(rid, what):
-                    if header.get("more"):
-                        handle.write(body)
-                    elif header.get("rc"):
-                        raise OSError(f"cannot read {remote} in container {self.container}: {header.get('error')}")
-            ok = True
+            try:
+                self._send(agent.encode({"id": rid, "op": "fetch", "path": remote}))
+            except OSError as exc:
+                raise self._lost(what, exc) from None
+            for header, body in self._answers(rid, what):
+                if header.get("more"):
+                    try:
+                        target.write(body)
+                    except OSError:
+                        self.close()  # the rest of the answer is dropped by the holder, not read as the next one's
+                        raise
+                elif header.get("rc"):
+                    raise OSError(f"cannot read {remote} in container {self.container}: {header.get('error')}")
+            target.commit()
         finally:
-            if not ok and os.path.lexists(local):
-                os.unlink(local)
+            target.discard()

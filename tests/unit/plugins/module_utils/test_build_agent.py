@@ -90,6 +90,47 @@ def test_an_aborted_or_unfinished_put_leaves_no_file(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_put_replaces_the_file_only_when_complete_and_an_abort_keeps_it(tmp_path):
+    """Security review (issue 25, finding 4): an interrupted copy over a file must not destroy it."""
+    target = tmp_path / "passwd"
+    target.write_bytes(b"root:x:0:0::/root:/bin/sh\n")
+    out = io.BytesIO()
+    server = agent.Agent(io.BytesIO().read, out.write)
+    server.handle({"id": 1, "op": "put", "path": str(target), "more": True}, b"half")
+    assert target.read_bytes() == b"root:x:0:0::/root:/bin/sh\n", "the first chunk truncated the file it replaces"
+    (temp,) = [path for path in tmp_path.iterdir() if path != target]
+    assert temp.name.startswith(".passwd.") and temp.stat().st_mode & 0o777 == 0o600
+    server.handle({"id": 1, "op": "abort"}, b"")
+    assert target.read_bytes() == b"root:x:0:0::/root:/bin/sh\n" and list(tmp_path.iterdir()) == [target]
+    server.handle({"id": 2, "op": "put", "path": str(target), "more": True}, b"unfinished")
+    server.serve()  # the holder's end closes: unfinished puts are aborted
+    assert target.read_bytes() == b"root:x:0:0::/root:/bin/sh\n" and list(tmp_path.iterdir()) == [target]
+    assert [h for h, _body in frames(out.getvalue())][:1] == [{"id": 1, "rc": 1, "error": "aborted"}]
+
+
+def test_a_put_keeps_mode_and_owner_of_the_file_it_replaces_and_writes_through_a_symlink(tmp_path):
+    old = tmp_path / "old"
+    old.write_bytes(b"old")
+    owner = (os.getuid(), os.getgid()) if os.geteuid() else (4321, 4322)  # root may give files away
+    os.chown(old, *owner)
+    old.chmod(0o4750)
+    (tmp_path / "link").symlink_to("old")
+    answers = serve([agent.encode({"id": 1, "op": "put", "path": str(tmp_path / "link"), "more": False}, b"new"),
+                     agent.encode({"id": 2, "op": "put", "path": str(tmp_path / "fresh"), "more": False}, b"x")])[1:]
+    assert answers == [({"id": 1, "rc": 0}, b""), ({"id": 2, "rc": 0}, b"")]
+    assert (tmp_path / "link").is_symlink() and old.read_bytes() == b"new"
+    assert (old.stat().st_mode & 0o7777, old.stat().st_uid, old.stat().st_gid) == (0o4750, *owner)
+    assert (tmp_path / "fresh").stat().st_mode & 0o777 == 0o666 & ~agent.umask()
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["fresh", "link", "old"]
+
+
+def test_a_put_that_cannot_be_renamed_into_place_leaves_no_temporary_file(tmp_path):
+    (tmp_path / "dir").mkdir()
+    answers = serve([agent.encode({"id": 1, "op": "put", "path": str(tmp_path / "dir"), "more": False}, b"x")])[1:]
+    assert answers[0][0]["rc"] == 1 and str(tmp_path / "dir") in answers[0][0]["error"]
+    assert [path.name for path in tmp_path.iterdir()] == ["dir"] and not list((tmp_path / "dir").iterdir())
+
+
 def test_file_errors_are_answers_that_name_the_path(tmp_path):
     missing = str(tmp_path / "missing")
     answers = serve([agent.encode({"id": 1, "op": "fetch", "path": missing}),

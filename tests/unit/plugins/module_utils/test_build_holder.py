@@ -120,6 +120,51 @@ def test_an_upload_cut_off_by_its_worker_leaves_no_file(running, tmp_path):
     assert not (tmp_path / "half").exists()
 
 
+def test_an_upload_cut_off_by_its_worker_keeps_the_file_it_was_replacing(running, tmp_path):
+    """Security review (issue 25, finding 4): an interrupted copy over /etc/passwd must not delete it."""
+    _hold, _thread, session = running()
+    (tmp_path / "passwd").write_text("root:x:0:0::/root:/bin/sh\n")
+    gone = session()
+    gone.connect()
+    gone._send(agent.encode({"id": 1, "op": "put", "path": str(tmp_path / "passwd"), "more": True}, b"part"))  # pylint: disable=protected-access
+    wait_for(lambda: len(list(tmp_path.iterdir())) == 2, "the upload to start")
+    assert (tmp_path / "passwd").read_text() == "root:x:0:0::/root:/bin/sh\n", "half-written under the final name"
+    gone.close()
+    assert session().exec(b"true")[0] == 0
+    assert (tmp_path / "passwd").read_text() == "root:x:0:0::/root:/bin/sh\n"
+    assert [path.name for path in tmp_path.iterdir()] == ["passwd"]
+
+
+def test_a_fetch_that_fails_or_is_cut_off_keeps_the_local_file(running, tmp_path):
+    hold, _thread, session = running()
+    local = tmp_path / "local"
+    local.write_text("kept")
+    client = session()
+    with pytest.raises(OSError, match="missing"):
+        client.fetch(str(tmp_path / "missing"), str(local).encode())
+    assert local.read_text() == "kept"
+    # The agent dies in the middle of a long answer: the chunk already written never reaches ``local``.
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+
+    def written():
+        return sum(path.stat().st_size for path in tmp_path.iterdir() if path.name.startswith(".local."))
+
+    def feed():
+        with open(fifo, "wb") as handle:
+            handle.write(b"x" * (agent.CHUNK + 500))
+            handle.flush()
+            wait_for(lambda: written() == agent.CHUNK, "the first chunk")
+            hold.proc.kill()
+    feeder = threading.Thread(target=feed)
+    feeder.start()
+    with pytest.raises(holder.AgentLost):
+        client.fetch(str(fifo), str(local).encode())
+    feeder.join()
+    assert local.read_text() == "kept"
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["fifo", "local"]
+
+
 def test_a_lost_agent_fails_the_request_and_does_not_run_it_again(running, tmp_path):
     hold, thread, session = running()
     client = session()
