@@ -22,7 +22,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from ansible_collections.hpc.stateless.plugins.module_utils import _process
+from ansible_collections.hpc.stateless.plugins.module_utils import _imagepath, _process
 
 DPKG = "dpkg"
 RPM = "rpm"
@@ -183,38 +183,13 @@ def parse_os_release(text: str) -> Distro:
 
 
 # -- reading a tree ------------------------------------------------------------------------------
-def _tree_path(root: str, rel: str) -> str | None:
-    """``root/rel`` with symlinks resolved the way the image sees them (an absolute target is below
-    ``root``, ``..`` stops at ``root``), or None when it does not exist or loops."""
-    parts, done, hops = [p for p in rel.split("/") if p], "", 0
-    while parts:
-        part = parts.pop(0)
-        if part in ("", "."):
-            continue
-        if part == "..":
-            done = os.path.dirname(done)
-            continue
-        path = os.path.join(root, done, part) if done else os.path.join(root, part)
-        if os.path.islink(path):
-            hops += 1
-            if hops > 40:
-                return None
-            target = os.readlink(path)
-            done = "" if target.startswith("/") else done
-            parts = [p for p in target.split("/") if p] + parts
-            continue
-        if not os.path.lexists(path):
-            return None
-        done = os.path.join(done, part) if done else part
-    return os.path.join(root, done) if done else root
-
-
 def _read_text(root: str, rel: str) -> str | None:
-    path = _tree_path(root, rel)
-    if path is None or not os.path.isfile(path):
+    """The text of the image's regular file ``rel``, resolved inside ``root``; None when there is none."""
+    try:
+        data = _imagepath.read_file(root, rel)
+    except OSError:  # a directory, FIFO or device where a file was expected, or unreadable
         return None
-    with open(path, "rb") as handle:
-        return handle.read().decode("utf-8", "replace")
+    return None if data is None else data.decode("utf-8", "replace")
 
 
 def read_distro(root: str) -> Distro:
@@ -249,9 +224,9 @@ def _with_licenses(root: str, packages: list[Package]) -> tuple[Package, ...]:
 def rpm_db_dir(root: str) -> str | None:
     """The rpm database directory of the tree, as a path inside it (``/usr/lib/sysimage/rpm``), or None."""
     for rel in RPM_DB_DIRS:
-        path = _tree_path(root, rel)
-        if path and any(os.path.isfile(os.path.join(path, name)) for name in RPM_DB_FILES):
-            return "/" + os.path.relpath(path, root)
+        resolved = _imagepath.resolve_rel(root, rel)
+        if resolved is not None and any(_imagepath.is_file(root, f"{resolved}/{name}") for name in RPM_DB_FILES):
+            return "/" + resolved
     return None
 
 
@@ -261,7 +236,7 @@ def rpm_query_argv(root: str, db_dir: str) -> list[str] | None:
         return [_process.which("rpm"), "--root", root, "--dbpath", db_dir, "-qa", "--qf", RPM_QUERY_FORMAT]
     except _process.ToolMissing:
         pass
-    if _tree_path(root, "usr/bin/rpm"):
+    if _imagepath.resolve_rel(root, "usr/bin/rpm") is not None:
         try:
             return [_process.which("chroot"), root, "rpm", "--dbpath", db_dir, "-qa", "--qf", RPM_QUERY_FORMAT]
         except _process.ToolMissing:

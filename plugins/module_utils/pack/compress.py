@@ -22,6 +22,7 @@ import tempfile
 from dataclasses import dataclass
 from typing import Callable
 
+from ansible_collections.hpc.stateless.plugins.module_utils import _imagepath
 from ansible_collections.hpc.stateless.plugins.module_utils._process import command_env
 
 # format -> (tool, default level, lowest, highest)
@@ -87,8 +88,10 @@ class CompressorProcess:
     def __init__(self, command: CompressorCommand, output_path: str) -> None:
         self.command = command
         self.output_path = output_path
+        # a new file (O_EXCL, O_NOFOLLOW) in the directory pack made for its output: nothing planted there is opened
+        self._out = os.fdopen(_imagepath.create_file(os.path.dirname(output_path) or ".", os.path.basename(output_path)),
+                              "wb")
         self._stderr = tempfile.TemporaryFile()
-        self._out = open(output_path, "wb")
         try:
             self._proc = subprocess.Popen(command.argv, stdin=subprocess.PIPE, stdout=self._out,
                                           stderr=self._stderr, env=command_env(),

@@ -15,7 +15,9 @@ the ``.modinfo`` section of each kept module, and returns what to keep and what 
 * the firmware files they reference (``firmware=`` of ``.modinfo``).
 
 :func:`regenerate_depmod` runs ``depmod`` on a staging tree holding only the kept modules,
-so ``modprobe`` on the node sees exactly what is packed. The source tree is only read.
+so ``modprobe`` on the node sees exactly what is packed. The source tree is only read, and only
+through :mod:`_imagepath` (inside the image, never through a link to a file of the build host);
+the staging tree, which the image's own depmod writes, is read back the same way.
 """
 
 from __future__ import annotations
@@ -24,11 +26,13 @@ import fnmatch
 import gzip
 import lzma
 import os
+import posixpath
 import re
-import shutil
 import struct
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
+
+from ansible_collections.hpc.stateless.plugins.module_utils import _imagepath
 
 # Loaded by systemd (modprobe@.service, autofs for automounts) or by the squashfs boot path after
 # switch_root, when the kernel has them as modules; kept without being named.
@@ -153,14 +157,12 @@ def module_name(path: str) -> str:
 
 # -- the image's module data ---------------------------------------------------------------
 def _real_rel(root: str, candidates: Iterable[str]) -> str | None:
-    """The first candidate that exists, as a symlink-free path relative to ``root`` (merged /usr)."""
-    real_root = os.path.realpath(root)
+    """The first candidate that is a directory, as a link-free path relative to ``root``, resolved inside
+    the image (merged /usr: ``lib/modules`` is ``usr/lib/modules``)."""
     for rel in candidates:
-        path = os.path.join(root, rel)
-        if os.path.isdir(path):
-            real = os.path.realpath(path)
-            if real.startswith(real_root + os.sep):
-                return os.path.relpath(real, real_root)
+        resolved = _imagepath.resolve_rel(root, rel)
+        if resolved and _imagepath.is_dir(root, resolved):
+            return resolved
     return None
 
 
@@ -168,12 +170,27 @@ def modules_rel(root: str, kernel_version: str) -> str | None:
     return _real_rel(root, (f"{base}/{kernel_version}" for base in _MODULE_DIRS))
 
 
-def _read_lines(path: str) -> list[str]:
+def _read_file(root: str, rel: str) -> bytes | None:
+    """The bytes of module data file ``rel`` of the tree ``root`` (None when there is none). depmod writes
+    regular files: a link there is not followed but refused, as is anything else that is no file."""
     try:
-        with open(path, encoding="utf-8", errors="surrogateescape") as handle:
-            return handle.read().splitlines()
-    except FileNotFoundError:
-        return []
+        return _imagepath.read_file(root, rel, follow_last=False)
+    except OSError as exc:
+        raise HardwareProfileError(f"/{rel}: {exc.strerror}; kernel module data must be regular files") from exc
+
+
+def _read_lines(root: str, rel: str) -> list[str]:
+    data = _read_file(root, rel)
+    return [] if data is None else data.decode("utf-8", "surrogateescape").splitlines()
+
+
+def _module_path(head: str, dep_file: str) -> str:
+    """A module path of ``modules.dep``: relative to the modules directory, and staying below it."""
+    path = head.strip()
+    if not path or path.startswith("/") or ".." in path.split("/"):
+        raise HardwareProfileError(f"/{dep_file} lists {path!r}, which is not a path below its modules directory; "
+                                   "run depmod in a layer to regenerate it")
+    return path
 
 
 class AliasIndex:
@@ -201,7 +218,7 @@ class AliasIndex:
 class ModuleData:
     """One kernel's module tree: ``{name: path relative to the modules directory}`` and its relations."""
 
-    directory: str  # absolute
+    directory: str  # relative to the root, link-free
     paths: dict[str, str]
     deps: dict[str, list[str]]
     softdeps: dict[str, list[str]]
@@ -209,29 +226,31 @@ class ModuleData:
     aliases: AliasIndex
 
     @classmethod
-    def read(cls, directory: str) -> "ModuleData":
-        dep_file = os.path.join(directory, "modules.dep")
-        if not os.path.isfile(dep_file):
-            raise HardwareProfileError(f"{dep_file} is missing: the image's kernel modules have no depmod data "
+    def read(cls, root: str, directory: str) -> "ModuleData":
+        """The module data of ``root/directory`` (a link-free path relative to ``root``)."""
+        dep_file = f"{directory}/modules.dep"
+        dep_data = _read_file(root, dep_file)
+        if dep_data is None:
+            raise HardwareProfileError(f"/{dep_file} is missing: the image's kernel modules have no depmod data "
                                        "(run depmod in a layer), so they cannot be pruned")
         paths: dict[str, str] = {}
         deps: dict[str, list[str]] = {}
-        for line in _read_lines(dep_file):
+        for line in dep_data.decode("utf-8", "surrogateescape").splitlines():
             if ":" not in line:
                 continue
             head, tail = line.split(":", 1)
             name = module_name(head.strip())
-            paths[name] = head.strip()
+            paths[name] = _module_path(head, dep_file)
             deps[name] = [module_name(d) for d in tail.split()]
-        aliases = AliasIndex(_read_lines(os.path.join(directory, "modules.alias")))
+        aliases = AliasIndex(_read_lines(root, f"{directory}/modules.alias"))
         softdeps: dict[str, list[str]] = {}
-        for line in _read_lines(os.path.join(directory, "modules.softdep")):
+        for line in _read_lines(root, f"{directory}/modules.softdep"):
             parts = line.split()
             if len(parts) < 3 or parts[0] != "softdep":
                 continue
             names = [p for p in parts[2:] if p not in ("pre:", "post:")]
             softdeps.setdefault(normalise(parts[1]), []).extend(names)
-        builtin = {module_name(line.strip()) for line in _read_lines(os.path.join(directory, "modules.builtin"))
+        builtin = {module_name(line.strip()) for line in _read_lines(root, f"{directory}/modules.builtin")
                    if line.strip()}
         return cls(directory, paths, deps, softdeps, builtin, aliases)
 
@@ -243,22 +262,36 @@ class ModuleData:
 
 
 # -- .modinfo --------------------------------------------------------------------------------
-def _module_bytes(path: str) -> bytes:
-    if path.endswith(".xz"):
-        with lzma.open(path) as handle:
-            return handle.read()
-    if path.endswith(".gz"):
-        with gzip.open(path) as handle:
-            return handle.read()
-    if path.endswith(".zst"):
+def _module_bytes(root: str, rel: str) -> bytes:
+    """The uncompressed ELF of module file ``rel`` of the tree ``root`` (read inside it, see :mod:`_imagepath`)."""
+    try:
+        data = _imagepath.read_file(root, rel)
+    except OSError as exc:
+        raise HardwareProfileError(f"/{rel}: {exc.strerror}") from exc
+    if data is None:
+        raise HardwareProfileError(f"/{rel} is listed in modules.dep but missing; run depmod in a layer")
+    try:
+        if rel.endswith(".xz"):
+            return lzma.decompress(data)
+        if rel.endswith(".gz"):
+            return gzip.decompress(data)
+    except (lzma.LZMAError, OSError, EOFError) as exc:
+        raise HardwareProfileError(f"/{rel}: cannot decompress: {exc}") from exc
+    if rel.endswith(".zst"):
         from ansible_collections.hpc.stateless.plugins.module_utils import _process
-        return _process.run([_process.which("zstd", "apt-get install zstd"), "-dcq", path], text=False).stdout
-    with open(path, "rb") as handle:
-        return handle.read()
+        return _process.run([_process.which("zstd", "apt-get install zstd"), "-dcq"], input=data, text=False).stdout
+    return data
 
 
 def modinfo_field(data: bytes, key: str) -> list[str]:
-    """Every ``key=`` value of the ``.modinfo`` section of an ELF64 little-endian module."""
+    """Every ``key=`` value of the ``.modinfo`` section of an ELF64 little-endian module ([] for anything else)."""
+    try:
+        return _modinfo_field(data, key)
+    except (struct.error, IndexError):
+        return []  # a truncated or malformed ELF
+
+
+def _modinfo_field(data: bytes, key: str) -> list[str]:
     if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
         return []
     shoff, = struct.unpack_from("<Q", data, 0x28)
@@ -327,7 +360,7 @@ def _wanted(profile: HardwareProfile, data: ModuleData) -> tuple[set[str], dict[
                 builtin_named.append(name)
             else:
                 raise HardwareProfileError(f"hardware_profile.{key}: unknown module {name!r} - the image's kernel "
-                                           f"({os.path.basename(data.directory)}) has no such module; check the "
+                                           f"({posixpath.basename(data.directory)}) has no such module; check the "
                                            "name with 'modinfo <name>' on a node")
     matched: dict[str, list[str]] = {}
     unmatched = []
@@ -378,17 +411,17 @@ def _exclusions(base: str, removed: list[str], kept: list[str]) -> set[str]:
 
 
 def plan_pruning(root: str, kernel_version: str, profile: HardwareProfile,
-                 read_module: Callable[[str], bytes] = _module_bytes) -> PrunePlan:
+                 read_module: Callable[[str, str], bytes] = _module_bytes) -> PrunePlan:
     rel = modules_rel(root, kernel_version)
     if rel is None:
         raise HardwareProfileError(f"hardware_profile: the image has no /usr/lib/modules/{kernel_version} to prune; "
                                    "drop hardware_profile or install the kernel's modules")
-    data = ModuleData.read(os.path.join(root, rel))
+    data = ModuleData.read(root, rel)
     wanted, matched, unmatched, builtin_named = _wanted(profile, data)
     kept = _closure(data, wanted)
     firmware_names = set(profile.firmware)
     for name in kept:
-        firmware_names.update(modinfo_field(read_module(os.path.join(data.directory, data.paths[name])), "firmware"))
+        firmware_names.update(modinfo_field(read_module(root, f"{rel}/{data.paths[name]}"), "firmware"))
     kept_paths = {f"{rel}/{data.paths[name]}" for name in kept}
     module_files = [p for p in _tree_files(root, rel) if p.endswith(_MODULE_SUFFIXES)]
     removed_modules = [p for p in module_files if p not in kept_paths]
@@ -416,19 +449,20 @@ def plan_pruning(root: str, kernel_version: str, profile: HardwareProfile,
 
 
 def _with_link_targets(root: str, fw_rel: str, kept: list[str]) -> list[str]:
-    """Firmware names that are symlinks keep their targets (inside the firmware directory)."""
+    """Firmware names that are symlinks keep their targets (inside the firmware directory, resolved in the image)."""
     result = set(kept)
     todo = list(kept)
-    base = os.path.realpath(os.path.join(root, fw_rel))
     while todo:
-        path = os.path.join(root, fw_rel, todo.pop())
-        if os.path.islink(path):
-            target = os.path.normpath(os.path.join(os.path.dirname(path), os.readlink(path)))
-            if target.startswith(os.path.join(root, fw_rel) + os.sep):
-                inside = os.path.relpath(target, os.path.join(root, fw_rel))
-                if inside not in result and base:
-                    result.add(inside)
-                    todo.append(inside)
+        rel = f"{fw_rel}/{todo.pop()}"
+        target = _imagepath.readlink(root, rel)
+        if target is None:
+            continue
+        hop = _imagepath.resolve_rel(root, posixpath.join(posixpath.dirname(rel), target), follow_last=False)
+        if hop is not None and hop.startswith(fw_rel + "/"):
+            inside = hop[len(fw_rel) + 1:]
+            if inside not in result:
+                result.add(inside)
+                todo.append(inside)
     return sorted(result)
 
 
@@ -437,24 +471,34 @@ def _count(root: str, paths: list[str]) -> dict[str, int]:
 
 
 # -- depmod ------------------------------------------------------------------------------------
+def staged_rel(kernel_version: str) -> str:
+    """Where the kept modules are staged for depmod, relative to the staging root (depmod's ``-b``)."""
+    return f"lib/modules/{kernel_version}"
+
+
 def stage_modules(root: str, plan: PrunePlan, staging: str) -> str:
-    """``staging/lib/modules/<version>/`` with the kept modules and depmod's inputs; returns that path."""
-    source = os.path.join(root, plan.modules_rel)
-    target = os.path.join(staging, "lib", "modules", plan.kernel_version)
+    """``staging/lib/modules/<version>/`` with the kept modules and depmod's inputs; returns that path.
+
+    ``staging`` is a fresh directory of the caller's; every file is read from the image inside it and
+    created here anew (the module paths of modules.dep were checked to stay below their directory)."""
+    target = os.path.join(staging, staged_rel(plan.kernel_version))
     for rel in plan.kept_paths.values():
-        os.makedirs(os.path.dirname(os.path.join(target, rel)), exist_ok=True)
-        shutil.copyfile(os.path.join(source, rel), os.path.join(target, rel))
+        directory, name = posixpath.split(rel)
+        os.makedirs(os.path.join(target, directory), exist_ok=True)
+        try:
+            _imagepath.copy_out(root, f"{plan.modules_rel}/{rel}", os.path.join(target, directory), name, sync=False)
+        except OSError as exc:
+            raise HardwareProfileError(f"/{plan.modules_rel}/{rel}: {exc.strerror}") from exc
     kept = {_uncompressed_name(rel) for rel in plan.kept_paths.values()}
     for name in DEPMOD_INPUTS:
-        if not os.path.isfile(os.path.join(source, name)):
+        data = _read_file(root, f"{plan.modules_rel}/{name}")
+        if data is None:
             continue
         if name == "modules.order":
-            lines = [line for line in _read_lines(os.path.join(source, name))
+            lines = [line for line in data.decode("utf-8", "surrogateescape").splitlines()
                      if _uncompressed_name(line.strip()) in kept]
-            with open(os.path.join(target, name), "w", encoding="utf-8", errors="surrogateescape") as handle:
-                handle.write("".join(line + "\n" for line in lines))
-        else:
-            shutil.copyfile(os.path.join(source, name), os.path.join(target, name))
+            data = "".join(line + "\n" for line in lines).encode("utf-8", "surrogateescape")
+        _imagepath.write_file(target, name, data, sync=False)
     return target
 
 
@@ -463,22 +507,32 @@ def _uncompressed_name(rel: str) -> str:
     return re.sub(r"\.ko\.\w+$", ".ko", rel)
 
 
-def depmod_outputs(root: str, plan: PrunePlan, staged: str) -> dict[str, bytes]:
+def depmod_outputs(root: str, plan: PrunePlan, staging: str) -> dict[str, bytes]:
     """``{path relative to the root: bytes}`` of the regenerated depmod files (and the filtered order),
-    plus the unpruned alias table and the node-side check script."""
+    plus the unpruned alias table and the node-side check script.
+
+    The staging tree was written by the image's depmod: it is read like an image (links resolved
+    inside ``staging``, the files themselves regular files, never a link), and so is the image's alias table.
+    """
+    staged = staged_rel(plan.kernel_version)
+    try:
+        names = _imagepath.list_dir(staging, staged)
+    except OSError as exc:
+        raise HardwareProfileError(f"depmod's output directory {os.path.join(staging, staged)}: {exc.strerror}") from exc
     files: dict[str, bytes] = {}
-    for name in sorted(os.listdir(staged)):
-        path = os.path.join(staged, name)
-        if name.startswith("modules.") and os.path.isfile(path) and name not in ("modules.builtin",
-                                                                                 "modules.builtin.modinfo"):
-            with open(path, "rb") as handle:
-                files[f"{plan.modules_rel}/{name}"] = handle.read()
+    for name in names:
+        if name.startswith("modules.") and name not in ("modules.builtin", "modules.builtin.modinfo"):
+            try:
+                data = _imagepath.read_file(staging, f"{staged}/{name}", follow_last=False)
+            except OSError as exc:
+                raise HardwareProfileError(f"depmod's {name} in {os.path.join(staging, staged)}: {exc.strerror}") from exc
+            if data is not None:
+                files[f"{plan.modules_rel}/{name}"] = data
     if f"{plan.modules_rel}/modules.dep" not in files:
-        raise HardwareProfileError(f"depmod wrote no modules.dep in {staged}")
-    full_alias = os.path.join(root, plan.modules_rel, "modules.alias")
-    if os.path.isfile(full_alias):
-        with open(full_alias, "rb") as handle:
-            files[f"{plan.modules_rel}/{FULL_ALIAS_NAME}"] = handle.read()
+        raise HardwareProfileError(f"depmod wrote no modules.dep in {os.path.join(staging, staged)}")
+    full_alias = _read_file(root, f"{plan.modules_rel}/modules.alias")
+    if full_alias is not None:
+        files[f"{plan.modules_rel}/{FULL_ALIAS_NAME}"] = full_alias
     return files
 
 

@@ -6,7 +6,8 @@
 
 Debian and EL keep ``/boot/vmlinuz-<version>``; EL 9 and Fedora also keep
 ``/usr/lib/modules/<version>/vmlinuz``. With several kernels the newest version wins unless
-one is named.
+one is named. Every path of the image is read through :mod:`_imagepath`: a link in the image
+never leads to a file of the build host.
 """
 
 from __future__ import annotations
@@ -16,7 +17,10 @@ import re
 import struct
 from dataclasses import dataclass
 
+from ansible_collections.hpc.stateless.plugins.module_utils import _imagepath
+
 _BOOT_KERNEL = re.compile(r"^vmlinuz-(.+)$")
+HOST_ORIGIN = "host:"  # Kernel.origin of a kernel taken from the build host (the kernel option)
 _MODULE_DIRS = ("usr/lib/modules", "lib/modules")
 
 
@@ -26,9 +30,16 @@ class KernelError(Exception):
 
 @dataclass(frozen=True)
 class Kernel:
-    path: str
+    path: str  # the file on the build host: the option's path, or the image's file resolved inside the image
     version: str
     origin: str  # path inside the image ("/boot/vmlinuz-6.1.0-9-amd64") or "host:<path>"
+
+    def open(self, root: str) -> int:
+        """A read-only descriptor of the kernel file: the build host's own (the ``kernel`` option) as
+        given, the image's read inside ``root`` only (never through a link that leads out of it)."""
+        if self.origin.startswith(HOST_ORIGIN):
+            return os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        return _imagepath.open_file(root, self.origin, follow_last=False)
 
 
 def version_key(version: str) -> tuple:
@@ -53,31 +64,37 @@ def bzimage_version(path: str) -> str | None:
     return raw.split(" ", 1)[0] or None
 
 
-def kernels_in_tree(root: str) -> dict[str, str]:
-    """``{version: path}`` of every kernel image in the tree (``/boot`` preferred)."""
-    found: dict[str, str] = {}
-    for base in _MODULE_DIRS:
-        directory = os.path.join(root, base)
-        if base == "lib/modules" and os.path.islink(os.path.join(root, "lib")):
-            continue  # /lib -> usr/lib: already seen
-        try:
-            names = os.listdir(directory)
-        except OSError:
-            continue
-        for version in names:
-            candidate = os.path.join(directory, version, "vmlinuz")
-            if os.path.isfile(candidate) and not os.path.islink(candidate):
-                found[version] = candidate
-    boot = os.path.join(root, "boot")
+def _listing(root: str, rel: str) -> list[str]:
     try:
-        names = os.listdir(boot)
+        return _imagepath.list_dir(root, rel)
     except OSError:
-        names = []
-    for name in names:
+        return []
+
+
+def kernels_in_tree(root: str) -> dict[str, str]:
+    """``{version: path relative to root}`` of every kernel image in the tree (``/boot`` preferred).
+
+    Directories are resolved inside the image (``/lib -> usr/lib``, a ``/boot`` link), the kernel
+    file itself must be a regular file, not a link.
+    """
+    found: dict[str, str] = {}
+    seen = set()
+    for base in _MODULE_DIRS:
+        directory = _imagepath.resolve_rel(root, base)
+        if directory is None or directory in seen:
+            continue  # /lib -> usr/lib: already seen
+        seen.add(directory)
+        for version in _listing(root, directory):
+            candidate = _imagepath.resolve_rel(root, f"{directory}/{version}/vmlinuz", follow_last=False)
+            if candidate is not None and _imagepath.is_file(root, candidate, follow_last=False):
+                found[version] = candidate
+    boot = _imagepath.resolve_rel(root, "boot")
+    for name in _listing(root, boot) if boot is not None else []:
         match = _BOOT_KERNEL.match(name)
-        path = os.path.join(boot, name)
-        if match and os.path.isfile(path) and not os.path.islink(path) and not name.endswith((".sig", ".hmac")):
-            found[match.group(1)] = path
+        candidate = f"{boot}/{name}" if boot else name
+        if match and match.group(1) not in (".", "..") and not name.endswith((".sig", ".hmac")) and \
+                _imagepath.is_file(root, candidate, follow_last=False):
+            found[match.group(1)] = candidate
     return found
 
 
@@ -91,7 +108,7 @@ def find_kernel(root: str, version: str | None = None, host_path: str | None = N
         if not os.path.isfile(host_path):
             raise KernelError(f"kernel {host_path} does not exist on the build host (option kernel)")
         detected = bzimage_version(host_path)
-        return Kernel(path=host_path, version=version or detected or "unknown", origin=f"host:{host_path}")
+        return Kernel(path=host_path, version=version or detected or "unknown", origin=f"{HOST_ORIGIN}{host_path}")
     kernels = kernels_in_tree(root)
     if not kernels:
         raise KernelError("no kernel in the image: looked for /boot/vmlinuz-<version> and "
@@ -103,12 +120,12 @@ def find_kernel(root: str, version: str | None = None, host_path: str | None = N
         chosen = version
     else:
         chosen = max(kernels, key=version_key)
-    path = kernels[chosen]
-    return Kernel(path=path, version=chosen, origin="/" + os.path.relpath(path, root))
+    rel = kernels[chosen]
+    return Kernel(path=os.path.join(root, rel), version=chosen, origin="/" + rel)
 
 
 def has_modules(root: str, version: str) -> bool:
-    return any(os.path.isdir(os.path.join(root, base, version)) for base in _MODULE_DIRS)
+    return any(_imagepath.is_dir(root, f"{base}/{version}") for base in _MODULE_DIRS)
 
 
 # -- how a squashfs root is booted ------------------------------------------------------------
@@ -120,16 +137,15 @@ LIVE_BOOT_SCRIPT = "usr/share/initramfs-tools/scripts/live"
 def squashfs_boot_method(root: str) -> str | None:
     """``dracut`` when the image can build a live initrd with dracut, ``live-boot`` when it
     carries Debian's live-boot (its own initrd mounts a squashfs), else None."""
-    if any(os.path.isfile(os.path.join(root, b)) for b in DRACUT_BINARIES) and \
-            os.path.isdir(os.path.join(root, DRACUT_LIVE_MODULES[0])):
+    if any(_imagepath.is_file(root, b) for b in DRACUT_BINARIES) and _imagepath.is_dir(root, DRACUT_LIVE_MODULES[0]):
         return "dracut"
-    if os.path.exists(os.path.join(root, LIVE_BOOT_SCRIPT)):
+    if _imagepath.lstat(root, LIVE_BOOT_SCRIPT) is not None:
         return "live-boot"
     return None
 
 
 def _has_binary(root: str, name: str) -> bool:
-    return any(os.path.isfile(os.path.join(root, d, name)) for d in ("usr/bin", "usr/sbin", "bin", "sbin"))
+    return any(_imagepath.is_file(root, f"{d}/{name}") for d in ("usr/bin", "usr/sbin", "bin", "sbin"))
 
 
 # dracut 059 (Debian 12) fetches a live root over the network only with its network-legacy
@@ -144,17 +160,19 @@ def dracut_modules(root: str) -> tuple[list[str], list[str]]:
     over HTTP) when the image has curl, dhclient, arping and pgrep.
     """
     missing = [name for name in LIVENET_BINARIES if not _has_binary(root, name)]
-    if missing or not os.path.isdir(os.path.join(root, DRACUT_LIVE_MODULES[1])):
+    if missing or not _imagepath.is_dir(root, DRACUT_LIVE_MODULES[1]):
         return ["dmsquash-live"], missing or ["dracut livenet module"]
     return ["dmsquash-live", "livenet", "network-legacy"], []
 
 
 def image_initrd(root: str, version: str) -> str | None:
-    """The image's own initrd for ``version`` (``/boot/initrd.img-<v>`` or ``/boot/initramfs-<v>.img``)."""
+    """The image's own initrd for ``version`` (``/boot/initrd.img-<v>`` or ``/boot/initramfs-<v>.img``) as a
+    link-free path inside the image, resolved there (a link to ``/etc/passwd`` is the image's, never the host's);
+    read it with :func:`_imagepath.open_file`."""
     for name in (f"initrd.img-{version}", f"initramfs-{version}.img"):
-        path = os.path.join(root, "boot", name)
-        if os.path.isfile(path):
-            return path
+        rel = _imagepath.resolve_rel(root, f"boot/{name}")
+        if rel is not None and _imagepath.is_file(root, rel):
+            return "/" + rel
     return None
 
 

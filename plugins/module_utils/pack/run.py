@@ -31,7 +31,7 @@ from typing import Any
 
 from ansible_collections.hpc.stateless.plugins.module_utils.artifact import manifest as pm
 from ansible_collections.hpc.stateless.plugins.module_utils.artifact import names, pkgdb, sbom, sums
-from ansible_collections.hpc.stateless.plugins.module_utils import _process
+from ansible_collections.hpc.stateless.plugins.module_utils import _imagepath, _process
 from ansible_collections.hpc.stateless.plugins.module_utils._paths import fsync_dir, nearest_existing
 from ansible_collections.hpc.stateless.plugins.module_utils.build.buildah import (
     LABEL_PREFIX,
@@ -76,6 +76,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils.pack.hwprofile impor
     depmod_outputs,
     plan_pruning,
     stage_modules,
+    staged_rel,
 )
 from ansible_collections.hpc.stateless.plugins.module_utils.pack.newc import MAX_FILE_SIZE, NewcError
 from ansible_collections.hpc.stateless.plugins.module_utils.verify.record import (
@@ -93,6 +94,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils.pack.tree import (
     PackTreeError,
     SecretRules,
     TreeScan,
+    scan_overlay,
     scan_tree,
     write_cpio,
 )
@@ -101,6 +103,9 @@ from ansible_collections.hpc.stateless.plugins.module_utils.pack.tree import (
 CONTAINER_PURPOSE = "pack"
 _DRACUT_OUT = "/run/hpc-stateless-pack-out"
 _DEPMOD_BASE = "/run/hpc-stateless-depmod"
+# The one directory of the partial version directory that a container writes into (dracut's output):
+# what it leaves there is read like an image, and only the initrd, a regular file, is copied out.
+_DRACUT_WORK = ".dracut-work"
 
 
 class PackError(Exception):
@@ -304,13 +309,19 @@ class Packer:
         except BuildahError as exc:
             raise PackError(f"source_image {ref} is not in local containers-storage: build it first "
                             "(ansible-playbook site.yml) or check the name") from exc
+        image_id = data.get("FromImageID") or ""
+        if not image_id:
+            raise PackError(f"source_image {ref}: buildah inspect names no image ID; cannot tell which image "
+                            "the verification gate checks")
         created = data.get("OCIv1", {}).get("created") or data.get("Docker", {}).get("created")
-        source = Source(root="", image_id=data.get("FromImageID") or "",
+        source = Source(root="", image_id=image_id,
                         labels=data.get("OCIv1", {}).get("config", {}).get("Labels") or {},
                         created=pm.parse_iso_utc(created) if created else None)
         name = container_name(image_prefix_of(ref), CONTAINER_PURPOSE, owner_instance(os.getpid()))
         try:
-            self.buildah.from_image(ref, name)
+            # By ID: the image inspected here (whose ID the gate checks) is the one packed, even if the
+            # reference is moved to another image meanwhile.
+            self.buildah.from_image(image_id, name)
             source.container = name
             source.root = self.buildah.mount(name)
         except BuildahError as exc:
@@ -372,7 +383,7 @@ class Packer:
         plan = self._plan_pruning(root, kernel.version, profile) if profile else None
         depmod_files = self._depmod(source, plan) if plan else {}
         # The regenerated files replace the image's: left out of the walk, added back by the overlay.
-        replaced = {rel for rel in depmod_files if os.path.lexists(os.path.join(root, rel))}
+        replaced = {rel for rel in depmod_files if _imagepath.exists_literal(root, rel)}
         rules = ExcludeRules([*(DEFAULT_EXCLUDES if req.exclude_defaults else ()), *req.exclude],
                              (plan.excluded | replaced) if plan else frozenset())
         scan = scan_tree(root, rules, secrets)
@@ -380,6 +391,7 @@ class Packer:
             sde = scan.newest_mtime
         options = self._options_fingerprint(kernel, sde)
         overlay = self._overlay(root, req.image, version, layer, layer_key, sde, depmod_files)
+        scan_overlay(overlay, secrets, scan)
         uncompressed = scan.total_bytes + sum(len(f.data) for f in overlay.files.values()
                                               if stat.S_ISREG(f.mode))
         self._preflight(scan, uncompressed)
@@ -398,7 +410,7 @@ class Packer:
         try:
             artifacts = self._write_artifacts(root, rules, overlay, scan, sde)
             files = {a["file"]: a["sha256"] for a in artifacts}
-            kernel_entry = self._copy_kernel(kernel)
+            kernel_entry = self._copy_kernel(root, kernel)
             files[names.KERNEL_FILE] = kernel_entry["sha256"]
             initrd_entry = None
             if "squashfs" in req.formats:
@@ -478,7 +490,7 @@ class Packer:
         """depmod data of the kept modules only: depmod of the image (else of the build host) on a staging tree."""
         staging = tempfile.mkdtemp(prefix="hpc-stateless-depmod-")
         try:
-            staged = stage_modules(source.root, plan, staging)
+            stage_modules(source.root, plan, staging)
             if source.container and self.buildah is not None:
                 self.buildah.run_in(source.container, ["depmod", "-b", _DEPMOD_BASE, plan.kernel_version],
                                     volumes={staging: _DEPMOD_BASE})
@@ -488,7 +500,7 @@ class Packer:
                     raise PackError("hardware_profile: depmod is not installed on the build host (Debian: apt-get "
                                     "install kmod); it regenerates modules.dep for the kept modules")
                 _process.run([depmod, "-b", staging, plan.kernel_version])
-            return depmod_outputs(source.root, plan, staged)
+            return depmod_outputs(source.root, plan, staging)
         except (_process.ProcessError, HardwareProfileError, OSError) as exc:
             raise PackError(f"hardware_profile: depmod of the kept modules failed: {exc}") from exc
         finally:
@@ -507,15 +519,15 @@ class Packer:
         if self.req.reset_machine_id:
             # Every node must make its own machine-id at first boot (systemd does when the file is empty).
             files.append(OverlayFile("etc/machine-id", stat.S_IFREG | 0o444, b""))
-            dbus_id = os.path.join(root, "var", "lib", "dbus", "machine-id")
-            if os.path.lexists(dbus_id) and not os.path.islink(dbus_id):
+            dbus_id = _imagepath.lstat(root, "var/lib/dbus/machine-id", follow_last=False)
+            if dbus_id is not None and not stat.S_ISLNK(dbus_id.st_mode):
                 files.append(OverlayFile("var/lib/dbus/machine-id", stat.S_IFLNK | 0o777, b"/etc/machine-id"))
         # The kernel opens /dev/console before init runs, and execs /init of an initramfs.
-        if not os.path.lexists(os.path.join(root, "dev", "console")):
+        if not _imagepath.exists_literal(root, "dev/console"):
             files.append(OverlayFile("dev/console", stat.S_IFCHR | 0o600, rdev=os.makedev(5, 1), cpio_only=True))
-        if not os.path.lexists(os.path.join(root, "init")):
+        if not _imagepath.exists_literal(root, "init"):
             for candidate in ("sbin/init", "usr/sbin/init", "usr/lib/systemd/systemd", "lib/systemd/systemd"):
-                if os.path.exists(os.path.join(root, candidate)) or os.path.islink(os.path.join(root, candidate)):
+                if _imagepath.lstat(root, candidate, follow_last=False) is not None:
                     files.append(OverlayFile("init", stat.S_IFLNK | 0o777, ("/" + candidate).encode(),
                                              cpio_only=True))
                     break
@@ -643,27 +655,25 @@ class Packer:
         if not binary:
             raise PackError("mksquashfs is not installed on the build host (Debian: apt-get install squashfs-tools)")
         work = os.path.join(self._partial, ".squashfs-work")
-        os.makedirs(work, exist_ok=True)
+        os.mkdir(work, 0o700)
         try:
             excluded = list(scan.excluded)
             items = list(overlay.files.values())
             for item in list(items):
-                if os.path.lexists(os.path.join(root, item.rel)) and not stat.S_ISDIR(item.mode):
+                if _imagepath.exists_literal(root, item.rel) and not stat.S_ISDIR(item.mode):
                     excluded.append(item.rel)  # replaced by the pseudo file
                 parent = os.path.dirname(item.rel)
-                while parent and not os.path.lexists(os.path.join(root, parent)):
+                while parent and not _imagepath.exists_literal(root, parent):
                     items.append(OverlayFile(parent, stat.S_IFDIR | 0o755))
                     parent = os.path.dirname(parent)
             lines, contents = pseudo_definitions(items, work, sde)
             for file_path, data in contents.items():
-                with open(file_path, "wb") as handle:
-                    handle.write(data)
+                _imagepath.write_file(work, os.path.basename(file_path), data, sync=False)
             exclude_file = os.path.join(work, "exclude")
-            with open(exclude_file, "w", encoding="utf-8", errors="surrogateescape") as handle:
-                handle.write("".join(line + "\n" for line in exclude_lines(excluded)))
+            _imagepath.write_file(work, "exclude", "".join(line + "\n" for line in exclude_lines(excluded)).encode(
+                "utf-8", "surrogateescape"), sync=False)
             pseudo_file = os.path.join(work, "pseudo")
-            with open(pseudo_file, "w", encoding="utf-8") as handle:
-                handle.write("".join(line + "\n" for line in lines))
+            _imagepath.write_file(work, "pseudo", "".join(line + "\n" for line in lines).encode("utf-8"), sync=False)
             argv = mksquashfs_argv(binary, root, path, self.req.squashfs_compression, self.req.levels.get("squashfs"),
                                    self.req.threads, exclude_file, pseudo_file)
             run_mksquashfs(argv, sde)
@@ -672,54 +682,97 @@ class Packer:
         finally:
             shutil.rmtree(work, ignore_errors=True)
 
-    def _copy_kernel(self, kernel: Kernel) -> dict[str, Any]:
-        dest = os.path.join(self._partial, names.KERNEL_FILE)
-        shutil.copyfile(kernel.path, dest)
-        os.chmod(dest, 0o644)
+    def _copy_kernel(self, root: str, kernel: Kernel) -> dict[str, Any]:
+        try:
+            fd = kernel.open(root)
+        except OSError as exc:
+            raise PackError(f"kernel {kernel.origin}: {exc.strerror}") from exc
+        try:
+            _imagepath.copy_fd(fd, self._partial_dir(), names.KERNEL_FILE)
+        finally:
+            os.close(fd)
+        dest = os.path.join(self._partial_dir(), names.KERNEL_FILE)
         return {"file": names.KERNEL_FILE, "version": kernel.version, "origin": kernel.origin,
                 "size": os.path.getsize(dest), "sha256": sums.sha256_file(dest)}
 
+    def _partial_dir(self) -> str:
+        if self._partial is None:
+            raise PackError("internal error: no partial version directory to write into")
+        return self._partial
+
     def _initrd(self, source: Source, kernel: Kernel, sde: int) -> dict[str, Any] | None:
         """An initrd that mounts the squashfs root, or None (with a warning saying why)."""
-        dest = os.path.join(self._partial, names.INITRD_FILE)
+        partial = self._partial_dir()
         if self.req.initrd:
-            if not os.path.isfile(self.req.initrd):
-                raise PackError(f"initrd {self.req.initrd} does not exist on the build host (option initrd)")
-            shutil.copyfile(self.req.initrd, dest)
+            try:
+                fd = os.open(self.req.initrd, os.O_RDONLY | os.O_CLOEXEC)  # the build host's file, named by the user
+            except OSError as exc:
+                raise PackError(f"initrd {self.req.initrd} cannot be read on the build host (option initrd): "
+                                f"{exc.strerror}") from exc
+            try:
+                _imagepath.copy_fd(fd, partial, names.INITRD_FILE)
+            finally:
+                os.close(fd)
             generator, args = f"host:{self.req.initrd}", ""
         else:
             method = squashfs_boot_method(source.root)
+            own = image_initrd(source.root, kernel.version)
             if method == "dracut" and self.req.dracut and source.container and self.buildah is not None:
                 self._run_dracut(source.container, source.root, kernel.version, sde)
                 generator, args = "dracut", DRACUT_KERNEL_ARGS
-            elif method == "live-boot" and image_initrd(source.root, kernel.version):
-                shutil.copyfile(image_initrd(source.root, kernel.version) or "", dest)
+            elif method == "live-boot" and own:
+                self._copy_out(source.root, own, names.INITRD_FILE, f"the image's initrd {own}")
                 generator, args = "live-boot", LIVE_BOOT_KERNEL_ARGS
             else:
                 self._warn("squashfs: no initrd.img was made - the image carries neither dracut with its live "
                            "modules (Debian: dracut dracut-live, EL: dracut-live) nor live-boot; add one to a "
                            "layer, or pass initrd=<path on the build host>. See docs/pack.md")
                 return None
-        os.chmod(dest, 0o644)
+        dest = os.path.join(partial, names.INITRD_FILE)
         return {"file": names.INITRD_FILE, "generator": generator, "kernel_args": args,
                 "size": os.path.getsize(dest), "sha256": sums.sha256_file(dest)}
 
+    def _copy_out(self, tree: str, path: str, name: str, what: str, follow_last: bool = True) -> None:
+        """Copy the regular file ``path`` of ``tree`` (an image, or what a container wrote) into the partial
+        directory as ``name``; a link out of ``tree``, a FIFO or a device is refused by name."""
+        try:
+            _imagepath.copy_out(tree, path, self._partial_dir(), name, follow_last=follow_last)
+        except _imagepath.NotRegularFile as exc:
+            raise PackError(f"{what} is {exc.strerror}: refusing to publish it as {name}; nothing was "
+                            "published") from exc
+        except FileNotFoundError as exc:
+            raise PackError(f"{what} is missing; nothing was published") from exc
+
     def _run_dracut(self, container: str, root: str, kernel_version: str, sde: int) -> None:
-        """dracut inside the throw-away working container; the initrd lands in the partial directory."""
-        if self.buildah is None or self._partial is None:
+        """dracut inside the throw-away working container, writing into a directory of its own.
+
+        The container shares only that directory (``.dracut-work`` in the partial directory) with the build
+        host, never the directory whose files are published: whatever the image's dracut leaves there
+        (a symlink to a host file, a FIFO) is never followed, and only ``initrd.img``, a regular file, is
+        copied out.
+        """
+        if self.buildah is None:
             raise PackError("dracut needs a source_image (a buildah working container)")
         modules, missing = dracut_modules(root)
         if missing:
             self._warn(f"the image lacks {', '.join(missing)}: its dracut initrd cannot fetch the squashfs over "
                        "HTTP (root=live:http://...), only find it on a block device (root=live:/dev/...); Debian: "
                        "add curl isc-dhcp-client iputils-arping procps to a layer")
+        work = os.path.join(self._partial_dir(), _DRACUT_WORK)
+        os.mkdir(work, 0o700)
         dracut = ["dracut", "--quiet", "--force", "--no-hostonly", "--no-hostonly-cmdline", "--reproducible",
                   "--add", " ".join(modules), "--kver", kernel_version, f"{_DRACUT_OUT}/{names.INITRD_FILE}"]
         try:
-            self.buildah.run_in(container, dracut, volumes={self._partial: _DRACUT_OUT},
+            self.buildah.run_in(container, dracut, volumes={work: _DRACUT_OUT},
                                 environment={"SOURCE_DATE_EPOCH": str(sde)})
+            self._copy_out(work, names.INITRD_FILE, names.INITRD_FILE, f"the {names.INITRD_FILE} the image's dracut "
+                           "wrote", follow_last=False)
         except _process.ProcessError as exc:
             raise PackError(f"dracut could not build the squashfs initrd: {exc}") from exc
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        if os.path.lexists(work):
+            raise PackError(f"what the image's dracut left in {work} cannot be removed; nothing was published")
 
     def _package_db(self, root: str) -> pkgdb.PackageDb:
         """The image's package database, read once for the manifest and the SBOM."""
@@ -729,10 +782,7 @@ class Packer:
         return db
 
     def _write_small(self, name: str, data: bytes) -> None:
-        with open(os.path.join(self._partial, name), "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
+        _imagepath.write_file(self._partial_dir(), name, data)
 
     def _publish(self, final: str) -> None:
         """Rename the finished partial directory to its version name (replacing an older pack)."""

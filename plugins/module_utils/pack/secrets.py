@@ -6,7 +6,8 @@
 
 :func:`sniff_file` opens one regular file (never through a symlink, never a device or FIFO),
 reads its beginning and says what secret it holds and where (``"OpenSSH private key block at
-byte 0"``), or None. What is read, and why these bounds:
+byte 0"``), or None; :func:`sniff_bytes` does the same for the content of a file pack adds. What
+is read, and why these bounds:
 
 * files of 1 MiB or less (:data:`CONTENT_MAX_SIZE`): every key format below is a few KiB
   (an RSA-16384 PEM key is 13 KiB, a keytab with a hundred principals 10 KiB); 99 % of the
@@ -142,6 +143,17 @@ def sniff_file(path: str | bytes, size: int) -> str | None:
     finally:
         os.close(fd)
     return sniff(data, whole)
+
+
+def sniff_bytes(data: bytes) -> str | None:
+    """What secret ``data``, the whole content of a file that pack itself adds to an image, holds, or None;
+    read within the bounds :func:`sniff_file` reads a file in."""
+    if not 0 < len(data) <= CONTENT_MAX_SIZE:
+        return None
+    head = data[:HEAD_BYTES]
+    if len(head) == HEAD_BYTES and _PEM_MARK in head and not head.startswith(_NOT_KEYS):
+        head = data
+    return sniff(head, len(head) == len(data))
 
 
 def _read_rest(fd: int, limit: int) -> bytes:

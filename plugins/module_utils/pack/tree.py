@@ -27,8 +27,9 @@ import stat
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
+from ansible_collections.hpc.stateless.plugins.module_utils import _imagepath
 from ansible_collections.hpc.stateless.plugins.module_utils.pack.newc import MAX_FILE_SIZE, NewcWriter
-from ansible_collections.hpc.stateless.plugins.module_utils.pack.secrets import sniff_file
+from ansible_collections.hpc.stateless.plugins.module_utils.pack.secrets import sniff_bytes, sniff_file
 
 # Runtime trees and caches that never belong in a node image. The directories stay (empty):
 # systemd mounts over /proc, /sys, /run, /tmp; apt and dnf recreate their caches.
@@ -132,11 +133,18 @@ class SecretRules:
 
     def classify(self, rel: str, path: str | bytes, size: int) -> str | None:
         """Why the regular file at ``rel`` (``size`` bytes, by lstat) is a secret, or None."""
+        return self._by_name(rel) or (sniff_file(path, size) if self.by_content else None)
+
+    def classify_data(self, rel: str, data: bytes) -> str | None:
+        """Why a file that pack adds at ``rel`` holding ``data`` is a secret, or None."""
+        return self._by_name(rel) or (sniff_bytes(data) if self.by_content else None)
+
+    def _by_name(self, rel: str) -> str | None:
         name = rel.rsplit("/", 1)[-1]
         for regex, reason in self._rules:
             if regex.match(rel) and not name.endswith(".pub"):
                 return reason
-        return sniff_file(path, size) if self.by_content else None
+        return None
 
     def allowed(self, rel: str) -> bool:
         return bool(self._allowed and self._allowed.match(rel))
@@ -209,7 +217,7 @@ class Overlay:
             head = rest.split("/", 1)[0]
             child = prefix + head
             if "/" in rest:
-                if not os.path.lexists(os.path.join(root, os.fsencode(child))) and child not in found:
+                if child not in found and not _imagepath.exists_literal(os.fsdecode(root), child):
                     found[child] = Entry(rel=child, path=None, mode=stat.S_IFDIR | 0o755, uid=0, gid=0,
                                          size=0, mtime=self.mtime, nlink=2)
             else:
@@ -342,6 +350,16 @@ def scan_tree(root: str | bytes, rules: ExcludeRules, secrets: SecretRules, over
                     Secret(entry.rel, reason))
     scan.hardlinks = {k: v for k, v in scan.hardlinks.items() if v > 1}
     return scan
+
+
+def scan_overlay(overlay: Overlay, secrets: SecretRules, scan: TreeScan) -> None:
+    """Pass 1 for the regular files pack adds itself (regenerated depmod data, the unpruned alias table,
+    the release file): the same secret rules, by name and by content, as for the files of the tree."""
+    for rel, item in sorted(overlay.files.items()):
+        if stat.S_ISREG(item.mode):
+            reason = secrets.classify_data(rel, item.data)
+            if reason:
+                (scan.allowed_secrets if secrets.allowed(rel) else scan.secrets).append(Secret(rel, reason))
 
 
 def write_cpio(root: str | bytes, rules: ExcludeRules, overlay: Overlay | None, hardlinks: dict[tuple[int, int], int],

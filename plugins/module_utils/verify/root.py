@@ -9,8 +9,9 @@ can run commands (a shell) and boot (a systemd).
 from __future__ import annotations
 
 import os
-from typing import List, Optional, Tuple
+from typing import Optional, Tuple
 
+from ansible_collections.hpc.stateless.plugins.module_utils import _imagepath
 from ansible_collections.hpc.stateless.plugins.module_utils.verify.commands import NspawnError
 
 # systemd-nspawn -b executes the first of these that exists; /sbin/init alone may be
@@ -30,35 +31,13 @@ def lookup_user(passwd_text: str, user: str) -> Optional[Tuple[int, int, str]]:
     return None
 
 
-def resolve_in_root(root: str, path: str, max_links: int = 40) -> Optional[str]:
+def resolve_in_root(root: str, path: str) -> Optional[str]:
     """Host path of ``path`` as the container would resolve it (symlinks stay inside ``root``).
 
     Returns None when the path does not exist. Absolute link targets are taken relative to
-    ``root``, never to the host's ``/``.
+    ``root``, never to the host's ``/`` (the one resolver: ``module_utils/_imagepath.py``).
     """
-    parts = [p for p in path.split("/") if p not in ("", ".")]
-    resolved: List[str] = []
-    links = 0
-    while parts:
-        part = parts.pop(0)
-        if part == "..":
-            if resolved:
-                resolved.pop()
-            continue
-        candidate = os.path.join(root, *resolved, part)
-        if os.path.islink(candidate):
-            links += 1
-            if links > max_links:
-                return None
-            target = os.readlink(candidate)
-            if target.startswith("/"):
-                resolved = []
-            parts = [p for p in target.split("/") if p not in ("", ".")] + parts
-            continue
-        if not os.path.lexists(candidate):
-            return None
-        resolved.append(part)
-    return os.path.join(root, *resolved)
+    return _imagepath.resolve(root, path)
 
 
 def find_systemd(root: str) -> Optional[str]:

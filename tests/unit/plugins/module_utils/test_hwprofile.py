@@ -108,7 +108,7 @@ def profile(**value):
 
 
 def test_modinfo_reads_every_firmware_field_of_plain_and_xz_modules(image):
-    data = hw._module_bytes(str(image / MODDIR / MODULES["iwlwifi"][0]))
+    data = hw._module_bytes(str(image), f"{MODDIR}/{MODULES['iwlwifi'][0]}")
     assert hw.modinfo_field(data, "firmware") == ["iwlwifi-8000C-*.ucode"]
     assert hw.modinfo_field(data, "name") == ["iwlwifi"]
     assert hw.modinfo_field(b"not an elf file", "firmware") == []
@@ -193,7 +193,7 @@ def test_staging_holds_only_kept_modules_and_a_filtered_order(image, tmp_path):
         MODULES["iwlwifi"][0].replace(".xz", ""), MODULES["cfg80211"][0], MODULES["loop"][0]]
     # What depmod would write; depmod itself (kmod) is not installed on this build host.
     (tmp_path / "staging/lib/modules" / KVER / "modules.dep").write_text("kernel/drivers/block/loop.ko:\n")
-    outputs = hw.depmod_outputs(str(image), plan, staged)
+    outputs = hw.depmod_outputs(str(image), plan, str(tmp_path / "staging"))
     assert sorted(outputs) == [f"{MODDIR}/modules.alias.unpruned", f"{MODDIR}/modules.dep", f"{MODDIR}/modules.order"]
     assert outputs[f"{MODDIR}/modules.alias.unpruned"] == (image / MODDIR / "modules.alias").read_bytes()
 

@@ -76,5 +76,5 @@ def test_a_source_image_is_mounted_in_a_container_named_after_its_prefix_and_our
     packer._close_source(source)  # pylint: disable=protected-access
     removed = [c[1] for c in fake.calls if c[0] == "rm"]
     assert removed == [stale, mine, mine]
-    assert ["from", "--pull=never", "--quiet", "--name", mine, "localhost/p/base:k"] in fake.calls
+    assert ["from", "--pull=never", "--quiet", "--name", mine, "id"] in fake.calls  # the inspected image, by its ID
     assert source.root == str(tmp_path) and source.container == mine
