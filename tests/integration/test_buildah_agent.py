@@ -4,12 +4,14 @@ A working container of the default root layer (``localhost/hpc-stateless/base``,
 build`` before the integration tests) is used by every test here and removed at the end. Checked:
 every answer arrives exactly once and intact under CPU load, a SIGKILLed ``ansible-playbook``
 leaves no holder, agent, command, socket or mount, nothing of the agent is in the committed image,
-and nothing we start leaves the terminal's stdin non-blocking.
+nothing we start leaves the terminal's stdin non-blocking, and no process in a build container
+reaches the holder's socket.
 """
 
 from __future__ import annotations
 
 import fcntl
+import glob
 import multiprocessing
 import os
 import pty
@@ -88,8 +90,10 @@ def ours(container: str, roots: set[str]) -> list[str]:
 
 
 def sockets(container: str) -> list[str]:
-    stem = address(container, None, 0).rsplit(b"/", 1)[0].lstrip(b"\0").decode()
-    return [line for line in Path("/proc/net/unix").read_text().splitlines() if stem in line]
+    """The holder sockets of ``container`` (any playbook): open ones, and socket files on disk."""
+    stem = os.fsdecode(address(container, None, 0).rsplit(b".", 2)[0])
+    return ([line for line in Path("/proc/net/unix").read_text().splitlines() if stem in line]
+            + glob.glob(glob.escape(stem) + ".*.sock"))
 
 
 def mounted(container: str) -> bool:
@@ -157,6 +161,44 @@ def test_module_results_through_ansible_are_whole(container, tmp_path):
                           check=False, stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert "ok=2" in proc.stdout
+
+
+# -- what a build container reaches -------------------------------------------------------------
+# What a process a package script left behind in a build container can do: find every agent holder's socket
+# in /proc/net/unix (chroot isolation shares the host's network namespace, so it lists the host's sockets),
+# connect, and read the holder's first frame, after which it could send commands to that layer's agent.
+PROBE = r"""
+import socket
+for line in open("/proc/net/unix").read().splitlines()[1:]:
+    fields = line.split()
+    name = fields[7] if len(fields) > 7 else ""
+    if "hpc-stateless" not in name:
+        continue
+    print("seen", name)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(10)
+    try:
+        sock.connect(b"\0" + name[1:].encode() if name.startswith("@") else name)
+        print("reached", name, sock.recv(200)[8:60])
+    except OSError as exc:
+        print("unreachable", name, exc)
+    finally:
+        sock.close()
+"""
+
+
+def test_a_process_in_a_build_container_cannot_reach_the_agent_holder(container):
+    """Security review (issue 25, finding 7): the holder's socket was in the abstract namespace, which belongs
+    to the network namespace that ``buildah run`` with chroot isolation shares with the host; its peer check
+    (same uid) passes for the container's root. It is now a file in a 0700 directory of the host."""
+    session = Session(container, None, Buildah())
+    assert session.exec(b"true")[0] == 0  # a holder listens, idle
+    session.close()
+    said = buildah("run", container, "--", "python3", "-I", "-c", PROBE)
+    shown = os.fsdecode(session.address)  # as /proc/net/unix shows it: an abstract name with "@" for its NUL
+    assert f"seen {'@' + shown[1:] if shown.startswith(chr(0)) else shown}" in said, said
+    assert "reached" not in said, f"a process in the build container reached an agent holder:\n{said}"
+    assert session.exec(b"echo unharmed")[1] == b"unharmed\n"
 
 
 # -- a killed playbook -------------------------------------------------------------------------

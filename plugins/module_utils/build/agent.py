@@ -113,11 +113,11 @@ def descendants(root: int, proc: str = "/proc") -> list:
             continue
         try:
             with open(os.path.join(proc, name, "stat"), "rb") as handle:
-                stat = handle.read()
+                line = handle.read()
         except OSError:
             continue
         # The command name may hold spaces and parentheses: the fields after its last ")" are fixed.
-        fields = stat[stat.rfind(b")") + 2:].split()
+        fields = line[line.rfind(b")") + 2:].split()
         children.setdefault(int(fields[1]), []).append(int(name))
     found, todo = [], [root]
     while todo:

@@ -11,9 +11,13 @@ playbook's process group so a signal to the group still reaches every command) t
 ``buildah run <container> -- python3 -I -B -c <agent>`` through the collection's buildah client
 and listens on a Unix socket. Later workers of the same ``ansible-playbook`` connect to it.
 
-The socket is in the abstract namespace (nothing on disk to leave behind when the holder is
-killed) and private to the user: both ends check the peer's uid (``SO_PEERCRED``). Its name holds
-the container, the user commands run as, and the pid of the ``ansible-playbook`` process.
+The socket is a file in a directory private to the user (:func:`socket_dir`: mode 0700, outside
+anything a build container sees), and both ends check the peer's uid (``SO_PEERCRED``). Not in the
+abstract namespace: that belongs to the network namespace, which ``buildah run`` with chroot
+isolation shares with the host, so every build container could reach an abstract socket, as root
+(the holder's uid). Its name holds the container, the user commands run as, and the pid of the
+``ansible-playbook`` process. A holder removes its socket when it ends; one that was killed leaves
+it, and the next holder removes it.
 
 The holder serves one client at a time and relays whole frames (:mod:`.agent`) between it and
 the agent. A client that goes away mid-request leaves its answer to be read and dropped (and its
@@ -26,6 +30,7 @@ timeout, or on SIGINT/SIGTERM/SIGHUP.
 from __future__ import annotations
 
 import errno
+import fcntl
 import hashlib
 import json
 import multiprocessing
@@ -33,9 +38,11 @@ import os
 import select
 import signal
 import socket
+import stat
 import struct
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -47,6 +54,10 @@ from ansible_collections.hpc.stateless.plugins.module_utils.build.buildah import
 # A start of the agent that never said hello ran nothing: it may be repeated this often.
 START_ATTEMPTS = 3
 START_TIMEOUT = 120.0
+# A holder says whether its agent is ready once the agent started (or failed to): a client waits this long.
+READY_TIMEOUT = START_ATTEMPTS * START_TIMEOUT + 30.0
+# How long the holder waits for a client in the middle of a frame, or for it to take an answer.
+PEER_TIMEOUT = 60.0
 TICK = 0.2  # how often the holder looks at its owner
 CONTAINER_CHECK = 10.0  # how often an idle holder asks buildah whether the container still exists
 STOP_GRACE = 30.0
@@ -73,16 +84,66 @@ def owner_pid() -> int:
 def start_time(pid: int) -> str | None:
     """Start time of ``pid`` (field 22 of its stat), None when it does not exist: tells a reused pid apart."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_bytes()
+        line = Path(f"/proc/{pid}/stat").read_bytes()
     except OSError:
         return None
-    return stat[stat.rfind(b")") + 2:].split()[19].decode("ascii")
+    return line[line.rfind(b")") + 2:].split()[19].decode("ascii")
 
 
-def address(container: str, user: str | None, owner: int) -> bytes:
-    """Abstract socket name of the holder of ``container`` (commands as ``user``) for playbook ``owner``."""
+def host_uid() -> int:
+    """This process's uid outside its user namespace (``buildah unshare`` runs a rootless playbook as its uid 0)."""
+    uid = os.getuid()
+    try:
+        for line in Path("/proc/self/uid_map").read_text(encoding="ascii").splitlines():
+            inside, outside, count = (int(field) for field in line.split())
+            if inside <= uid < inside + count:
+                return outside + uid - inside
+    except (OSError, ValueError):
+        pass
+    return uid
+
+
+def socket_dir() -> str:
+    """The user's directory of holder sockets: in ``$XDG_RUNTIME_DIR``, else the temporary directory."""
+    base = os.environ.get("XDG_RUNTIME_DIR", "")
+    if not base.startswith("/"):
+        base = tempfile.gettempdir()
+    return os.path.join(base, f"hpc-stateless-buildah-{host_uid()}")
+
+
+def private_dir(path: str) -> None:
+    """Create directory ``path`` with mode 0700, or check that it is one of ours no one else may enter."""
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise AgentUnavailable(f"cannot create the directory of the agent's sockets {path}: {exc.strerror}") from None
+    info = os.lstat(path)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
+        raise AgentUnavailable(f"{path} is not a directory private to uid {os.getuid()} (owner {info.st_uid}, mode "
+                               f"{stat.filemode(info.st_mode)}), so the agent's socket cannot be there: remove it")
+
+
+def address(container: str, user: str | None, owner: int, directory: str | None = None) -> bytes:
+    """Socket path of the holder of ``container`` (commands as ``user``) for playbook ``owner``."""
     digest = hashlib.sha256(f"{container}\0{user or ''}".encode("utf-8", "surrogateescape")).hexdigest()[:20]
-    return f"\0hpc-stateless/buildah/{os.getuid()}/{digest}/{owner}".encode("ascii")
+    return os.fsencode(os.path.join(directory or socket_dir(), f"{digest}.{owner}.sock"))
+
+
+def listening(path: bytes) -> bool:
+    """Whether a process listens on socket ``path`` (a socket file whose holder was killed refuses)."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(1.0)
+    try:
+        probe.connect(path)
+    except (ConnectionRefusedError, FileNotFoundError):
+        return False
+    except OSError:
+        return True  # there, but busy: a full backlog
+    finally:
+        probe.close()
+    return True
 
 
 def peer_uid(sock: socket.socket) -> int:
@@ -122,7 +183,8 @@ class Holder:
         self.owner_start: str | None = config.get("owner_start")
         self.idle: float = float(config.get("idle_timeout") or DEFAULT_IDLE)
         self.client = Buildah(config.get("executable") or "buildah", config.get("isolation"))
-        self.address: bytes = config["address"].encode("latin-1")
+        self.address: bytes = os.fsencode(config["address"])
+        self.bound: tuple[int, int] | None = None  # (device, inode) of our socket file
         self.proc: subprocess.Popen | None = None
         self.hello: dict[str, Any] = {}
         self.stderr_tail = b""
@@ -282,7 +344,7 @@ class Holder:
         if peer_uid(conn) != os.getuid():
             conn.close()
             return
-        conn.setblocking(True)
+        conn.settimeout(PEER_TIMEOUT)  # a client stuck inside a frame must not stop the holder's watch
         self.peer = conn
         self._send_peer(agent.encode({"id": 0, "ready": True, **self.hello}))
 
@@ -332,15 +394,58 @@ class Holder:
         if owner >= 0:
             os.close(owner)
 
-    def run(self) -> None:
+    def _locked(self) -> int:
+        """An fd of the socket directory, locked: binding, and removing socket files, happen one holder at a time."""
+        fd = os.open(os.path.dirname(self.address), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        return fd
+
+    def _listen(self) -> socket.socket | None:
+        """Listen on our socket file; None when another holder serves it. Removes the files killed holders left."""
+        directory = os.path.dirname(self.address)
+        private_dir(os.fsdecode(directory))
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        lock = self._locked()
         try:
-            listener.bind(self.address)
-        except OSError as exc:
-            if exc.errno == errno.EADDRINUSE:
-                return  # another holder serves this container for this playbook
+            for name in os.listdir(directory):
+                path = os.path.join(directory, name)
+                if name.endswith(b".sock") and stat.S_ISSOCK(os.lstat(path).st_mode) and not listening(path):
+                    os.unlink(path)
+            try:
+                listener.bind(self.address)
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    listener.close()
+                    return None  # another holder serves this container for this playbook
+                raise
+            listener.listen(16)  # under the lock: a holder that finds the file finds it listening
+            info = os.stat(self.address)
+            self.bound = (info.st_dev, info.st_ino)
+        except BaseException:
+            listener.close()
             raise
-        listener.listen(16)
+        finally:
+            os.close(lock)
+        return listener
+
+    def _unlink(self) -> None:
+        """Remove our socket file, if it is still ours."""
+        if self.bound is None:
+            return
+        lock = self._locked()
+        try:
+            info = os.stat(self.address)
+            if (info.st_dev, info.st_ino) == self.bound:
+                os.unlink(self.address)
+        except FileNotFoundError:
+            pass
+        finally:
+            os.close(lock)
+
+    def run(self) -> None:
+        listener = self._listen()
+        if listener is None:
+            return
         try:
             try:
                 self.start_agent()
@@ -349,6 +454,7 @@ class Holder:
                 return
             self.serve(listener)
         finally:
+            self._unlink()  # first: a client that comes now starts a new holder instead of waiting on this one
             listener.close()
             self._stop_process()
             if self.peer is not None:
@@ -416,12 +522,19 @@ class Session:
 
     # connecting -------------------------------------------------------------------------
     def _try_connect(self) -> socket.socket | None:
+        """A connection to the holder (blocking calls time out after READY_TIMEOUT), None when none listens."""
+        private_dir(os.fsdecode(os.path.dirname(self.address)))
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(READY_TIMEOUT)
         try:
             sock.connect(self.address)
         except (ConnectionRefusedError, FileNotFoundError):
             sock.close()
             return None
+        except OSError as exc:
+            sock.close()
+            raise AgentUnavailable(f"cannot connect to the agent holder of container {self.container} at "
+                                   f"{os.fsdecode(self.address)}: {exc}") from None
         if peer_uid(sock) != os.getuid():
             sock.close()
             raise AgentUnavailable(f"the socket of the agent of container {self.container} belongs to another user")
@@ -432,7 +545,7 @@ class Session:
         config = {"container": self.container, "user": self.user, "owner": self.owner,
                   "owner_start": start_time(self.owner), "idle_timeout": self.idle_timeout,
                   "executable": self.client.executable, "isolation": self.client.isolation,
-                  "address": self.address.decode("latin-1"), "path": [collection_root()]}
+                  "address": os.fsdecode(self.address), "path": [collection_root()]}
         self.log(f"starting the agent holder of container {self.container}")
         proc = subprocess.Popen([sys.executable, "-B", "-c", BOOT, json.dumps(config)],  # pylint: disable=consider-using-with
                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -456,6 +569,10 @@ class Session:
                 raise AgentUnavailable(f"the agent holder of container {self.container} did not listen within 30 s")
         try:
             frame = agent.read_frame(sock.recv)
+        except TimeoutError:
+            sock.close()
+            raise AgentUnavailable(f"the agent holder of container {self.container} did not say whether its agent is "
+                                   f"ready within {READY_TIMEOUT:g} s ({os.fsdecode(self.address)})") from None
         except (agent.ProtocolError, ValueError, OSError) as exc:
             sock.close()
             raise AgentUnavailable(f"the agent holder of container {self.container} broke off: {exc}") from None
@@ -463,6 +580,7 @@ class Session:
             sock.close()
             said = frame[0].get("error") if frame else "it closed the connection"
             raise AgentUnavailable(f"the agent in container {self.container} is not available: {said}")
+        sock.settimeout(None)  # a command's answer takes as long as the command
         self.sock, self.hello = sock, frame[0]
 
     def close(self) -> None:
@@ -476,7 +594,7 @@ class Session:
         sock = self._try_connect()
         if sock is None:
             return False
-        sock.settimeout(START_ATTEMPTS * START_TIMEOUT + STOP_GRACE + 30.0)  # the holder's own bounds, and some
+        sock.settimeout(READY_TIMEOUT + STOP_GRACE)  # the holder's own bounds, and some
         try:
             agent.read_frame(sock.recv)  # ready (or refused)
             sock.sendall(agent.encode({"id": 0, "op": "stop"}))

@@ -2,20 +2,25 @@
 
 The holder runs in a thread of the test and starts the real agent as ``python3 -I -B -c <agent>``
 on the host instead of through ``buildah run`` (a stand-in: no working container in unit tests),
-and is told the container always exists. Everything else is real: the abstract Unix socket,
-the peer uid check, frames, the relay, orphaned answers, aborted uploads, stop and owner checks.
-The real ``buildah run`` is tested in tests/integration/test_buildah_agent.py.
+and is told the container always exists. Everything else is real: the Unix socket in its private
+directory (a fresh one per test, as ``$XDG_RUNTIME_DIR``), the peer uid check, frames, the relay,
+orphaned answers, aborted uploads, stop and owner checks. The real ``buildah run``, and what a
+process inside a build container can reach, are tested in tests/integration/test_buildah_agent.py.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import socket
+import stat
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -34,6 +39,15 @@ class HostHolder(holder.Holder):
         return False
 
 
+@pytest.fixture(name="runtime_dir", autouse=True)
+def fixture_runtime_dir(monkeypatch):
+    """A fresh ``$XDG_RUNTIME_DIR`` (short: a socket path has at most 107 bytes); yields the sockets' directory."""
+    base = tempfile.mkdtemp(prefix="hsb-")
+    monkeypatch.setenv("XDG_RUNTIME_DIR", base)
+    yield Path(holder.socket_dir())
+    shutil.rmtree(base)
+
+
 @pytest.fixture(name="running")
 def fixture_running(monkeypatch):
     """Start a holder thread for a fresh container name; yields (holder, Session factory)."""
@@ -43,7 +57,7 @@ def fixture_running(monkeypatch):
         container = f"unit-{uuid.uuid4().hex[:8]}"
         owner = owner or os.getpid()
         config = {"container": container, "user": None, "owner": owner, "owner_start": holder.start_time(owner),
-                  "idle_timeout": idle, "address": holder.address(container, None, owner).decode("latin-1")}
+                  "idle_timeout": idle, "address": os.fsdecode(holder.address(container, None, owner))}
         hold = HostHolder(config, argv)
         monkeypatch.setattr(holder, "agent_argv", lambda _client, _container, _user: hold.argv)
         thread = threading.Thread(target=hold.run, daemon=True)
@@ -220,12 +234,21 @@ def test_an_agent_that_never_says_hello_is_started_again_then_refused(running, t
     assert starts.read_text().count("start") == holder.START_ATTEMPTS
 
 
-def test_the_socket_is_abstract_private_and_named_per_container_user_and_playbook():
+def test_the_socket_is_a_file_in_a_private_directory_named_per_container_user_and_playbook(running, runtime_dir):
+    """Security review (issue 25, finding 7): not in the abstract namespace, which build containers share."""
     name = holder.address("ctr", None, 42)
-    assert name.startswith(b"\0hpc-stateless/buildah/") and name.endswith(b"/42")
-    assert str(os.getuid()).encode() in name
+    assert name.startswith(os.fsencode(runtime_dir) + b"/") and name.endswith(b".42.sock")
+    assert runtime_dir.name == f"hpc-stateless-buildah-{os.getuid()}"  # the host's uid, also in a user namespace
     assert len({name, holder.address("ctr", "builder", 42), holder.address("ctr2", None, 42),
                 holder.address("ctr", None, 43)}) == 4
+    hold, _thread, session = running()
+    assert session().exec(b"true")[0] == 0
+    info = runtime_dir.stat()
+    assert (stat.S_IMODE(info.st_mode), info.st_uid) == (0o700, os.getuid())
+    assert stat.S_ISSOCK(os.lstat(hold.address).st_mode)
+    listed = [line.split()[-1] for line in Path("/proc/net/unix").read_text().splitlines()[1:]
+              if "hpc-stateless-buildah" in line]
+    assert os.fsdecode(hold.address) in listed and not [path for path in listed if path.startswith("@")]
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(b"\0hpc-stateless-unit-" + uuid.uuid4().hex.encode())
     server.listen(1)
@@ -246,3 +269,71 @@ def test_the_holder_imports_from_the_collection_root():
     root = holder.collection_root()
     assert os.path.isfile(os.path.join(root, "ansible_collections", "hpc", "stateless", "plugins", "module_utils",
                                        "build", "holder.py"))
+
+
+@pytest.mark.parametrize("spoil", ["open to others", "someone else's", "a symlink"])
+def test_a_socket_directory_others_can_enter_or_own_is_refused(runtime_dir, spoil, tmp_path):
+    if spoil == "a symlink":
+        tmp_path.chmod(0o700)
+        runtime_dir.symlink_to(tmp_path)
+    else:
+        runtime_dir.mkdir(mode=0o700)
+        if spoil == "open to others":
+            runtime_dir.chmod(0o755)
+        elif os.geteuid() != 0:
+            pytest.skip("only root may give a directory away")
+        else:
+            os.chown(runtime_dir, os.getuid() + 1, -1)
+    session = holder.Session("ctr", None, Buildah(), owner=os.getpid())
+    with pytest.raises(holder.AgentUnavailable, match=f"{runtime_dir} is not a directory private to uid"):
+        session.connect()
+
+
+def test_a_socket_a_killed_holder_left_is_replaced_and_a_holder_removes_its_own(running, runtime_dir):
+    runtime_dir.mkdir(mode=0o700)
+    stale = [holder.address(f"killed-{n}", None, os.getpid()) for n in range(2)]
+    for path in stale:
+        left = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        left.bind(path)
+        left.close()  # as a SIGKILLed holder leaves it: a socket file nobody listens on
+    hold, thread, session = running()
+    assert sorted(os.listdir(runtime_dir)) == [os.path.basename(os.fsdecode(hold.address))]
+    assert session().stop() is True
+    thread.join(timeout=30)
+    assert os.listdir(runtime_dir) == []
+
+
+def test_a_holder_finding_its_socket_served_leaves_it_alone(running):
+    hold, _thread, session = running()
+    second = HostHolder({"container": hold.container, "user": None, "owner": hold.owner, "owner_start": hold.owner_start,
+                         "address": os.fsdecode(hold.address)})
+    second.run()  # returns at once: another holder serves this container for this playbook
+    assert second.proc is None and session().exec(b"echo still")[1] == b"still\n"
+
+
+def test_a_holder_that_never_says_ready_fails_the_connect_in_time(runtime_dir, monkeypatch):
+    """Security review (issue 25, finding 7): a silent peer must not hang the build."""
+    monkeypatch.setattr(holder, "READY_TIMEOUT", 0.5)
+    runtime_dir.mkdir(mode=0o700)
+    session = holder.Session("silent", None, Buildah(), owner=os.getpid())
+    silent = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    silent.bind(session.address)
+    silent.listen(1)
+    outcome = []
+
+    def connect():
+        try:
+            session.connect()
+        except holder.AgentUnavailable as exc:
+            outcome.append(str(exc))
+    caller = threading.Thread(target=connect, daemon=True)
+    caller.start()
+    peer, _address = silent.accept()  # accepted, and never a word
+    caller.join(timeout=10)
+    try:
+        assert not caller.is_alive(), "Session.connect still waits for the holder's first frame"
+        assert outcome and "did not say whether its agent is ready within 0.5 s" in outcome[0]
+        assert os.fsdecode(session.address) in outcome[0]
+    finally:
+        peer.close()
+        silent.close()
