@@ -305,3 +305,49 @@ def test_the_plan_refuses_unknown_keys_of_an_images_hardware_profile():
         LayerGraph.from_spec(layers, {"node": {"layer": "base", "hardware_profile": {"modaliasfile": "x"}}})
     with pytest.raises(LayerSpecError, match=r"hardware_profile"):
         LayerGraph.from_spec(layers, {"node": {"layer": "base", "hardware_profile": ["e1000"]}})
+
+
+def test_module_data_is_read_inside_the_image_and_never_through_a_link(image, tmp_path):
+    host = tmp_path / "host"
+    host.mkdir()
+    (host / "shadow").write_bytes(b"root:$6$host-secret:19000::::::\n")
+    plan = hw.plan_pruning(str(image), KVER, profile(modules=["e1000"]))
+    staging = tmp_path / "staging"
+    hw.stage_modules(str(image), plan, str(staging))
+    (staging / "lib/modules" / KVER / "modules.dep").write_text("kernel/drivers/block/loop.ko:\n")
+    (image / MODDIR / "modules.alias").unlink()
+    (image / MODDIR / "modules.alias").symlink_to(host / "shadow")  # packed as modules.alias.unpruned before
+    with pytest.raises(hw.HardwareProfileError, match=f"/{MODDIR}/modules.alias: not a regular file but a symbolic"):
+        hw.depmod_outputs(str(image), plan, str(staging))
+    with pytest.raises(hw.HardwareProfileError, match="modules.alias"):
+        hw.plan_pruning(str(image), KVER, profile(modules=["e1000"]))
+
+
+def test_module_paths_of_modules_dep_stay_below_the_modules_directory(image, tmp_path):
+    host = tmp_path / "host"
+    host.mkdir()
+    (host / "secret.ko").write_bytes(elf_module(["name=secret", "firmware=x"]))
+    escape = "../" * 12 + str(host / "secret.ko").lstrip("/")
+    with open(image / MODDIR / "modules.dep", "a", encoding="utf-8") as handle:
+        handle.write(f"{escape}:\n")
+    with pytest.raises(hw.HardwareProfileError, match="not a path below its modules directory"):
+        hw.plan_pruning(str(image), KVER, profile(modules=["secret"]))
+
+
+def test_files_pack_adds_are_secret_scanned_like_the_images(image, tmp_path, monkeypatch):
+    key = tmp_path / "key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    # The image's alias table ends in a private key; depmod regenerates it, so the walk leaves it out and
+    # only its unpruned copy, which pack adds itself, carries the key.
+    with open(image / MODDIR / "modules.alias", "ab") as handle:
+        handle.write(key.read_bytes())
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "depmod").write_text('#!/bin/sh\ncd "$2/lib/modules/$3" && find kernel -name "*.ko*" | sort '
+                                   '| sed "s/$/:/" > modules.dep && : > modules.alias\n')
+    (bindir / "depmod").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+    with pytest.raises(PackError, match=f"refusing to pack secrets: /{MODDIR}/modules.alias.unpruned "
+                                        r"\(OpenSSH private key block"):
+        _pack(image, tmp_path / "out", hardware_profile={"modules": ["e1000"]})
+    assert not (tmp_path / "out" / "node").exists()

@@ -86,3 +86,45 @@ def test_dracut_modules_add_livenet_only_with_what_it_needs(tmp_path):
     for name in ("usr/sbin/dhclient", "usr/bin/arping", "usr/bin/pgrep"):
         (tmp_path / name).write_text("")
     assert dracut_modules(str(tmp_path)) == (["dmsquash-live", "livenet", "network-legacy"], [])
+
+
+def _host_kernel_dir(tmp_path, name):
+    """A directory of the 'build host' (outside the image) holding a kernel an image link could point at."""
+    outside = tmp_path / "host" / name
+    outside.mkdir(parents=True)
+    (outside / "vmlinuz-9.9-host").write_bytes(b"host kernel")
+    (outside / "vmlinuz").write_bytes(b"host kernel")
+    return outside
+
+
+def test_a_boot_or_modules_directory_linked_out_of_the_image_is_not_searched(tmp_path):
+    root = tmp_path / "root"
+    (root / "usr/lib/modules").mkdir(parents=True)
+    (root / "boot").symlink_to(_host_kernel_dir(tmp_path, "boot"))  # absolute: the image's /<host path>, not the host's
+    (root / "usr/lib/modules/9.9-host").symlink_to(_host_kernel_dir(tmp_path, "modules"))
+    with pytest.raises(KernelError, match="no kernel in the image"):
+        find_kernel(str(root))
+    # The same links resolved inside the image find the image's kernel, and it is read from there.
+    (root / "boot").unlink()
+    (root / "boot").symlink_to("/usr/lib/images")
+    (root / "usr/lib/images").mkdir()
+    (root / "usr/lib/images/vmlinuz-6.1").write_bytes(b"image kernel")
+    kernel = find_kernel(str(root))
+    assert (kernel.version, kernel.origin) == ("6.1", "/usr/lib/images/vmlinuz-6.1")
+    fd = kernel.open(str(root))
+    with open(fd, "rb") as handle:
+        assert handle.read() == b"image kernel"
+
+
+def test_image_initrd_resolves_its_links_inside_the_image(tmp_path):
+    outside = tmp_path / "host"
+    outside.mkdir()
+    (outside / "passwd").write_text("root:x:0:0::/root:/bin/sh\n")
+    root = tmp_path / "root"
+    (root / "boot").mkdir(parents=True)
+    (root / "boot/initrd.img-6.1").symlink_to(outside / "passwd")
+    assert image_initrd(str(root), "6.1") is None
+    (root / "boot/initrd.img-6.1").unlink()
+    (root / "boot/initrd.img-6.1").symlink_to("/boot/initrd.img-6.1.real")
+    (root / "boot/initrd.img-6.1.real").write_bytes(b"i")
+    assert image_initrd(str(root), "6.1") == "/boot/initrd.img-6.1.real"
