@@ -21,6 +21,10 @@ description:
     C(ramdisk_size) at least the largest uncompressed size (C(manifest.json)) of every published or pending
     version plus headroom, the serial console, C(ip=dhcp), then the image's C(kernel_args), then the node's.
     A later C(key=value) replaces an earlier one."
+  - "Every kernel argument, from the inventory, an option or a manifest, may hold only letters, digits and
+    C(-_.,:=/+@%~): iPXE reads C(${...}), C(&&), C(||), C(;) and C(#) in a C(kernel) line as script syntax. An argument
+    with anything else (quotes, C($), C(&), C(|), C(;), C(#), C(<>), backslash, control characters) is refused,
+    naming the argument and where it came from; nothing is written."
   - Writes only files whose content changes, each through a temporary file renamed into place; removes
     per-node files it wrote earlier for nodes no longer listed. Files without its marker line are never touched.
   - Holds the boot root's deploy lock while writing, like M(hpc.stateless.bootlink).
@@ -67,11 +71,12 @@ options:
         description: Image the node boots (default O(default_image)).
         type: str
       kernel_args:
-        description: Extra kernel arguments of this node (string or list).
+        description: Extra kernel arguments of this node (string or list), each of the characters described above.
         type: raw
   pending_manifests:
     description: C(manifest.json) files of versions about to be published, so C(ramdisk_size) covers them
-      before they are served.
+      before they are served. Pass the checked copies M(hpc.stateless.bootlink) returns as C(manifest),
+      not files of the pack output.
     type: list
     elements: path
     default: []
@@ -80,11 +85,12 @@ options:
     type: str
     default: ttyS0,115200n8
   ip:
-    description: Value of the C(ip=) kernel argument; empty to leave it out.
+    description: Value of the C(ip=) kernel argument (one argument, of the characters described above); empty to
+      leave it out.
     type: str
     default: dhcp
   rdinit:
-    description: Init program of cpio images (C(rdinit=)).
+    description: Init program of cpio images (C(rdinit=)), of the characters described above.
     type: str
     default: /sbin/init
   ramdisk_headroom:
@@ -100,6 +106,7 @@ options:
       - URL of the boot root as booted nodes reach it, for example C(http://10.0.0.1/tftpboot). Required for
         squashfs images (the initrd fetches C(<boot_url>/<image>/rootfs.squashfs)); iPXE scripts fetch kernel
         and initrd from it when set (else relative to the script, over TFTP).
+      - Of the characters described above (it goes into the C(kernel) line and C(root=live:)); percent-encode others.
     type: str
     default: ""
   prompt_timeout:

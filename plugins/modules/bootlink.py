@@ -30,13 +30,20 @@ description:
   - With O(keyring), the release signature (M(hpc.stateless.sign)) is checked with C(gpgv) before anything in the
     boot tree changes; an unsigned release, a signature by another key, a damaged signature or a C(SHA256SUMS)
     changed after signing is refused, naming the file and the key(s) expected.
+  - C(manifest.json) is used only after its bytes matched their C(SHA256SUMS) entry (so the signature covers it), and
+    those bytes are what is published; a C(SHA256SUMS) that does not list it is refused.
+  - A version already published is compared file by file - every published file is hashed against C(SHA256SUMS) -
+    and refused, naming the file and version, when the published copy or the pack output differs.
+  - Before a link is pointed at an already published version again (O(state=switched) with only O(version), or
+    O(state=rollback)), that version's files are hashed against its C(SHA256SUMS) and, with O(keyring), its
+    C(SHA256SUMS.asc) is checked; a failure changes nothing.
 extends_documentation_fragment:
   - hpc.stateless.attributes
 attributes:
   check_mode:
     support: full
-    details: Verifies the checksums (and with O(keyring) the signature) of O(src) and reports what would be
-      published, switched and removed.
+    details: Verifies the checksums (and with O(keyring) the signature) of O(src), or of the published version a
+      switch or rollback would serve, and reports what would be published, switched and removed.
   diff_mode:
     support: full
     details: Shows the served and previous link targets and the published versions, before and after.
@@ -94,6 +101,8 @@ options:
       - Public keys that may sign releases, on the host this runs on - a binary keyring (C(gpg --export KEY)) or an
         armored export (C(gpg --export --armor KEY)). When set, O(src) must carry a C(SHA256SUMS.asc) that C(gpgv)
         verifies with one of these keys; checked before anything is published or switched.
+      - With O(state=rollback), or O(state=switched) and only O(version), the published version the link would point
+        at must carry such a signature (a version published unsigned is refused).
       - Without it, signatures are not checked (a C(SHA256SUMS.asc) in O(src) is still published).
     type: path
   signers:
@@ -193,13 +202,26 @@ cleaned:
   elements: str
 signature:
   description:
-    - The signature check of O(src) - C(checked) (a keyring was given), C(signed) (O(src) has a C(SHA256SUMS.asc)),
-      and when checked C(keyring), C(fingerprint) (primary key), C(signing_key) and C(uid) of the signer.
-  returned: when O(src) is given
+    - The signature check of O(src), or of the published version a switch by O(version) or a rollback pointed the
+      link at - C(checked) (a keyring was given), C(signed) (it has a C(SHA256SUMS.asc)), and when checked
+      C(keyring), C(fingerprint) (primary key), C(signing_key) and C(uid) of the signer.
+  returned: when O(src) is given, or the link is pointed at an already published version
   type: dict
   sample: {"checked": true, "signed": true, "fingerprint": "0123456789ABCDEF0123456789ABCDEF01234567",
            "signing_key": "0123456789ABCDEF0123456789ABCDEF01234567", "uid": "Site release <hpc@example.org>",
            "keyring": "/etc/hpc-stateless/release-keys.asc"}
+manifest:
+  description:
+    - Path of the C(manifest.json) of O(src) as checked against C(SHA256SUMS) - the published copy; in check mode,
+      before the version is published, the one in O(src), checked in this run. Boot entries are rendered from it
+      (M(hpc.stateless.bootconfig) O(hpc.stateless.bootconfig#module:pending_manifests)).
+  returned: when O(src) is given
+  type: str
+verification:
+  description: The C(verification) entry of the checked manifest of O(src) (the verify gate's record), null when the
+    pack recorded none.
+  returned: when O(src) is given
+  type: dict
 versions:
   description: Published versions after the task, oldest first, with publish time, uncompressed size and the links
     pointing at each.

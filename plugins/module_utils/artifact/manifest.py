@@ -199,15 +199,29 @@ def kernel_file(data: dict[str, Any]) -> str:
 
 def read_manifest(path: str) -> dict[str, Any]:
     """Load ``manifest.json`` at ``path`` and :func:`check_manifest` it; ArtifactError naming the file."""
+    return parse_manifest(read_manifest_bytes(path), path)
+
+
+def read_manifest_bytes(path: str) -> bytes:
+    """The bytes of ``manifest.json`` at ``path``, unparsed (to check them against SHA256SUMS first);
+    ArtifactError naming the file when it is missing or unreadable."""
     try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
+        with open(path, "rb") as handle:
+            return handle.read()
     except FileNotFoundError:
         raise ArtifactError(f"{path}: no manifest.json; is this a version directory written by "
                             "hpc.stateless.pack?") from None
-    except (OSError, ValueError) as exc:
+    except OSError as exc:
         raise ArtifactError(f"{path}: unreadable manifest ({exc}); re-run the pack step") from None
-    return check_manifest(data, path)
+
+
+def parse_manifest(data: bytes, where: str) -> dict[str, Any]:
+    """:func:`check_manifest` of the JSON in ``data`` (read from ``where``); ArtifactError naming it."""
+    try:
+        parsed = json.loads(data.decode("utf-8"))
+    except ValueError as exc:  # UnicodeDecodeError is a ValueError too
+        raise ArtifactError(f"{where}: unreadable manifest ({exc}); re-run the pack step") from None
+    return check_manifest(parsed, where)
 
 
 def newest_version_dir(image_dir: str) -> str | None:

@@ -20,6 +20,11 @@ an image bigger than the configured RAM disk.
 Only files whose content changes are written, each through a temp file renamed into place.
 Files this module wrote carry a marker line; per-node files with the marker whose node left the
 inventory are removed, files without it are never touched.
+
+Every kernel argument, from whichever source (inventory, module options, a manifest), is checked
+against :data:`KERNEL_ARG_CHARS` before it reaches an entry: iPXE reads ``${...}``, ``&&``, ``||``,
+``;`` and ``#`` in a ``kernel`` line as script syntax, so one such argument would make every node
+run another script.
 """
 
 from __future__ import annotations
@@ -68,6 +73,12 @@ _MAC_SEPARATED = re.compile(r"^[0-9a-f]{2}([:-])[0-9a-f]{2}(\1[0-9a-f]{2}){4}$")
 _MAC_BARE = re.compile(r"^[0-9a-f]{12}$")
 _SERIAL = re.compile(r"^ttyS(\d+)(?:,(\d+)([noe]\d?)?)?$")
 _SINGLE_VALUED = frozenset({"initrd", "rdinit", "root", "ramdisk_size", "ip", "init", "rootfstype"})
+# What one kernel argument may hold: enough for console=ttyS0,115200n8, root=live:http://10.0.0.1/tftp/x%2By/rootfs.squashfs,
+# ip=10.0.0.5::10.0.0.1:255.255.255.0:n1:eth0:off, BOOTIF=01-52-54-00-00-00-01, crashkernel=256M@16M, initrd=<image>/initrd
+# (image names hold ~ and +). Nothing iPXE or pxelinux read as syntax: no $ { } & | ; # quotes, backslash, < >, spaces
+# or control characters.
+KERNEL_ARG_CHARS = "letters, digits and - _ . , : = / + @ % ~"
+_KERNEL_ARG = re.compile(r"^[A-Za-z0-9_.,:=/+@%~-]+$")
 
 
 class BootConfigError(BootlinkError):
@@ -96,7 +107,8 @@ def normalise_mac(raw: object, where: str) -> str:
     return ":".join(hexdigits[i:i + 2] for i in range(0, 12, 2))
 
 
-def _args_text(raw: object, where: str) -> str:
+def _args_text(raw: object, where: str, fix: str = "") -> str:
+    """Kernel arguments from a string or a list, each checked (:func:`check_kernel_args`), as one line."""
     if raw is None:
         return ""
     if isinstance(raw, (list, tuple)):
@@ -105,7 +117,30 @@ def _args_text(raw: object, where: str) -> str:
         raise BootConfigError(f"{where}: kernel arguments must be a string or a list of strings, got {raw!r}")
     if any(ch in raw for ch in "\n\r\0"):
         raise BootConfigError(f"{where}: kernel arguments must be one line")
-    return raw.strip()
+    return check_kernel_args(raw, where, fix)
+
+
+def check_kernel_args(text: str, where: str, fix: str = "") -> str:
+    """``text`` (arguments separated by spaces or tabs) once every argument holds only :data:`KERNEL_ARG_CHARS`;
+    BootConfigError naming the argument, ``where`` it came from (inventory key, option or manifest) and ``fix``
+    (what to change) otherwise."""
+    for token in _split_args(text):
+        if not _KERNEL_ARG.match(token):
+            raise BootConfigError(_bad_arg(token, where, fix))
+    return text.strip()
+
+
+def _split_args(text: str) -> list[str]:
+    """Arguments as iPXE and pxelinux split them: at spaces and tabs only (any other character stays in one, to be
+    refused)."""
+    return [token for token in re.split(r"[ \t]+", text) if token]
+
+
+def _bad_arg(token: str, where: str, fix: str = "") -> str:
+    bad = "".join(sorted({ch for ch in token if not _KERNEL_ARG.match(ch)}))
+    return (f"{where}: kernel argument {token!r} holds {bad!r}, which iPXE or pxelinux would read as script syntax "
+            f"(or which no kernel argument needs); a kernel argument may hold only {KERNEL_ARG_CHARS}: "
+            + (fix or "remove the argument or write it without them"))
 
 
 @dataclass(frozen=True)
@@ -128,6 +163,9 @@ def parse_nodes(raw_nodes: Iterable[Mapping[str, Any]], images: Iterable[str], d
         name = raw.get("name")
         if not isinstance(name, str) or not name:
             raise BootConfigError(f"nodes[{index}]: 'name' is required")
+        if not name.isprintable():  # it is written into a comment line of the node's entries
+            raise BootConfigError(f"nodes[{index}]: name {name!r} holds a line break or another control character; "
+                                  "use the inventory hostname")
         where = f"nodes[{index}] ({name})"
         if name in seen_names:
             raise BootConfigError(f"{where}: node listed twice")
@@ -149,7 +187,9 @@ def parse_nodes(raw_nodes: Iterable[Mapping[str, Any]], images: Iterable[str], d
         if image not in known:
             raise BootConfigError(f"{where}.image: unknown image {image!r} (known images: "
                                   f"{', '.join(sorted(known)) or 'none'}); fix hpc_stateless_boot_image of the host")
-        nodes.append(Node(name, tuple(dict.fromkeys(macs)), image, _args_text(raw.get("kernel_args"), f"{where}.kernel_args")))
+        nodes.append(Node(name, tuple(dict.fromkeys(macs)), image,
+                          _args_text(raw.get("kernel_args"), f"{where}.kernel_args",
+                                     "fix hpc_stateless_boot_kernel_args of the host")))
     return nodes
 
 
@@ -169,12 +209,15 @@ def merge_args(*sources: str) -> str:
     """Join argument strings; a later ``key=`` (console: per device) replaces an earlier one in place.
 
     A bare ``console=ttyS0`` does not replace ``console=ttyS0,115200n8``: it names the same
-    device and would only drop the speed.
+    device and would only drop the speed. Every argument is checked again here, the last step before
+    an entry, so no source can bring script syntax into it (callers check each source first, to name it).
     """
     order: list[str] = []
     values: dict[str, str] = {}
     for source in sources:
-        for token in source.split():
+        for token in _split_args(source):
+            if not _KERNEL_ARG.match(token):
+                raise BootConfigError(_bad_arg(token, "kernel arguments"))
             identity = _arg_identity(token)
             if identity not in values:
                 order.append(identity)
@@ -194,6 +237,17 @@ class BootOptions:
     boot_url: str = ""
     prompt_timeout: int = 30
     ipappend: int = 2
+
+    def check(self) -> None:
+        """BootConfigError naming the option whose value would bring other syntax into an entry."""
+        self.serial_directive()
+        for option, value in (("ip", self.ip), ("rdinit", self.rdinit)):
+            if value and not _KERNEL_ARG.match(value):
+                raise BootConfigError(_bad_arg(f"{option}={value}", option))
+        if self.boot_url and not _KERNEL_ARG.match(self.boot_url):
+            raise BootConfigError(f"boot_url {self.boot_url!r} (hpc_stateless_boot_url): the URL goes into iPXE's kernel line "
+                                  f"and the root=live: argument, so it may hold only {KERNEL_ARG_CHARS}; "
+                                  "percent-encode anything else")
 
     def serial_directive(self) -> str:
         """pxelinux ``SERIAL port speed`` for the console, or '' without a serial console."""
@@ -278,8 +332,13 @@ def image_boot(name: str, spec: Mapping[str, Any], manifests: list[dict[str, Any
                                   "(hpc_stateless_boot_url) to the URL of the boot root, e.g. http://10.0.0.1/tftpboot")
         initrd = (manifests[-1].get("initrd") if manifests else None) or {}
         template = (initrd.get("kernel_args") if isinstance(initrd, dict) else "") or DEFAULT_SQUASHFS_ARGS
-        format_args = template.replace(SQUASHFS_URL_PLACEHOLDER,
-                                       f"{options.boot_url.rstrip('/')}/{url_quote(name)}/{SQUASHFS_LINK}")
+        where = f"image {name} version {manifests[-1].get('version')}: manifest.json initrd.kernel_args" if manifests else \
+            "the default squashfs arguments"
+        if not isinstance(template, str):
+            raise BootConfigError(f"{where}: not a string ({template!r}); pack the image again")
+        format_args = _args_text(template.replace(SQUASHFS_URL_PLACEHOLDER,
+                                                  f"{options.boot_url.rstrip('/')}/{url_quote(name)}/{SQUASHFS_LINK}"),
+                                 where, "pack the image again (the initrd's arguments come from pack)")
     else:
         raise BootConfigError(f"hpc_stateless_images.{name}.formats[0]: unknown format {fmt!r}")
     sizes = [int(manifest.get("uncompressed_size") or 0) for manifest in manifests]
@@ -559,7 +618,7 @@ def render(params: Mapping[str, Any], check_mode: bool = False) -> dict[str, Any
         prompt_timeout=int(params.get("prompt_timeout") if params.get("prompt_timeout") is not None else 30),
         ipappend=int(params.get("ipappend") if params.get("ipappend") is not None else 2),
     )
-    options.serial_directive()  # validate early
+    options.check()  # validate early
     nodes = parse_nodes(params.get("nodes") or [], images, default_image)
     for name in sorted(images):
         spec = images[name] if isinstance(images[name], Mapping) else {}

@@ -23,7 +23,13 @@ it was copied, synced and checked against SHA256SUMS.
 SHA256SUMS and its signature SHA256SUMS.asc are published byte for byte as pack wrote and the
 site signed them, so ``gpgv`` and ``sha256sum -c --ignore-missing`` check a published version
 in place (the pack's other formats are listed there but not published). With a keyring, the
-signature is checked (:func:`verify_signature`) before anything in the boot tree changes.
+signature is checked (:func:`load_packed`) before anything of the pack output is parsed or anything
+in the boot tree changes.
+
+Deploy reads only bytes it has checked: the manifest is parsed from the bytes that matched their
+SHA256SUMS entry, and those bytes are what is published; a version already published is compared
+file by file with its SHA256SUMS (:func:`publish`), and a version a link is about to point at again
+(switch by version, rollback) has its signature and files checked first (:func:`verify_published`).
 
 Every change happens under an exclusive ``flock`` on ``<boot_root>/.hpc-stateless.lock``,
 so two deploys (or a deploy and a config render) cannot interleave.
@@ -39,11 +45,17 @@ import shutil
 import stat
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ansible_collections.hpc.stateless.plugins.module_utils.artifact.manifest import kernel_file, newest_version_dir, read_manifest
+from ansible_collections.hpc.stateless.plugins.module_utils.artifact.manifest import (
+    kernel_file,
+    newest_version_dir,
+    parse_manifest,
+    read_manifest,
+    read_manifest_bytes,
+)
 from ansible_collections.hpc.stateless.plugins.module_utils.artifact.names import (
     FORMATS,
     IMAGES_DIR,
@@ -61,7 +73,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils.artifact.names impor
     format_of,
 )
 from ansible_collections.hpc.stateless.plugins.module_utils.artifact.signature import Signer, read_optional, verify
-from ansible_collections.hpc.stateless.plugins.module_utils.artifact.sums import parse_sums, read_sums, sha256_file
+from ansible_collections.hpc.stateless.plugins.module_utils.artifact.sums import parse_sums, read_sums, sha256_bytes, sha256_file
 from ansible_collections.hpc.stateless.plugins.module_utils._paths import (
     TEMP_INFIX,
     fsync_dir,
@@ -105,6 +117,8 @@ class PackedVersion:
     squashfs: str | None = None
     sums_data: bytes = b""  # SHA256SUMS as read (and verified): what is published
     signature: bytes | None = None  # SHA256SUMS.asc as read, None when the release is not signed
+    manifest_data: bytes = b""  # manifest.json as read and checked against SHA256SUMS: what is parsed and published
+    signer: Signer | None = None  # who signed SHA256SUMS, when a keyring checked it
 
     @property
     def image(self) -> str:
@@ -161,23 +175,30 @@ def _format_of(name: str) -> str:
     return format_of(name) or ("initrd" if name == INITRD_FILE else "")
 
 
-def load_packed(path: str, fmt: str | None = None) -> PackedVersion:
-    """Read a pack version directory: manifest, SHA256SUMS and the chosen boot format."""
+def load_packed(path: str, fmt: str | None = None, keyring: str | None = None,
+                signers: Sequence[str] = ()) -> PackedVersion:
+    """Read a pack version directory: SHA256SUMS, the manifest and the chosen boot format.
+
+    With ``keyring``, the signature of SHA256SUMS is checked first (SignatureError otherwise). The
+    manifest is parsed only after its bytes matched their SHA256SUMS entry, and those same bytes are
+    what :func:`publish` writes, so a manifest.json edited after packing (or signing) is refused
+    before anything of it is used.
+    """
     if not os.path.isdir(path):
         raise BootlinkError(f"src {path}: not a directory; point src at <pack output>/<image>/<version>")
-    manifest = read_manifest(os.path.join(path, MANIFEST_FILE))
+    manifest_path = os.path.join(path, MANIFEST_FILE)
+    manifest_data = read_manifest_bytes(manifest_path)
     sums_path = os.path.join(path, SUMS_FILE)
     sums_data = _read_bytes(sums_path)
     if sums_data is None:
         read_sums(sums_path)  # raises the contract's error for a missing SHA256SUMS
-    try:
-        sums = parse_sums(sums_data.decode("utf-8"), sums_path)
-    except UnicodeDecodeError:
-        raise ArtifactError(f"{sums_path}: not UTF-8 text; pack the image again") from None
+    signature = _read_bytes(os.path.join(path, SIGNATURE_FILE))
+    signer = verify(sums_data, signature, keyring, list(signers), sums_path) if keyring else None
+    sums = _parse_sums_data(sums_data, sums_path)
+    manifest = _checked_manifest(manifest_path, manifest_data, sums, sums_path, signer is not None)
     fmt, initrd, squashfs = _pick_artifacts(path, manifest, fmt)
     kernel = kernel_file(manifest)
-    packed = PackedVersion(path, manifest, sums, fmt, kernel, initrd, squashfs, sums_data,
-                           _read_bytes(os.path.join(path, SIGNATURE_FILE)))
+    packed = PackedVersion(path, manifest, sums, fmt, kernel, initrd, squashfs, sums_data, signature, manifest_data, signer)
     for name in packed.boot_files:
         if name not in sums:
             raise BootlinkError(f"{sums_path}: no checksum for {name}; pack the image again")
@@ -188,6 +209,31 @@ def load_packed(path: str, fmt: str | None = None) -> PackedVersion:
     return packed
 
 
+def _parse_sums_data(data: bytes, where: str) -> dict[str, str]:
+    """:func:`parse_sums` of SHA256SUMS bytes read from ``where``."""
+    try:
+        return parse_sums(data.decode("utf-8"), where)
+    except UnicodeDecodeError:
+        raise ArtifactError(f"{where}: not UTF-8 text; pack the image again") from None
+
+
+def _checked_manifest(manifest_path: str, data: bytes, sums: Mapping[str, str], sums_path: str,
+                      signed: bool) -> dict[str, Any]:
+    """The manifest in ``data`` once its digest is the one SHA256SUMS lists; BootlinkError before parsing otherwise."""
+    expected = sums.get(MANIFEST_FILE)
+    if expected is None:
+        raise BootlinkError(f"{sums_path} does not list {MANIFEST_FILE}, so nothing vouches for the manifest the "
+                            "boot entries would be rendered from; nothing was published: pack the image again "
+                            "(pack lists it)")
+    actual = sha256_bytes(data)
+    if actual != expected:
+        raise BootlinkError(
+            f"{manifest_path} does not match its checksum in {SUMS_FILE} ({expected[:12]}..., file {actual[:12]}...): "
+            f"it was changed after the image was packed{' and signed' if signed else ''}; nothing was published and "
+            "the boot tree is unchanged: pack the image again (and sign it)")
+    return parse_manifest(data, manifest_path)
+
+
 def _read_bytes(path: str) -> bytes | None:
     """The content of ``path``, None when it does not exist."""
     try:
@@ -195,15 +241,6 @@ def _read_bytes(path: str) -> bytes | None:
     except OSError as exc:
         raise BootlinkError(f"{path}: unreadable ({exc.strerror}); make the pack output readable for the "
                             "deploying user") from None
-
-
-def verify_signature(packed: PackedVersion, keyring: str, signers: list[str] | tuple[str, ...] = ()) -> Signer:
-    """Check SHA256SUMS.asc over the SHA256SUMS bytes that will be published; SignatureError otherwise.
-
-    Every published file is then checked against that SHA256SUMS, so a good signature covers
-    the whole published version.
-    """
-    return verify(packed.sums_data, packed.signature, keyring, signers, os.path.join(packed.path, SUMS_FILE))
 
 
 def find_packed(src: str, version: str | None) -> str:
@@ -452,6 +489,8 @@ def published_difference(tree: BootTree, packed: PackedVersion) -> str | None:
     SIGNATURE_DIFFERS (same files, ``packed`` carries another or a first signature), or why it is
     another build.
 
+    Every published file is hashed against ``packed``'s (checked) SHA256SUMS: a published copy
+    changed after it was published raises BootlinkError naming the files (see :func:`check_published_copy`).
     A version published before SHA256SUMS was published unchanged lists only the published
     files; it is the same release when those entries agree.
     """
@@ -469,6 +508,10 @@ def published_difference(tree: BootTree, packed: PackedVersion) -> str | None:
     missing = [name for name in names if not os.path.isfile(os.path.join(path, name))]
     if missing:
         return f"{', '.join(missing)} missing"
+    if os.path.islink(os.path.join(path, INITRD_LINK)) and os.readlink(os.path.join(path, INITRD_LINK)) != packed.initrd:
+        return f"{INITRD_LINK} is {os.readlink(os.path.join(path, INITRD_LINK))}, not {packed.initrd}"
+    check_published_copy(path, packed.image, packed.version,
+                         {name: packed.sums[name] for name in names if name in packed.sums})
     if packed.signature is not None and _read_bytes(os.path.join(path, SIGNATURE_FILE)) != packed.signature:
         return SIGNATURE_DIFFERS  # with a rewritten SHA256SUMS too: _replace_signature puts back the signed one
     return None
@@ -535,6 +578,8 @@ def publish(tree: BootTree, packed: PackedVersion) -> bool:
         for name in packed.files:
             if name == SUMS_FILE:
                 _write_file(os.path.join(temp, name), packed.sums_data)  # the bytes the signature was checked on
+            elif name == MANIFEST_FILE:
+                _write_file(os.path.join(temp, name), packed.manifest_data)  # the bytes checked and parsed
             elif name == SIGNATURE_FILE and packed.signature is not None:
                 _write_file(os.path.join(temp, name), packed.signature)
             else:
@@ -591,6 +636,71 @@ def verify_packed(packed: PackedVersion) -> None:
     _verify_copy(packed.path, packed)
 
 
+def check_published_copy(directory: str, image: str, version: str, expected: Mapping[str, str]) -> None:
+    """Hash each file of ``expected`` (``{name: sha256}``) in the published ``directory``; BootlinkError naming
+    every file that is missing, not a regular file or holds other bytes."""
+    bad = []
+    for name in sorted(expected):
+        path = os.path.join(directory, name)
+        try:
+            if not stat.S_ISREG(os.lstat(path).st_mode):
+                bad.append(f"{name} (not a regular file)")
+                continue
+            actual = sha256_file(path)
+        except FileNotFoundError:
+            bad.append(f"{name} (missing)")
+            continue
+        except OSError as exc:
+            bad.append(f"{name} (unreadable: {exc.strerror})")
+            continue
+        if actual != expected[name]:
+            bad.append(f"{name} ({SUMS_FILE} {expected[name][:12]}..., published {actual[:12]}...)")
+    if bad:
+        raise BootlinkError(
+            f"the published copy of image {image!r} version {version!r} in {directory} does not match its "
+            f"{SUMS_FILE}: {', '.join(bad)}; it was changed after it was published. Nothing was changed: serve "
+            f"another version if this one is served (state=switched), remove it (state=absent) and deploy it again "
+            "from its pack output")
+
+
+def verify_published(tree: BootTree, image: str, version: str, keyring: str | None = None,
+                     signers: Sequence[str] = ()) -> Signer | None:
+    """Check a published version before a link points at it again (switch by version, rollback).
+
+    With ``keyring``, the signature of its published SHA256SUMS (SignatureError otherwise); then every file that
+    SHA256SUMS lists and the version holds is hashed, and the manifest, the kernel and what ``initrd`` (and
+    ``rootfs.squashfs``) point at must be among them. Returns the signer when a keyring was given.
+    """
+    path = tree.version_dir(image, version)
+    if not os.path.isdir(path):
+        tree.check_complete(image, version)  # raises, naming the published versions
+    sums_path = os.path.join(path, SUMS_FILE)
+    sums_data = _read_bytes(sums_path)
+    if sums_data is None:
+        read_sums(sums_path)  # raises the contract's error for a missing SHA256SUMS
+    signer = None
+    if keyring:
+        signer = verify(sums_data, _read_bytes(os.path.join(path, SIGNATURE_FILE)), keyring, list(signers), sums_path)
+    sums = _parse_sums_data(sums_data, sums_path)
+    required = {MANIFEST_FILE, KERNEL_FILE}
+    for link in (INITRD_LINK, SQUASHFS_LINK):
+        try:
+            required.add(os.readlink(os.path.join(path, link)))
+        except OSError:
+            if link == INITRD_LINK:
+                raise BootlinkError(f"{path}/{INITRD_LINK} is missing or not a symlink: the version is incomplete; "
+                                    "remove it (state=absent) and publish it again") from None
+    unlisted = sorted(name for name in required if name not in sums)
+    if unlisted:
+        raise BootlinkError(f"{sums_path} does not list {', '.join(unlisted)}, so nothing vouches for what nodes would "
+                            f"boot from version {version!r} of image {image!r}; nothing was changed: remove it "
+                            "(state=absent) and publish it again")
+    check_published_copy(path, image, version, {name: digest for name, digest in sums.items()
+                                                if name in required or os.path.lexists(os.path.join(path, name))})
+    tree.check_complete(image, version)
+    return signer
+
+
 # --------------------------------------------------------------------------- switch, retain, remove
 
 
@@ -606,14 +716,19 @@ def switch(tree: BootTree, image: str, version: str) -> tuple[str | None, bool]:
     return old, True
 
 
-def rollback(tree: BootTree, image: str) -> tuple[str | None, str]:
-    """Switch back to the previous version; returns (old, new)."""
+def rollback_target(tree: BootTree, image: str) -> str:
+    """The previous version (what a rollback serves); BootlinkError when there is none."""
     target = tree.previous(image)
-    current = tree.current(image)
     if target is None or not os.path.isdir(tree.version_dir(image, target)):
         raise BootlinkError(f"image {image!r} has no previous version to roll back to in {tree.image_dir(image)} "
-                            f"(current: {current or 'none'}); switch to a published version instead "
+                            f"(current: {tree.current(image) or 'none'}); switch to a published version instead "
                             "(state=switched, version=...)")
+    return target
+
+
+def rollback(tree: BootTree, image: str) -> tuple[str | None, str]:
+    """Switch back to the previous version; returns (old, new)."""
+    target = rollback_target(tree, image)
     old, _changed = switch(tree, image, target)
     return old, target
 
@@ -715,8 +830,10 @@ def apply_state(params: dict[str, Any], check_mode: bool = False) -> dict[str, A
     """Do (or, in check mode, predict) what ``params`` ask for; the bootlink module's logic.
 
     ``params``: boot_root, image, state, src, version, format, keep, lock_timeout, keyring, signers.
-    With a keyring, the signature of ``src`` is checked before anything else (check mode included).
-    Returns the module result (changed, current, previous, published, removed, versions, diff).
+    With a keyring, the signature of ``src`` is checked before anything else (check mode included), and
+    so is the signature of a published version a switch by version or a rollback points the link at.
+    Returns the module result (changed, current, previous, published, removed, versions, diff; with ``src``
+    also manifest and verification).
     """
     tree = BootTree(params["boot_root"])
     image = check_name("image", params["image"])
@@ -729,10 +846,12 @@ def apply_state(params: dict[str, Any], check_mode: bool = False) -> dict[str, A
     keep = int(params.get("keep") or 3)
     if keep < 1:
         raise BootlinkError(f"keep must be at least 1, got {keep}")
+    keyring = params.get("keyring") or None
+    signers = list(params.get("signers") or ())
 
     packed = None
     if params.get("src") and state in ("present", "switched"):
-        packed = load_packed(find_packed(params["src"], version), params.get("format"))
+        packed = load_packed(find_packed(params["src"], version), params.get("format"), keyring, signers)
         if packed.image != image:
             raise BootlinkError(f"src {packed.path} holds image {packed.image!r}, not {image!r}; "
                                 "point src at the pack output of this image")
@@ -741,7 +860,7 @@ def apply_state(params: dict[str, Any], check_mode: bool = False) -> dict[str, A
                                 f"(version {packed.version!r}); drop version or pick the matching pack output")
         version = packed.version
         result_source = packed.path
-        signature = _check_signature(packed, params)
+        signature = _signature_entry(packed.signer, packed.signature is not None, keyring)
     else:
         result_source = None
         signature = None
@@ -758,17 +877,26 @@ def apply_state(params: dict[str, Any], check_mode: bool = False) -> dict[str, A
     before = describe(tree, image, old_current or "", old_previous or "", old_versions)
     result: dict[str, Any] = {"image": image, "boot_root": tree.root, "version": version, "source": result_source,
                               "published": False, "switched": False, "removed": [], "signature": signature}
+    verify_target = _target_verifier(tree, image, keyring, signers, result)
 
     if check_mode:
-        _predict(tree, image, state, packed, version, keep, result, old_current, old_previous, old_versions)
+        _predict(tree, image, state, packed, version, keep, result, old_current, old_previous, old_versions,
+                 verify_target)
     else:
         os.makedirs(tree.root, exist_ok=True)
         with deploy_lock(tree.root, float(params.get("lock_timeout") or 0), f"bootlink {state} {image}"):
             result["cleaned"] = clean_leftovers(tree, image)
-            _apply(tree, image, state, packed, version, keep, result)
+            _apply(tree, image, state, packed, version, keep, result, verify_target)
         result["current"], result["previous"] = tree.current(image), tree.previous(image)
         result["versions"] = [info.as_dict() for info in tree.versions(image)]
 
+    if packed is not None:
+        # What the boot entries are rendered from: the checked manifest, as published (in check mode, before
+        # the version is published, the pack output's, checked in this run).
+        published_manifest = os.path.join(tree.version_dir(image, packed.version), MANIFEST_FILE)
+        result["manifest"] = published_manifest if os.path.isfile(published_manifest) else \
+            os.path.join(packed.path, MANIFEST_FILE)
+        result["verification"] = packed.manifest.get("verification")
     new_versions = [v["version"] for v in result["versions"]] if not check_mode else result.pop("_names")
     after = describe(tree, image, result["current"] or "", result["previous"] or "", new_versions)
     result["changed"] = bool(result["published"] or result["switched"] or result["removed"])
@@ -778,23 +906,33 @@ def apply_state(params: dict[str, Any], check_mode: bool = False) -> dict[str, A
     return result
 
 
-def _check_signature(packed: PackedVersion, params: dict[str, Any]) -> dict[str, Any]:
-    """With a keyring: verify ``packed``'s signature (SignatureError refuses the deploy); the result's
-    ``signature`` entry either way."""
-    keyring = params.get("keyring")
-    if not keyring:
-        return {"checked": False, "signed": packed.signature is not None}
-    signer = verify_signature(packed, keyring, list(params.get("signers") or ()))
+def _signature_entry(signer: Signer | None, signed: bool, keyring: str | None) -> dict[str, Any]:
+    """The result's ``signature`` entry: checked (with the signer) when a keyring verified it."""
+    if signer is None:
+        return {"checked": False, "signed": signed}
     return {"checked": True, "signed": True, "keyring": keyring, **signer.as_dict()}
 
 
+def _target_verifier(tree: BootTree, image: str, keyring: str | None, signers: list[str],
+                     result: dict[str, Any]) -> Callable[[str], None]:
+    """Check a published version a link is about to point at (:func:`verify_published`) and record its signature."""
+    def check(version: str) -> None:
+        signer = verify_published(tree, image, version, keyring, signers)
+        signed = os.path.isfile(os.path.join(tree.version_dir(image, version), SIGNATURE_FILE))
+        result["signature"] = _signature_entry(signer, signed, keyring)
+    return check
+
+
 def _apply(tree: BootTree, image: str, state: str, packed: PackedVersion | None, version: str | None,
-           keep: int, result: dict[str, Any]) -> None:
+           keep: int, result: dict[str, Any], verify_target: Callable[[str], None]) -> None:
     if packed is not None:
-        result["published"] = publish(tree, packed)
+        result["published"] = publish(tree, packed)  # checks the source, or the published copy file by file
     if state == "switched":
+        if packed is None and version != tree.current(image):
+            verify_target(version)
         _old, result["switched"] = switch(tree, image, version)
     elif state == "rollback":
+        verify_target(rollback_target(tree, image))
         _old, result["version"] = rollback(tree, image)
         result["switched"] = True
     elif state == "absent":
@@ -808,7 +946,7 @@ def _apply(tree: BootTree, image: str, state: str, packed: PackedVersion | None,
 
 def _predict(tree: BootTree, image: str, state: str, packed: PackedVersion | None, version: str | None,
              keep: int, result: dict[str, Any], current: str | None, previous: str | None,
-             names: list[str]) -> None:
+             names: list[str], verify_target: Callable[[str], None]) -> None:
     names = list(names)
     if packed is not None:
         final = tree.version_dir(image, packed.version)
@@ -822,6 +960,8 @@ def _predict(tree: BootTree, image: str, state: str, packed: PackedVersion | Non
     if state == "switched":
         if version not in names:
             tree.check_complete(image, version)  # raises: not published
+        if packed is None and version != current:
+            verify_target(version)
         if version != current:
             result["switched"] = True
             new_current, new_previous = version, current or previous
@@ -829,10 +969,8 @@ def _predict(tree: BootTree, image: str, state: str, packed: PackedVersion | Non
             tree.check_complete(image, version)
     elif state == "rollback":
         if previous is None or previous not in names:
-            raise BootlinkError(f"image {image!r} has no previous version to roll back to in {tree.image_dir(image)} "
-                                f"(current: {current or 'none'}); switch to a published version instead "
-                                "(state=switched, version=...)")
-        tree.check_complete(image, previous)
+            rollback_target(tree, image)  # raises: no previous version
+        verify_target(previous)
         result["version"] = previous
         result["switched"] = True
         new_current, new_previous = previous, current

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import hashlib
+import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from ansible_collections.hpc.stateless.plugins.module_utils.artifact import manifest as pm
 from ansible_collections.hpc.stateless.plugins.module_utils.artifact.names import (
@@ -31,7 +34,6 @@ def make_pack(output: Path, image: str = "compute", version: str = "v1", *, payl
     files.update(extra_files or {})
     for name, content in files.items():
         (directory / name).write_bytes(content)
-    (directory / SUMS_FILE).write_text(sums_text({name: sha256_bytes(content) for name, content in files.items()}))
     artifacts = [{"file": cpio, "format": "cpio.zst", "size": len(files[cpio]), "sha256": sha256_bytes(files[cpio])}]
     initrd = None
     if squashfs:
@@ -44,8 +46,24 @@ def make_pack(output: Path, image: str = "compute", version: str = "v1", *, payl
                                  layer_keys={"slurm": "a" * 64}, kernel={"file": KERNEL_FILE, "version": "6.1.0-test"},
                                  artifacts=artifacts, uncompressed_size=uncompressed_size,
                                  packages=[{"name": "bash", "version": "5.2"}], kernel_args="", initrd=initrd)
-    (directory / MANIFEST_FILE).write_bytes(pm.manifest_bytes(manifest))
+    files[MANIFEST_FILE] = pm.manifest_bytes(manifest)
+    (directory / MANIFEST_FILE).write_bytes(files[MANIFEST_FILE])
+    # SHA256SUMS lists manifest.json too, as pack writes it.
+    (directory / SUMS_FILE).write_text(sums_text({name: sha256_bytes(content) for name, content in files.items()}))
     return directory
+
+
+def rewrite_manifest(directory: Path, change: Callable[[dict[str, Any]], None], relist: bool = False) -> None:
+    """Edit ``directory``'s manifest.json with ``change(manifest)``; ``relist`` puts its new digest into SHA256SUMS
+    (a consistent pack with another manifest) instead of leaving the file that SHA256SUMS vouches for changed."""
+    manifest = json.loads((directory / MANIFEST_FILE).read_text())
+    change(manifest)
+    data = pm.manifest_bytes(manifest)
+    (directory / MANIFEST_FILE).write_bytes(data)
+    if relist:
+        lines = [f"{sha256_bytes(data)}  {MANIFEST_FILE}" if line.endswith(f"  {MANIFEST_FILE}") else line
+                 for line in (directory / SUMS_FILE).read_text().splitlines()]
+        (directory / SUMS_FILE).write_text("\n".join(lines) + "\n")
 
 
 def tree_snapshot(root: Path) -> dict[str, str]:

