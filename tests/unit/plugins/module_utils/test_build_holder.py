@@ -337,3 +337,17 @@ def test_a_holder_that_never_says_ready_fails_the_connect_in_time(runtime_dir, m
     finally:
         peer.close()
         silent.close()
+
+
+def test_a_client_stuck_inside_a_frame_is_dropped_and_the_next_one_served(running, monkeypatch):
+    monkeypatch.setattr(holder, "PEER_TIMEOUT", 0.5)
+    _hold, _thread, session = running()
+    stuck = session()
+    stuck.connect()
+    stuck._send(agent.exec_request(1, b"true", None)[:agent.HEAD.size + 3])  # pylint: disable=protected-access
+    answers = []
+    follower = threading.Thread(target=lambda: answers.append(session().exec(b"echo next")), daemon=True)
+    follower.start()
+    follower.join(timeout=20)
+    stuck.close()
+    assert answers == [(0, b"next\n", b"")], "the holder still waits for the rest of a stalled client's frame"
