@@ -20,6 +20,9 @@ description:
     the container's C(/tmp), reads them through the container's mount point and removes them. When the status
     file is missing and the shell never opened its output file, the command provably did not run, and
     C(buildah run) is repeated (up to three times), whatever buildah's own exit status.
+  - Paths in the mounted container are resolved the way the container sees them (its symlinks lead to its own
+    files, never to the build host's), and only regular files are read; a file is written under a temporary name
+    next to its target and renamed over it when complete. Files fetched to the controller are replaced the same way.
   - Pipelining is on by default. A module's code travels to the container as a file next to the result files
     and the command reads it as standard input, so a task costs one C(buildah run) instead of one each to
     create a temporary directory, make the module executable, run it and remove it.
@@ -82,9 +85,13 @@ options:
       - name: ansible_user
 """
 
+import errno
+import io
 import os
+import posixpath
 import shlex
 import shutil
+import stat
 import uuid
 
 from ansible.errors import AnsibleConnectionFailure, AnsibleError
@@ -92,13 +99,43 @@ from ansible.module_utils.common.text.converters import to_bytes, to_text
 from ansible.plugins.connection import ConnectionBase, ensure_connect
 from ansible.utils.display import Display
 
+from ansible_collections.hpc.stateless.plugins.module_utils import _imagepath
 from ansible_collections.hpc.stateless.plugins.module_utils._process import ToolMissing
+from ansible_collections.hpc.stateless.plugins.module_utils.build.agent import Replacement
 from ansible_collections.hpc.stateless.plugins.module_utils.build.buildah import Buildah
 from ansible_collections.hpc.stateless.plugins.module_utils.build.holder import AgentLost, AgentUnavailable, Session
 
 display = Display()
 
 ATTEMPTS = 3
+_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def open_dir(root, path):
+    """A descriptor of the directory ``path`` names in the image tree ``root``, its links resolved inside ``root``.
+
+    _imagepath's walk finds the directory without leaving the tree; the descriptor, opened by the host path of
+    what it found, must be that very directory (a link swapped in meanwhile by a process in the container fails).
+    """
+    found, host = _imagepath.lstat(root, path), _imagepath.resolve(root, path)
+    if found is None or host is None or not stat.S_ISDIR(found.st_mode):
+        raise FileNotFoundError(errno.ENOENT, "no such directory in the container", path)
+    fd = os.open(host, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    opened = os.fstat(fd)
+    if (opened.st_dev, opened.st_ino) != (found.st_dev, found.st_ino):
+        os.close(fd)
+        raise OSError(errno.EAGAIN, "replaced while it was opened", path)
+    return fd
+
+
+def replace_file(path, source, dir_fd=None):
+    """Write the file object ``source`` to ``path`` (bytes; relative to ``dir_fd``) through a :class:`Replacement`."""
+    target = Replacement(path, dir_fd=dir_fd)
+    try:
+        shutil.copyfileobj(source, target)
+        target.commit()
+    finally:
+        target.discard()
 
 
 class Connection(ConnectionBase):
@@ -163,19 +200,35 @@ class Connection(ConnectionBase):
     def _agent(self, what, call, *args):
         """``call(*args)`` on the agent's session; a lost answer fails the task (never run again)."""
         try:
-            return call(*args)
+            return self._files(what, call, *args)
         except AgentLost as exc:
             self._session = None
             self._connected = False
             raise AnsibleConnectionFailure(str(exc)) from None
+
+    def _files(self, what, call, *args):
+        """``call(*args)``; a file error fails the task saying what could not be done."""
+        try:
+            return call(*args)
         except OSError as exc:
             raise AnsibleError(f"cannot {what} container {self._container_id}: {exc}") from None
 
-    def _on_host(self, path):
-        """Host path (bytes) of ``path`` in the mounted container; None when files must go through buildah."""
+    def _root(self):
+        """The container's root on the host while mounted, for files as root; None when they go through buildah."""
         if not self._mount_point or (self.user and self.user != "root"):
             return None
-        return to_bytes(self._mount_point, errors="surrogate_or_strict").rstrip(b"/") + to_bytes(path)
+        return to_text(self._mount_point, errors="surrogate_or_strict")
+
+    def _result(self, root, path):
+        """The bytes of the result file ``path``: a regular file in the container, never what a link there names."""
+        try:
+            data = _imagepath.read_file(root, path, follow_last=False)
+        except OSError as exc:
+            raise AnsibleConnectionFailure(f"cannot read the command's result {path} in container "
+                                           f"{self._container_id}: {exc}") from None
+        if data is None:
+            raise AnsibleConnectionFailure(f"the command's result {path} in container {self._container_id} is gone")
+        return data
 
     @ensure_connect
     def exec_command(self, cmd, in_data=None, sudoable=False):
@@ -184,31 +237,31 @@ class Connection(ConnectionBase):
             display.vvv(f"EXEC (agent) {to_text(cmd)}", host=self._container_id)
             return self._agent("run a command in", self._session.exec, to_bytes(cmd, errors="surrogate_or_strict"),
                                None if in_data is None else to_bytes(in_data))
-        stem = f"/tmp/.hpc-stateless-exec-{uuid.uuid4().hex}"
-        paths = {part: f"{stem}.{part}" for part in ("in", "out", "err", "rc")}
-        host = {part: self._on_host(path) for part, path in paths.items()}
-        if host["rc"] is None:
+        root = self._root()
+        if root is None:
             # Not mounted, or another user: the command's own streams and status, no retry.
             return self._buildah("run", shlex.split(to_text(cmd, errors="surrogate_or_strict")), in_data)
+        names = {part: f".hpc-stateless-exec-{uuid.uuid4().hex}.{part}" for part in ("in", "out", "err", "rc")}
+        paths = {part: f"/tmp/{name}" for part, name in names.items()}
         stdin = paths["in"] if in_data is not None else "/dev/null"
         wrapped = (f"( {to_text(cmd, errors='surrogate_or_strict')} ) <{stdin} "
                    f">{paths['out']} 2>{paths['err']}; echo $? >{paths['rc']}")
         try:
+            tmp = open_dir(root, "/tmp")  # the container's /tmp, wherever its links lead inside the container
+        except OSError as exc:
+            raise AnsibleConnectionFailure(f"container {self._container_id} has no /tmp for the command's results: "
+                                           f"{exc}") from None
+        try:
             if in_data is not None:
                 # A pipelined module's code: readable by root only, removed with the results below.
-                with open(os.open(host["in"], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as handle:
+                with open(os.open(names["in"], _NEW_FILE, 0o600, dir_fd=tmp), "wb") as handle:
                     handle.write(to_bytes(in_data))
             for attempt in range(1, ATTEMPTS + 1):
                 rc, stdout, stderr = self._buildah("run", ["/bin/sh", "-c", wrapped])
-                if os.path.exists(host["rc"]):
-                    with open(host["rc"], "rb") as handle:
-                        status = handle.read().strip()
-                    with open(host["out"], "rb") as handle:
-                        stdout = handle.read()
-                    with open(host["err"], "rb") as handle:
-                        stderr = handle.read()
-                    return int(status or b"1"), stdout, stderr
-                if os.path.exists(host["out"]):
+                if _imagepath.lstat(root, paths["rc"], follow_last=False) is not None:
+                    status, stdout, stderr = (self._result(root, paths[part]) for part in ("rc", "out", "err"))
+                    return int(status.strip() or b"1"), stdout, stderr
+                if _imagepath.lstat(root, paths["out"], follow_last=False) is not None:
                     # The shell opened its output, so the command may have run: never run it twice.
                     return rc or 1, stdout, stderr
                 # Not started: buildah lost the run or failed before the shell (seen on busy hosts:
@@ -217,9 +270,12 @@ class Connection(ConnectionBase):
                             f"(attempt {attempt}/{ATTEMPTS}): {to_text(stderr).strip()}; running it again",
                             host=self._container_id)
         finally:
-            for path in host.values():
-                if os.path.lexists(path):
-                    os.unlink(path)
+            for name in names.values():
+                try:
+                    os.unlink(name, dir_fd=tmp)  # the name itself, a link planted there included
+                except FileNotFoundError:
+                    pass
+            os.close(tmp)
         raise AnsibleConnectionFailure(
             f"buildah run in container {self._container_id} exited without running the command "
             f"{ATTEMPTS} times (last: rc={rc}, {to_text(stderr).strip()!r}); is the container mounted and does "
@@ -240,11 +296,26 @@ class Connection(ConnectionBase):
             self._agent(f"copy {in_path} to {out_path} in", self._session.put,
                         to_bytes(in_path, errors="surrogate_or_strict"), to_text(out_path, errors="surrogate_or_strict"))
             return
-        target = self._on_host(out_path)
-        if target is None:
+        root = self._root()
+        if root is None:
             self._or_fail(f"copy {in_path} to {out_path} in", "copy", [in_path, out_path])
         else:
-            shutil.copyfile(to_bytes(in_path, errors="surrogate_or_strict"), target)
+            self._files(f"copy {in_path} to {out_path} in", self._put_in_tree, root, to_bytes(in_path, errors="surrogate_or_strict"),
+                        to_text(out_path, errors="surrogate_or_strict"))
+
+    @staticmethod
+    def _put_in_tree(root, local, path):
+        """Replace ``path`` of the mounted container (through its links, resolved inside it) with the file ``local``."""
+        rel = _imagepath.resolve_rel(root, path)  # the file a link at ``path`` leads to, when there is one
+        parent, name = posixpath.split(rel if rel is not None else path)
+        if not name:
+            raise IsADirectoryError(errno.EISDIR, "a directory", path)
+        directory = open_dir(root, parent or "/")
+        try:
+            with open(local, "rb") as source:
+                replace_file(os.fsencode(name), source, dir_fd=directory)
+        finally:
+            os.close(directory)
 
     @ensure_connect
     def fetch_file(self, in_path, out_path):
@@ -254,14 +325,21 @@ class Connection(ConnectionBase):
             self._agent(f"fetch {in_path} from", self._session.fetch, to_text(in_path, errors="surrogate_or_strict"),
                         to_bytes(out_path, errors="surrogate_or_strict"))
             return
-        source = self._on_host(in_path)
-        local = to_bytes(out_path, errors="surrogate_or_strict")
-        if source is None:
+        root = self._root()
+        # Through a symlink at the local path, as writing to it did.
+        local = os.path.realpath(to_bytes(out_path, errors="surrogate_or_strict"))
+        if root is None:
             data = self._or_fail(f"fetch {in_path} from", "run", ["cat", in_path])
-            with open(local, "wb") as handle:
-                handle.write(data)
+            self._files(f"fetch {in_path} from", replace_file, local, io.BytesIO(data))
         else:
-            shutil.copyfile(source, local)
+            self._files(f"fetch {in_path} from", self._fetch_from_tree, root, to_text(in_path, errors="surrogate_or_strict"),
+                        local)
+
+    @staticmethod
+    def _fetch_from_tree(root, path, local):
+        """Copy the regular file ``path`` of the mounted container (links resolved inside it) to ``local``."""
+        with os.fdopen(_imagepath.open_file(root, path), "rb") as source:
+            replace_file(local, source)
 
     def close(self):
         super().close()

@@ -8,10 +8,12 @@ The real connection against a real working container is tested in tests/integrat
 
 from __future__ import annotations
 
+import os
 import subprocess
+from pathlib import Path
 
 import pytest
-from ansible.errors import AnsibleConnectionFailure
+from ansible.errors import AnsibleConnectionFailure, AnsibleError
 from ansible.playbook.play_context import PlayContext
 
 from ansible_collections.hpc.stateless.plugins.connection import buildah as buildah_plugin
@@ -38,6 +40,10 @@ class FakeBuildah:
             open(out, "wb").close()  # pylint: disable=consider-using-with
             return 137, b"", b""
         proc = subprocess.run(["/bin/sh", "-c", wrapped], capture_output=True, check=False)
+        if isinstance(behaviour, tuple):  # ("link out", host file): what a process left in the container does
+            out = Path(wrapped.split(" >", 1)[1].split(" ", 1)[0])
+            out.unlink()
+            out.symlink_to(behaviour[1])
         return proc.returncode, proc.stdout, proc.stderr
 
 
@@ -87,6 +93,88 @@ def test_three_runs_that_never_started_fail_with_buildahs_error(connection, tmp_
     with pytest.raises(AnsibleConnectionFailure, match="3 times .*Close_Fd sealing memfd copy"):
         run(connection, tmp_path, ["not started"] * 3, "true")
     assert not list((tmp_path / "tmp").iterdir())
+
+
+@pytest.fixture(name="host_secret")
+def fixture_host_secret(tmp_path_factory):
+    """A file of the build host outside the container, and the directory it is in."""
+    secret = tmp_path_factory.mktemp("host") / "shadow"
+    secret.write_text("root:$6$host-secret:19000::::::\n")
+    secret.chmod(0o600)
+    return secret
+
+
+# Security review (issue 25, finding 5): the container's links lead to the container's files, never the host's.
+def test_a_result_file_swapped_for_a_link_to_a_host_file_is_not_read(connection, tmp_path, host_secret):
+    with pytest.raises(AnsibleConnectionFailure, match="not a regular file but a symbolic link"):
+        run(connection, tmp_path, [("link out", host_secret)], "echo harmless")
+    assert not list((tmp_path / "tmp").iterdir()), "the planted link stayed"
+    assert host_secret.read_text().startswith("root:$6$host-secret")
+
+
+def test_a_tmp_that_links_out_of_the_container_is_resolved_inside_it(connection, tmp_path, host_secret):
+    (tmp_path / "tmp").rmdir()
+    (tmp_path / "tmp").symlink_to(host_secret.parent)  # absolute: the host's directory only when followed on the host
+    with pytest.raises(AnsibleConnectionFailure, match="has no /tmp"):
+        run(connection, tmp_path, ["run"], "cat", in_data=b"module code")
+    assert [path.name for path in host_secret.parent.iterdir()] == ["shadow"], "a file was written on the host"
+    (tmp_path / "tmp").unlink()
+    (tmp_path / "var" / "tmp").mkdir(parents=True)
+    (tmp_path / "tmp").symlink_to("var/tmp")  # the container's own /var/tmp: followed
+    assert run(connection, tmp_path, ["run"], "cat", in_data=b"module code")[1] == (0, b"module code", b"")
+    assert not list((tmp_path / "var" / "tmp").iterdir())
+
+
+def test_put_writes_through_the_containers_links_inside_it_never_to_the_host(connection, tmp_path, host_secret):
+    source = tmp_path / "source"
+    source.write_text("new\n")
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc" / "conf").write_text("old\n")
+    (tmp_path / "etc" / "conf").chmod(0o640)
+    (tmp_path / "etc" / "link").symlink_to("conf")
+    (tmp_path / "etc" / "shadow").symlink_to(host_secret)  # absolute: /<host dir>/shadow inside the container
+    (tmp_path / "etc" / "ssh").symlink_to(host_secret.parent)
+    connection.put_file(str(source), "/etc/link")
+    conf = tmp_path / "etc" / "conf"
+    assert conf.read_text() == "new\n" and conf.stat().st_mode & 0o777 == 0o640, "not the mode of the file it replaced"
+    connection.put_file(str(source), "/etc/shadow")
+    assert not (tmp_path / "etc" / "shadow").is_symlink() and (tmp_path / "etc" / "shadow").read_text() == "new\n"
+    with pytest.raises(AnsibleError, match="cannot copy .* to /etc/ssh/sshd_config in container hpc-stateless-unit"):
+        connection.put_file(str(source), "/etc/ssh/sshd_config")
+    assert host_secret.read_text().startswith("root:$6$host-secret")
+    assert [path.name for path in host_secret.parent.iterdir()] == ["shadow"]
+    assert sorted(path.name for path in (tmp_path / "etc").iterdir()) == ["conf", "link", "shadow", "ssh"]
+
+
+def test_fetch_reads_only_regular_files_of_the_container(connection, tmp_path, host_secret):
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc" / "hostname").write_text("node\n")
+    (tmp_path / "etc" / "name").symlink_to("hostname")
+    (tmp_path / "etc" / "shadow").symlink_to(host_secret)
+    os.mkfifo(tmp_path / "etc" / "fifo")
+    local = tmp_path / "fetched"
+    connection.fetch_file("/etc/name", str(local))
+    assert local.read_text() == "node\n"
+    for path, error in (("/etc/shadow", "No such file|no such file"), ("/etc/fifo", "not a regular file but a FIFO")):
+        with pytest.raises(AnsibleError, match=f"cannot fetch {path} from container hpc-stateless-unit: .*({error})"):
+            connection.fetch_file(path, str(local))
+        assert local.read_text() == "node\n", "a failed fetch touched the local file"
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["etc", "fetched", "tmp"]
+
+
+def test_a_directory_swapped_for_a_link_while_it_is_opened_is_refused(tmp_path, host_secret, monkeypatch):
+    """A process in the container swaps /tmp for a link to a host directory between the walk and the open."""
+    (tmp_path / "tmp").mkdir()
+    resolve = buildah_plugin._imagepath.resolve  # pylint: disable=protected-access
+
+    def swapped_after_the_walk(root, path, follow_last=True):
+        found = resolve(root, path, follow_last)
+        (tmp_path / "tmp").rename(tmp_path / "tmp.old")
+        (tmp_path / "tmp").symlink_to(host_secret.parent)
+        return found
+    monkeypatch.setattr(buildah_plugin._imagepath, "resolve", swapped_after_the_walk)  # pylint: disable=protected-access
+    with pytest.raises(OSError, match="replaced while it was opened"):
+        buildah_plugin.open_dir(str(tmp_path), "/tmp")
 
 
 class Executor:
