@@ -508,10 +508,8 @@ def published_difference(tree: BootTree, packed: PackedVersion) -> str | None:
     missing = [name for name in names if not os.path.isfile(os.path.join(path, name))]
     if missing:
         return f"{', '.join(missing)} missing"
-    if os.path.islink(os.path.join(path, INITRD_LINK)) and os.readlink(os.path.join(path, INITRD_LINK)) != packed.initrd:
-        return f"{INITRD_LINK} is {os.readlink(os.path.join(path, INITRD_LINK))}, not {packed.initrd}"
     check_published_copy(path, packed.image, packed.version,
-                         {name: packed.sums[name] for name in names if name in packed.sums})
+                         {name: packed.sums[name] for name in names if name in packed.sums}, {INITRD_LINK: packed.initrd})
     if packed.signature is not None and _read_bytes(os.path.join(path, SIGNATURE_FILE)) != packed.signature:
         return SIGNATURE_DIFFERS  # with a rewritten SHA256SUMS too: _replace_signature puts back the signed one
     return None
@@ -636,10 +634,19 @@ def verify_packed(packed: PackedVersion) -> None:
     _verify_copy(packed.path, packed)
 
 
-def check_published_copy(directory: str, image: str, version: str, expected: Mapping[str, str]) -> None:
-    """Hash each file of ``expected`` (``{name: sha256}``) in the published ``directory``; BootlinkError naming
-    every file that is missing, not a regular file or holds other bytes."""
+def check_published_copy(directory: str, image: str, version: str, expected: Mapping[str, str],
+                         links: Mapping[str, str] | None = None) -> None:
+    """Hash each file of ``expected`` (``{name: sha256}``) in the published ``directory`` and read each of ``links``
+    (``{name: target}``); BootlinkError naming every file that is missing, not a regular file or holds other bytes,
+    and every link that points elsewhere."""
     bad = []
+    for name, target in sorted((links or {}).items()):
+        try:
+            actual_target = os.readlink(os.path.join(directory, name))
+        except OSError:
+            actual_target = None
+        if actual_target != target:
+            bad.append(f"{name} (points at {actual_target or 'nothing'}, not {target})")
     for name in sorted(expected):
         path = os.path.join(directory, name)
         try:
@@ -659,7 +666,7 @@ def check_published_copy(directory: str, image: str, version: str, expected: Map
         raise BootlinkError(
             f"the published copy of image {image!r} version {version!r} in {directory} does not match its "
             f"{SUMS_FILE}: {', '.join(bad)}; it was changed after it was published. Nothing was changed: serve "
-            f"another version if this one is served (state=switched), remove it (state=absent) and deploy it again "
+            "another version if this one is served (state=switched), remove it (state=absent) and deploy it again "
             "from its pack output")
 
 
@@ -968,12 +975,11 @@ def _predict(tree: BootTree, image: str, state: str, packed: PackedVersion | Non
         if version in names and not result["published"]:
             tree.check_complete(image, version)
     elif state == "rollback":
-        if previous is None or previous not in names:
-            rollback_target(tree, image)  # raises: no previous version
-        verify_target(previous)
-        result["version"] = previous
+        target = rollback_target(tree, image)  # raises: no previous version
+        verify_target(target)
+        result["version"] = target
         result["switched"] = True
-        new_current, new_previous = previous, current
+        new_current, new_previous = target, current
     elif state == "absent":
         if version in names:
             for link, target in ((tree.served_link(image), current), (tree.previous_link(image), previous)):

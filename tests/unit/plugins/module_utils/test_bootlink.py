@@ -218,6 +218,18 @@ def test_published_copy_changed_after_publishing_is_refused_naming_file_and_vers
     assert tree_snapshot(root) == before
 
 
+def test_published_initrd_link_pointed_elsewhere_is_refused_on_a_redeploy(out, root):
+    src = make_pack(out, version="v1")
+    deploy(root, src)
+    (root / "images/compute/v1/initrd").unlink()
+    (root / "images/compute/v1/initrd").symlink_to("vmlinuz")
+    before = tree_snapshot(root)
+    with pytest.raises(BootlinkError, match=r"version 'v1' .* does not match its SHA256SUMS: initrd \(points at vmlinuz, "
+                                            r"not compute\.cpio\.zst\); it was changed after it was published"):
+        deploy(root, src)
+    assert tree_snapshot(root) == before
+
+
 @pytest.mark.parametrize("how", ["rollback", "switch-by-version"])
 @pytest.mark.parametrize("check_mode", [False, True])
 def test_rollback_or_switch_to_a_published_version_changed_since_is_refused(out, root, how, check_mode):
