@@ -30,6 +30,7 @@ This module uses the standard library only and Python 3.8 syntax: it is the agen
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import select
@@ -291,7 +292,12 @@ class Agent:
             target.discard()
 
     def fetch(self, rid: int, path: str) -> None:
-        with open(_fs(path), "rb") as handle:
+        """Stream the regular file ``path`` (a FIFO or a device would block or never end: refused)."""
+        fd = os.open(_fs(path), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise OSError(errno.EINVAL, "not a regular file", path)
+        with open(fd, "rb") as handle:
             while True:
                 chunk = handle.read(CHUNK)
                 if not chunk:

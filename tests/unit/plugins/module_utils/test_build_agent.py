@@ -12,6 +12,7 @@ import io
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -139,6 +140,20 @@ def test_file_errors_are_answers_that_name_the_path(tmp_path):
     assert [h["id"] for h, _body in answers] == [1, 2, 3] and all(h["rc"] == 1 for h, _body in answers)
     assert missing in answers[0][0]["error"] and "No such file" in answers[1][0]["error"]
     assert "unknown request" in answers[2][0]["error"]
+
+
+def test_fetch_refuses_what_is_no_regular_file_instead_of_blocking_or_streaming_forever(tmp_path):
+    os.mkfifo(tmp_path / "fifo")  # opened for reading, it blocks until a writer comes
+    done = []
+    requests = [agent.encode({"id": 1, "op": "fetch", "path": "/dev/null"}),
+                agent.encode({"id": 2, "op": "fetch", "path": str(tmp_path)}),
+                agent.encode({"id": 3, "op": "fetch", "path": str(tmp_path / "fifo")})]
+    server = threading.Thread(target=lambda: done.append(serve(requests)[1:]), daemon=True)
+    server.start()
+    server.join(timeout=10)
+    assert done, "the agent blocks on a FIFO"
+    assert [(h["id"], h["rc"]) for h, _body in done[0]] == [(1, 1), (2, 1), (3, 1)]
+    assert all("not a regular file" in h["error"] for h, _body in done[0])
 
 
 def test_descendants_come_from_the_parent_fields_of_proc(tmp_path):

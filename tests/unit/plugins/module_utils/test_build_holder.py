@@ -149,34 +149,40 @@ def test_an_upload_cut_off_by_its_worker_keeps_the_file_it_was_replacing(running
     assert [path.name for path in tmp_path.iterdir()] == ["passwd"]
 
 
+# An agent that dies after the first chunk of a fetch.
+CUT_OFF_AGENT = f"""
+import os, sys
+sys.path.insert(0, {holder.collection_root()!r})
+from ansible_collections.hpc.stateless.plugins.module_utils.build import agent
+
+
+class CutOff(agent.Agent):
+    def fetch(self, rid, path):
+        self.write(agent.encode({{"id": rid, "more": True}}, b"first chunk"))
+        os._exit(1)
+
+
+def write(data):
+    sys.stdout.buffer.write(data)
+    sys.stdout.buffer.flush()
+
+
+CutOff(sys.stdin.buffer.read, write).serve()
+"""
+
+
 def test_a_fetch_that_fails_or_is_cut_off_keeps_the_local_file(running, tmp_path):
-    hold, _thread, session = running()
     local = tmp_path / "local"
     local.write_text("kept")
-    client = session()
+    _hold, _thread, session = running()
     with pytest.raises(OSError, match="missing"):
-        client.fetch(str(tmp_path / "missing"), str(local).encode())
+        session().fetch(str(tmp_path / "missing"), str(local).encode())
     assert local.read_text() == "kept"
-    # The agent dies in the middle of a long answer: the chunk already written never reaches ``local``.
-    fifo = tmp_path / "fifo"
-    os.mkfifo(fifo)
-
-    def written():
-        return sum(path.stat().st_size for path in tmp_path.iterdir() if path.name.startswith(".local."))
-
-    def feed():
-        with open(fifo, "wb") as handle:
-            handle.write(b"x" * (agent.CHUNK + 500))
-            handle.flush()
-            wait_for(lambda: written() == agent.CHUNK, "the first chunk")
-            hold.proc.kill()
-    feeder = threading.Thread(target=feed)
-    feeder.start()
+    _hold, _thread, session = running(argv=[sys.executable, "-I", "-B", "-c", CUT_OFF_AGENT])
     with pytest.raises(holder.AgentLost):
-        client.fetch(str(fifo), str(local).encode())
-    feeder.join()
-    assert local.read_text() == "kept"
-    assert sorted(path.name for path in tmp_path.iterdir()) == ["fifo", "local"]
+        session().fetch("/etc/hostname", str(local).encode())
+    assert local.read_text() == "kept", "a fetch cut off after its first chunk replaced the local file"
+    assert [path.name for path in tmp_path.iterdir()] == ["local"]
 
 
 def test_a_lost_agent_fails_the_request_and_does_not_run_it_again(running, tmp_path):
