@@ -11,6 +11,8 @@ from bootlink_fixtures import make_pack, rewrite_manifest, tree_snapshot
 
 from ansible_collections.hpc.stateless.plugins.module_utils._paths import temp_name
 from ansible_collections.hpc.stateless.plugins.module_utils.deploy.bootconfig import (
+    DEFAULT_SQUASHFS_ARGS,
+    SQUASHFS_URL_PLACEHOLDER,
     STATE_FILE,
     BootConfigError,
     check_kernel_args,
@@ -21,6 +23,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils.deploy.bootconfig im
     unified,
 )
 from ansible_collections.hpc.stateless.plugins.module_utils.deploy.bootlink import apply_state
+from ansible_collections.hpc.stateless.plugins.module_utils.pack.kernel import DRACUT_KERNEL_ARGS, LIVE_BOOT_KERNEL_ARGS
 
 IMAGES = {"compute": {"layer": "slurm", "formats": ["cpio.zst"], "kernel_args": "console=ttyS0 quiet"},
           "login": {"layer": "login", "formats": ["cpio.gz"], "kernel_args": ["ip=none", "audit=0"]}}
@@ -122,6 +125,9 @@ def test_real_kernel_arguments_pass_unchanged():
     for arg in REAL_ARGS:
         assert merge_args(arg) == arg
     assert check_kernel_args("\t" + " ".join(REAL_ARGS) + " ", "x") == " ".join(REAL_ARGS)
+    for template in (DRACUT_KERNEL_ARGS, LIVE_BOOT_KERNEL_ARGS, DEFAULT_SQUASHFS_ARGS):  # what pack records for squashfs
+        args = template.replace(SQUASHFS_URL_PLACEHOLDER, "http://10.0.0.1/tftp/compute%2Bhsn~2/rootfs.squashfs")
+        assert check_kernel_args(args, "x") == args
 
 
 @pytest.mark.parametrize("bad", INJECTIONS)
