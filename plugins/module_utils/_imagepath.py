@@ -91,9 +91,13 @@ def _walk(root: str, path: str, follow_last: bool = True, follow_links: bool = T
                 continue
             try:
                 fd = os.open(part, _PATH_FLAGS, dir_fd=stack[-1])
-            except (FileNotFoundError, NotADirectoryError):
-                return None
-            st = os.fstat(fd)
+            except (FileNotFoundError, NotADirectoryError, PermissionError):
+                return None  # PermissionError: a directory the caller may not search, as lstat would say
+            try:
+                st = os.fstat(fd)
+            except OSError:
+                os.close(fd)
+                raise
             last = not todo
             if stat.S_ISLNK(st.st_mode) and follow_links and (follow_last or not last):
                 try:

@@ -29,6 +29,11 @@ description:
     refused for cpio formats, and the uncompressed size is held against O(size_ceiling).
   - Artifacts are written into a hidden C(.<version>.partial-<pid>) directory that is renamed into place
     at the end; a failed or killed pack leaves no file under a final name.
+  - The image is untrusted input. Its paths are resolved inside it (an absolute symlink is the image's own
+    path, never the build host's), the files pack publishes are created new, never through a link, and the
+    image's own dracut and depmod write into directories of their own, from which only regular files are
+    copied out. A O(source_image) is packed from the image ID that was inspected (and that the
+    verification gate checked), not from the reference.
   - When the version directory already holds a pack of the same source image with the same options and
     its files match C(SHA256SUMS), nothing is done (C(changed=false)) unless O(force=true).
   - The cpio stream is written by the module itself from a sorted walk and piped into zstd, pigz or xz, so

@@ -76,7 +76,6 @@ from ansible_collections.hpc.stateless.plugins.module_utils.pack.hwprofile impor
     depmod_outputs,
     plan_pruning,
     stage_modules,
-    staged_rel,
 )
 from ansible_collections.hpc.stateless.plugins.module_utils.pack.newc import MAX_FILE_SIZE, NewcError
 from ansible_collections.hpc.stateless.plugins.module_utils.verify.record import (
