@@ -8,8 +8,8 @@
   the machine-readable ``/usr/share/doc/<package>/copyright`` files that are present (or, when a
   package's doc directory is gone, that of a package of the same source and version);
 * EL and SUSE: the rpm database (``/usr/lib/sysimage/rpm`` or ``/var/lib/rpm``), queried with the
-  build host's ``rpm --root <tree> --dbpath <db>`` (the tree's own rpm through ``chroot`` when the
-  host has none); ``gpg-pubkey`` entries are imported signing keys, not software, and are left out;
+  build host's ``rpm --root <tree> --dbpath <db>`` (never the tree's own rpm: an image's programs are
+  not run on the host); ``gpg-pubkey`` entries are imported signing keys, not software, and are left out;
 * no database: no packages and a :attr:`PackageDb.reason` that says why.
 
 The distribution (``/etc/os-release``) is read too: it names the purl namespace and ``distro``.
@@ -231,17 +231,15 @@ def rpm_db_dir(root: str) -> str | None:
 
 
 def rpm_query_argv(root: str, db_dir: str) -> list[str] | None:
-    """The build host's rpm reading the tree's database, else the tree's rpm in a chroot; None without both."""
+    """The build host's rpm reading the tree's database; None when the host has no rpm.
+
+    Never the tree's own rpm through ``chroot``: that would run the image's code as the build user on the
+    host, outside any container (issue 25).
+    """
     try:
         return [_process.which("rpm"), "--root", root, "--dbpath", db_dir, "-qa", "--qf", RPM_QUERY_FORMAT]
     except _process.ToolMissing:
-        pass
-    if _imagepath.resolve_rel(root, "usr/bin/rpm") is not None:
-        try:
-            return [_process.which("chroot"), root, "rpm", "--dbpath", db_dir, "-qa", "--qf", RPM_QUERY_FORMAT]
-        except _process.ToolMissing:
-            return None
-    return None
+        return None
 
 
 def read_package_db(root: str) -> PackageDb:
@@ -257,8 +255,8 @@ def read_package_db(root: str) -> PackageDb:
     argv = rpm_query_argv(root, db_dir)
     if argv is None:
         return PackageDb(NONE, (), distro, failed=True,
-                         reason=f"the image has an rpm database ({db_dir}) but neither the build host nor the "
-                                "image has rpm to read it (Debian: apt-get install rpm)")
+                         reason=f"the image has an rpm database ({db_dir}) but the build host has no rpm to read it "
+                                "(Debian: apt-get install rpm; scripts/setup.sh installs it)")
     # HOME: no ~/.rpmmacros of the build host's user may move the database or change the output
     query = _process.run(argv, check=False, env={"HOME": os.devnull}, text=False, timeout=300)
     stderr = query.stderr.decode("utf-8", "replace").strip()

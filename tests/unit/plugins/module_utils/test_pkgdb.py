@@ -213,3 +213,25 @@ def test_unreadable_rpm_database_is_a_stated_failure(tmp_path):
     assert (db.kind, db.packages, db.failed) == ("none", (), True)
     assert f"--root {tmp_path} --dbpath /usr/lib/sysimage/rpm -qa failed (rc=" in db.reason
     assert "sqlite" in db.reason  # rpm's own message
+
+
+def test_without_rpm_on_the_host_the_images_own_rpm_is_never_run(tmp_path, monkeypatch):
+    """An image's rpm run under chroot on the host would be the image's code outside any container: a host
+    without rpm gets a stated failure instead, and the image's "rpm" (here one that would leave a mark) never runs."""
+    _write(tmp_path, "usr/lib/sysimage/rpm/rpmdb.sqlite", "database")
+    mark = tmp_path.parent / "image-rpm-ran"
+    _write(tmp_path, "usr/bin/rpm", f"#!/bin/sh\ntouch {mark}\n")
+    os.chmod(tmp_path / "usr/bin/rpm", 0o755)
+    real_which = pkgdb._process.which
+
+    def which(name, *args, **kwargs):
+        if name == "rpm":
+            raise pkgdb._process.ToolMissing("rpm", "apt-get install rpm")
+        return real_which(name, *args, **kwargs)
+
+    monkeypatch.setattr(pkgdb._process, "which", which)
+    assert pkgdb.rpm_query_argv(str(tmp_path), "/usr/lib/sysimage/rpm") is None
+    db = pkgdb.read_package_db(str(tmp_path))
+    assert (db.kind, db.failed) == ("none", True)
+    assert "the build host has no rpm" in db.reason and "apt-get install rpm" in db.reason
+    assert not mark.exists()
