@@ -38,22 +38,22 @@ import comparisons
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / ".collections"))
 
-from ansible_collections.hpc.stateless.plugins.module_utils.artifact import manifest as pm  # noqa: E402
-from ansible_collections.hpc.stateless.plugins.module_utils.artifact.names import (  # noqa: E402
+from ansible_collections.hpc.stateless.plugins.module_utils._contract import manifest as pm  # noqa: E402
+from ansible_collections.hpc.stateless.plugins.module_utils._contract.names import (  # noqa: E402
     KERNEL_FILE,
     MANIFEST_FILE,
     SUMS_FILE,
     artifact_file,
 )
-from ansible_collections.hpc.stateless.plugins.module_utils.artifact.sums import sums_text  # noqa: E402
-from ansible_collections.hpc.stateless.plugins.module_utils.deploy.bootconfig import (  # noqa: E402
+from ansible_collections.hpc.stateless.plugins.module_utils._contract.sums import sums_text  # noqa: E402
+from ansible_collections.hpc.stateless.plugins.module_utils._deploy.bootconfig import (  # noqa: E402
     BootOptions,
     image_boot,
     parse_nodes,
     plan_files,
     render,
 )
-from ansible_collections.hpc.stateless.plugins.module_utils.deploy.bootlink import apply_state  # noqa: E402
+from ansible_collections.hpc.stateless.plugins.module_utils._deploy.bootlink import apply_state  # noqa: E402
 
 GOAL_SECONDS = 2.0
 WORK = REPO / "build" / "bench-deploy"

@@ -38,13 +38,13 @@ from deploy_bench import median, timed
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / ".collections"))
 
-from ansible_collections.hpc.stateless.plugins.module_utils.artifact.diff import (  # noqa: E402
+from ansible_collections.hpc.stateless.plugins.module_utils._diff.diff import (  # noqa: E402
     render_markdown,
     render_table,
 )
-from ansible_collections.hpc.stateless.plugins.module_utils.artifact.manifest import read_manifest  # noqa: E402
-from ansible_collections.hpc.stateless.plugins.module_utils.artifact.names import MANIFEST_FILE  # noqa: E402
-from ansible_collections.hpc.stateless.plugins.module_utils.artifact.sides import compare  # noqa: E402
+from ansible_collections.hpc.stateless.plugins.module_utils._contract.manifest import read_manifest  # noqa: E402
+from ansible_collections.hpc.stateless.plugins.module_utils._contract.names import MANIFEST_FILE  # noqa: E402
+from ansible_collections.hpc.stateless.plugins.module_utils._diff.sides import compare  # noqa: E402
 
 WORK = REPO / "build" / "bench-diff"
 BUDGET_SECONDS = 10.0  # "two 850 MiB images diffed in seconds": read as at most 10 s

@@ -39,8 +39,8 @@ import comparisons
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / ".collections"))
 
-from ansible_collections.hpc.stateless.plugins.module_utils.verify.session import Session, stop_sessions  # noqa: E402
-from ansible_collections.hpc.stateless.plugins.module_utils.verify.spec import SessionSpec  # noqa: E402
+from ansible_collections.hpc.stateless.plugins.module_utils._nspawn.session import Session, stop_sessions  # noqa: E402
+from ansible_collections.hpc.stateless.plugins.module_utils._nspawn.spec import SessionSpec  # noqa: E402
 
 BOOT_GOAL_SECONDS = 10.0
 TASKS = 50

@@ -40,13 +40,13 @@ import comparisons
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / ".collections"))
 
-from ansible_collections.hpc.stateless.plugins.module_utils.layers.change_plan import (  # noqa: E402
+from ansible_collections.hpc.stateless.plugins.module_utils._layers.change_plan import (  # noqa: E402
     DictReader,
     layer_facts,
     plan_changes,
 )
-from ansible_collections.hpc.stateless.plugins.module_utils.layers.content_key import RoleIndex, compute_keys  # noqa: E402
-from ansible_collections.hpc.stateless.plugins.module_utils.layers.graph import LayerGraph  # noqa: E402
+from ansible_collections.hpc.stateless.plugins.module_utils._layers.content_key import RoleIndex, compute_keys  # noqa: E402
+from ansible_collections.hpc.stateless.plugins.module_utils._layers.graph import LayerGraph  # noqa: E402
 
 GOAL_SECONDS = 2.0
 GOAL_CASE = (500, 10_000)

@@ -51,7 +51,7 @@ def child(tree: str, out: str, by_content: bool) -> None:
     """One pack of ``tree`` into ``out`` (the process the parent times)."""
     sys.path.insert(0, str(REPO / ".collections"))
     # pylint: disable=import-outside-toplevel
-    from ansible_collections.hpc.stateless.plugins.module_utils.pack import run, tree as pack_tree
+    from ansible_collections.hpc.stateless.plugins.module_utils._pack import run, tree as pack_tree
 
     class Rules(pack_tree.SecretRules):
         def __init__(self, *args, **kwargs) -> None:
@@ -87,8 +87,8 @@ def measure_pack(tree: Path, work: Path, runs: int) -> dict[str, list[float]]:
 def measure_pass1(tree: Path, runs: int) -> tuple[dict[str, list[float]], dict[str, object]]:
     sys.path.insert(0, str(REPO / ".collections"))
     # pylint: disable=import-outside-toplevel
-    from ansible_collections.hpc.stateless.plugins.module_utils.pack import secrets, tree as pack_tree
-    from ansible_collections.hpc.stateless.plugins.module_utils.pack.tree import (
+    from ansible_collections.hpc.stateless.plugins.module_utils._pack import secrets, tree as pack_tree
+    from ansible_collections.hpc.stateless.plugins.module_utils._pack.tree import (
         DEFAULT_EXCLUDES, ExcludeRules, SecretRules, scan_tree)
 
     rules = ExcludeRules(DEFAULT_EXCLUDES)

@@ -115,7 +115,7 @@ if ((EUID != 0)); then
     printf '[storage]\ndriver = "overlay"\n' > "$conf"
   fi
   PYTHONPATH="$repo/.collections" .venv/bin/python -c '
-from ansible_collections.hpc.stateless.plugins.module_utils.build import rootless
+from ansible_collections.hpc.stateless.plugins.module_utils._build import rootless
 try:
     rootless.preflight()
 except rootless.RootlessError as exc:

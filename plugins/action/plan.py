@@ -22,7 +22,7 @@ from ansible.plugins.action import ActionBase
 from ansible.vars.manager import VariableManager
 from jinja2 import Undefined
 
-from ansible_collections.hpc.stateless.plugins.module_utils.build.buildah import (
+from ansible_collections.hpc.stateless.plugins.module_utils._build.buildah import (
     DEFAULT_IMAGE_PREFIX,
     container_name,
     image_ref,
@@ -33,8 +33,8 @@ from ansible_collections.hpc.stateless.plugins.module_utils._git import (
     GitRevisionReader,
     describe_work_tree,
 )
-from ansible_collections.hpc.stateless.plugins.module_utils.ci.gitlab import gitlab_pipeline, pipeline_yaml
-from ansible_collections.hpc.stateless.plugins.module_utils.layers.change_plan import (
+from ansible_collections.hpc.stateless.plugins.module_utils._ci.gitlab import gitlab_pipeline, pipeline_yaml
+from ansible_collections.hpc.stateless.plugins.module_utils._layers.change_plan import (
     DEFAULT_BUILD_PLAYBOOKS,
     PLAYBOOK_CHANGE_MODES,
     VARIABLE_CHANGE_MODES,
@@ -42,10 +42,10 @@ from ansible_collections.hpc.stateless.plugins.module_utils.layers.change_plan i
     normalise_changed_files,
     plan_changes,
 )
-from ansible_collections.hpc.stateless.plugins.module_utils.layers.content_key import RoleIndex, compute_keys, layer_key
-from ansible_collections.hpc.stateless.plugins.module_utils.layers.graph import LayerGraph, LayerSpecError
-from ansible_collections.hpc.stateless.plugins.module_utils.layers.render import render_dot, render_table
-from ansible_collections.hpc.stateless.plugins.module_utils.project import project_dir, role_search_paths
+from ansible_collections.hpc.stateless.plugins.module_utils._layers.content_key import RoleIndex, compute_keys, layer_key
+from ansible_collections.hpc.stateless.plugins.module_utils._layers.graph import LayerGraph, LayerSpecError
+from ansible_collections.hpc.stateless.plugins.module_utils._layers.render import render_dot, render_table
+from ansible_collections.hpc.stateless.plugins.module_utils._project import project_dir, role_search_paths
 
 # ansible_collections/hpc/stateless/plugins/action/plan.py -> the dir holding ansible_collections
 _OWN_COLLECTIONS_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), *[os.pardir] * 5))
@@ -243,7 +243,7 @@ class ActionModule(ActionBase):
         return planned
 
     def _project_roles(self, args: dict[str, Any], task_vars: dict[str, Any]) -> tuple[str, RoleIndex]:
-        """The project directory (module_utils/project.py, as the hpc.stateless.project_dir lookup
+        """The project directory (module_utils/_project.py, as the hpc.stateless.project_dir lookup
         computes it) and the role index searching the project's roles before roles_path."""
         override = task_vars.get("hpc_stateless_project_dir")
         if override:
@@ -261,7 +261,7 @@ class ActionModule(ActionBase):
 
     def _changes(self, args: dict[str, Any], graph: LayerGraph, keys: dict[str, Any],
                  role_index: RoleIndex, task_vars: dict[str, Any]) -> dict[str, Any]:
-        """Map changed files to the layers to rebuild (plugins/module_utils/layers/change_plan.py)."""
+        """Map changed files to the layers to rebuild (plugins/module_utils/_layers/change_plan.py)."""
         sources = [os.path.realpath(s) for s in task_vars.get("ansible_inventory_sources") or []
                    if isinstance(s, str) and os.path.exists(s)]
         start = args["repo"] or (os.path.dirname(sources[0]) if sources and os.path.isfile(sources[0])

@@ -56,7 +56,7 @@ import sys
 from ansible.plugins.callback import CallbackBase
 from ansible.utils.display import Display
 
-from ansible_collections.hpc.stateless.plugins.module_utils.build import rootless
+from ansible_collections.hpc.stateless.plugins.module_utils._build import rootless
 
 
 class CallbackModule(CallbackBase):

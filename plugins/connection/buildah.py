@@ -101,9 +101,9 @@ from ansible.utils.display import Display
 
 from ansible_collections.hpc.stateless.plugins.module_utils import _imagepath
 from ansible_collections.hpc.stateless.plugins.module_utils._process import ToolMissing
-from ansible_collections.hpc.stateless.plugins.module_utils.build.agent import Replacement
-from ansible_collections.hpc.stateless.plugins.module_utils.build.buildah import Buildah
-from ansible_collections.hpc.stateless.plugins.module_utils.build.holder import AgentLost, AgentUnavailable, Session
+from ansible_collections.hpc.stateless.plugins.module_utils._buildah_agent.agent import Replacement
+from ansible_collections.hpc.stateless.plugins.module_utils._build.buildah import Buildah
+from ansible_collections.hpc.stateless.plugins.module_utils._buildah_agent.holder import AgentLost, AgentUnavailable, Session
 
 display = Display()
 

@@ -261,11 +261,11 @@ from ansible.module_utils.common.text.converters import to_bytes, to_native, to_
 from ansible.plugins.connection import BUFSIZE, ConnectionBase
 from ansible.utils.display import Display
 
-from ansible_collections.hpc.stateless.plugins.module_utils.build import rootless
-from ansible_collections.hpc.stateless.plugins.module_utils.verify.commands import NspawnError, strip_noise
-from ansible_collections.hpc.stateless.plugins.module_utils.verify.process import keep_running
-from ansible_collections.hpc.stateless.plugins.module_utils.verify.session import Session
-from ansible_collections.hpc.stateless.plugins.module_utils.verify.spec import SessionSpec
+from ansible_collections.hpc.stateless.plugins.module_utils._build import rootless
+from ansible_collections.hpc.stateless.plugins.module_utils._nspawn.commands import NspawnError, strip_noise
+from ansible_collections.hpc.stateless.plugins.module_utils._nspawn.process import keep_running
+from ansible_collections.hpc.stateless.plugins.module_utils._nspawn.session import Session
+from ansible_collections.hpc.stateless.plugins.module_utils._nspawn.spec import SessionSpec
 
 display = Display()
 

@@ -48,7 +48,7 @@ import os
 from ansible import context
 from ansible.plugins.lookup import LookupBase
 
-from ansible_collections.hpc.stateless.plugins.module_utils.project import project_dir
+from ansible_collections.hpc.stateless.plugins.module_utils._project import project_dir
 
 
 class LookupModule(LookupBase):

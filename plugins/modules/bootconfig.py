@@ -200,9 +200,9 @@ images:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.hpc.stateless.plugins.module_utils.artifact.names import ArtifactError
-from ansible_collections.hpc.stateless.plugins.module_utils.deploy.bootconfig import render
-from ansible_collections.hpc.stateless.plugins.module_utils.deploy.bootlink import BootlinkError
+from ansible_collections.hpc.stateless.plugins.module_utils._contract.names import ArtifactError
+from ansible_collections.hpc.stateless.plugins.module_utils._deploy.bootconfig import render
+from ansible_collections.hpc.stateless.plugins.module_utils._deploy.bootlink import BootlinkError
 
 
 def main() -> None:

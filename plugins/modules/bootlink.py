@@ -233,9 +233,9 @@ versions:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.hpc.stateless.plugins.module_utils._process import ProcessError
-from ansible_collections.hpc.stateless.plugins.module_utils.artifact.names import FORMATS, ArtifactError
-from ansible_collections.hpc.stateless.plugins.module_utils.artifact.signature import SignatureError
-from ansible_collections.hpc.stateless.plugins.module_utils.deploy.bootlink import STATES, BootlinkError, apply_state
+from ansible_collections.hpc.stateless.plugins.module_utils._contract.names import FORMATS, ArtifactError
+from ansible_collections.hpc.stateless.plugins.module_utils._contract.signature import SignatureError
+from ansible_collections.hpc.stateless.plugins.module_utils._deploy.bootlink import STATES, BootlinkError, apply_state
 
 
 def main() -> None:

@@ -199,13 +199,13 @@ markdown_dest:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.hpc.stateless.plugins.module_utils.artifact.diff import (
+from ansible_collections.hpc.stateless.plugins.module_utils._diff.diff import (
     render_markdown,
     render_table,
     write_markdown,
 )
-from ansible_collections.hpc.stateless.plugins.module_utils.artifact.names import FORMATS
-from ansible_collections.hpc.stateless.plugins.module_utils.artifact.sides import compare, list_errors
+from ansible_collections.hpc.stateless.plugins.module_utils._contract.names import FORMATS
+from ansible_collections.hpc.stateless.plugins.module_utils._diff.sides import compare, list_errors
 
 ARGUMENT_SPEC = dict(
     old_dir=dict(type="path"),

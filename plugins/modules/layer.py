@@ -191,8 +191,8 @@ removed:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.hpc.stateless.plugins.module_utils._process import ProcessError
-from ansible_collections.hpc.stateless.plugins.module_utils.build.buildah import Buildah
-from ansible_collections.hpc.stateless.plugins.module_utils.build.layer import (
+from ansible_collections.hpc.stateless.plugins.module_utils._build.buildah import Buildah
+from ansible_collections.hpc.stateless.plugins.module_utils._build.layer import (
     DEFAULT_PACKAGE_CACHES,
     LayerBuilder,
     LayerError,

@@ -86,7 +86,7 @@ containers:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.hpc.stateless.plugins.module_utils._process import ProcessError
-from ansible_collections.hpc.stateless.plugins.module_utils.build.buildah import CONTAINER_PREFIX, LABEL_PREFIX, Buildah
+from ansible_collections.hpc.stateless.plugins.module_utils._build.buildah import CONTAINER_PREFIX, LABEL_PREFIX, Buildah
 
 
 def main() -> None:

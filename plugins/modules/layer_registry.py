@@ -109,8 +109,8 @@ present:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.hpc.stateless.plugins.module_utils._process import ProcessError
-from ansible_collections.hpc.stateless.plugins.module_utils.build.buildah import Buildah
-from ansible_collections.hpc.stateless.plugins.module_utils.build.registry import LayerTransfer, TransferError
+from ansible_collections.hpc.stateless.plugins.module_utils._build.buildah import Buildah
+from ansible_collections.hpc.stateless.plugins.module_utils._build.registry import LayerTransfer, TransferError
 
 
 def main() -> None:

@@ -353,9 +353,9 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.formatters import human_to_bytes
 
 from ansible_collections.hpc.stateless.plugins.module_utils._process import ProcessError
-from ansible_collections.hpc.stateless.plugins.module_utils.artifact.names import FORMATS
-from ansible_collections.hpc.stateless.plugins.module_utils.build.buildah import Buildah
-from ansible_collections.hpc.stateless.plugins.module_utils.pack.run import Packer, PackError, PackRequest
+from ansible_collections.hpc.stateless.plugins.module_utils._contract.names import FORMATS
+from ansible_collections.hpc.stateless.plugins.module_utils._build.buildah import Buildah
+from ansible_collections.hpc.stateless.plugins.module_utils._pack.run import Packer, PackError, PackRequest
 
 
 def main() -> None:

@@ -224,8 +224,8 @@ from typing import Any
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.hpc.stateless.plugins.module_utils import _process
 from ansible_collections.hpc.stateless.plugins.module_utils._paths import write_atomic
-from ansible_collections.hpc.stateless.plugins.module_utils.build.rootless import host_cache_path
-from ansible_collections.hpc.stateless.plugins.module_utils.build.bootstrap import (
+from ansible_collections.hpc.stateless.plugins.module_utils._build.rootless import host_cache_path
+from ansible_collections.hpc.stateless.plugins.module_utils._build.bootstrap import (
     DEFAULT_CACHE_ROOT,
     DISTRO_FAMILIES,
     FAMILY_TOOLS,

@@ -91,7 +91,7 @@ uid:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.hpc.stateless.plugins.module_utils._process import ProcessError
-from ansible_collections.hpc.stateless.plugins.module_utils.artifact.signature import SignatureError, sign
+from ansible_collections.hpc.stateless.plugins.module_utils._contract.signature import SignatureError, sign
 
 
 def main() -> None:

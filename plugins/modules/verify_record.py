@@ -118,9 +118,9 @@ record:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.hpc.stateless.plugins.module_utils.build.buildah import Buildah, BuildahError
+from ansible_collections.hpc.stateless.plugins.module_utils._build.buildah import Buildah, BuildahError
 from ansible_collections.hpc.stateless.plugins.module_utils._process import ProcessError
-from ansible_collections.hpc.stateless.plugins.module_utils.verify.record import (
+from ansible_collections.hpc.stateless.plugins.module_utils._verify.record import (
     Check,
     Record,
     RecordError,

@@ -14,12 +14,12 @@ import subprocess
 import uuid
 from pathlib import Path
 
-from ansible_collections.hpc.stateless.plugins.module_utils.build.buildah import (
+from ansible_collections.hpc.stateless.plugins.module_utils._build.buildah import (
     container_name,
     container_stem,
     owner_instance,
 )
-from ansible_collections.hpc.stateless.plugins.module_utils.build.layer import commit_tmpdir
+from ansible_collections.hpc.stateless.plugins.module_utils._build.layer import commit_tmpdir
 from faults_site import (
     FAULTS_IMAGE,
     REPO,

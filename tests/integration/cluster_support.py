@@ -66,16 +66,16 @@ from typing import Iterator
 
 from ansible_collections.hpc.stateless.plugins.module_utils._paths import write_atomic
 from ansible_collections.hpc.stateless.plugins.module_utils._process import Result, run
-from ansible_collections.hpc.stateless.plugins.module_utils.artifact.manifest import read_manifest
-from ansible_collections.hpc.stateless.plugins.module_utils.artifact.names import MANIFEST_FILE, RELEASE_PATH
-from ansible_collections.hpc.stateless.plugins.module_utils.deploy.bootlink import INITRD_LINK
-from ansible_collections.hpc.stateless.plugins.module_utils.verify.cgroups import (
+from ansible_collections.hpc.stateless.plugins.module_utils._contract.manifest import read_manifest
+from ansible_collections.hpc.stateless.plugins.module_utils._contract.names import MANIFEST_FILE, RELEASE_PATH
+from ansible_collections.hpc.stateless.plugins.module_utils._deploy.bootlink import INITRD_LINK
+from ansible_collections.hpc.stateless.plugins.module_utils._nspawn.cgroups import (
     cgroup_dirs_of,
     in_cgroups_argv,
     remove_cgroups,
     session_cgroups,
 )
-from ansible_collections.hpc.stateless.plugins.module_utils.verify.commands import (
+from ansible_collections.hpc.stateless.plugins.module_utils._nspawn.commands import (
     console_tail,
     container_env,
     host_env,
@@ -83,7 +83,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils.verify.commands impo
     nspawn_boot_argv,
     parse_notify,
 )
-from ansible_collections.hpc.stateless.plugins.module_utils.verify.process import keep_running, process_start
+from ansible_collections.hpc.stateless.plugins.module_utils._nspawn.process import keep_running, process_start
 from conftest import REPO, playbook_command
 
 INVENTORY = REPO / "tests" / "integration" / "inventory_cluster"

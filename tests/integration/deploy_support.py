@@ -21,14 +21,14 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from ansible_collections.hpc.stateless.plugins.module_utils.artifact import manifest as pm
-from ansible_collections.hpc.stateless.plugins.module_utils.artifact.names import (
+from ansible_collections.hpc.stateless.plugins.module_utils._contract import manifest as pm
+from ansible_collections.hpc.stateless.plugins.module_utils._contract.names import (
     KERNEL_FILE,
     MANIFEST_FILE,
     SUMS_FILE,
     artifact_file,
 )
-from ansible_collections.hpc.stateless.plugins.module_utils.artifact.sums import sha256_bytes, sha256_file, sums_text
+from ansible_collections.hpc.stateless.plugins.module_utils._contract.sums import sha256_bytes, sha256_file, sums_text
 
 REPO = Path(__file__).resolve().parents[2]
 CACHE = REPO / "build" / "test-cache" / "deploy"

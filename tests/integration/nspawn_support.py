@@ -22,8 +22,8 @@ from ansible import constants as C
 from ansible.playbook.play_context import PlayContext
 
 from ansible_collections.hpc.stateless.plugins.connection import nspawn as nspawn_plugin
-from ansible_collections.hpc.stateless.plugins.module_utils.verify.container import container_stem
-from ansible_collections.hpc.stateless.plugins.module_utils.verify.session import stop_sessions
+from ansible_collections.hpc.stateless.plugins.module_utils._nspawn.container import container_stem
+from ansible_collections.hpc.stateless.plugins.module_utils._nspawn.session import stop_sessions
 from conftest import REPO, buildah, run_site
 
 TEST_PREFIX = "localhost/hpc-stateless-nspawn-test"

@@ -26,8 +26,8 @@ from pathlib import Path
 import pytest
 
 from conftest import BUILDAH_ENV, REPO, buildah
-from ansible_collections.hpc.stateless.plugins.module_utils.build.buildah import Buildah
-from ansible_collections.hpc.stateless.plugins.module_utils.build.holder import Session, address
+from ansible_collections.hpc.stateless.plugins.module_utils._build.buildah import Buildah
+from ansible_collections.hpc.stateless.plugins.module_utils._buildah_agent.holder import Session, address
 
 BASE = "localhost/hpc-stateless/base:latest"
 RUNS = 300

@@ -187,7 +187,7 @@ def test_second_deploy_while_one_runs_is_refused(tmp_path):
     holder = subprocess.Popen(
         [sys.executable, "-c",
          "import sys, time\n"
-         "from ansible_collections.hpc.stateless.plugins.module_utils.deploy.bootlink import deploy_lock\n"
+         "from ansible_collections.hpc.stateless.plugins.module_utils._deploy.bootlink import deploy_lock\n"
          f"with deploy_lock({str(site['root'])!r}, purpose='bootlink switched compute'):\n"
          "    print('locked', flush=True)\n"
          "    time.sleep(60)\n"],

@@ -28,8 +28,8 @@ from conftest import REPO, run_site
 sys.path.insert(0, str(REPO / "tests" / "unit" / "plugins" / "module_utils"))
 from bootlink_fixtures import make_pack  # noqa: E402  pylint: disable=wrong-import-position
 
-from ansible_collections.hpc.stateless.plugins.module_utils.deploy.bootconfig import render  # noqa: E402
-from ansible_collections.hpc.stateless.plugins.module_utils.deploy.bootlink import apply_state  # noqa: E402
+from ansible_collections.hpc.stateless.plugins.module_utils._deploy.bootconfig import render  # noqa: E402
+from ansible_collections.hpc.stateless.plugins.module_utils._deploy.bootlink import apply_state  # noqa: E402
 
 NODES = ["n1", "n2", "n3", "n4", "n5"]
 FAKE = Path(__file__).with_name("fake_scontrol.py")

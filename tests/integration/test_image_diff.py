@@ -21,8 +21,8 @@ import yaml
 from conftest import REPO, buildah, our_mounts, run_site
 from pack_support import pack_module, run_module
 
-from ansible_collections.hpc.stateless.plugins.module_utils.ci.gitlab import gitlab_pipeline, pipeline_yaml
-from ansible_collections.hpc.stateless.plugins.module_utils.layers.change_plan import REBUILD, ChangePlan, LayerDecision
+from ansible_collections.hpc.stateless.plugins.module_utils._ci.gitlab import gitlab_pipeline, pipeline_yaml
+from ansible_collections.hpc.stateless.plugins.module_utils._layers.change_plan import REBUILD, ChangePlan, LayerDecision
 
 BASE = "localhost/hpc-stateless/base:latest"
 IMAGE = "difftest"

@@ -28,7 +28,7 @@ from pack_support import PACK_INVENTORY, PACK_PREFIX, pack_module, small_root
 from test_rootfs_rpm import TOOLS as RPM_TOOLS
 from test_rootfs_rpm import rpm_repo, run_rootfs  # noqa: F401 pylint: disable=unused-import # rpm_repo: a fixture
 
-from ansible_collections.hpc.stateless.plugins.module_utils.artifact import pkgdb, sbom
+from ansible_collections.hpc.stateless.plugins.module_utils._contract import pkgdb, sbom
 
 CANDIDATES = ("localhost/hpc-stateless/compute:latest", f"{PACK_PREFIX}/packkernel:latest")
 ARCHIVE_EXCLUDES = ["usr/*", "var/*", "opt/*", "etc/*"]

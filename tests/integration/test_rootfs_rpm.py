@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.hpc.stateless.plugins.module_utils.build.bootstrap import RECORD_RELPATH, rpmdb_path
+from ansible_collections.hpc.stateless.plugins.module_utils._build.bootstrap import RECORD_RELPATH, rpmdb_path
 
 REPO = Path(__file__).resolve().parents[2]
 TOOLS = {"rpmbuild": "rpm", "rpmsign": "rpm", "rpm": "rpm", "createrepo_c": "createrepo-c", "gpg": "gpg",

@@ -33,8 +33,8 @@ import subprocess
 from ansible.errors import AnsibleConnectionFailure
 from ansible.plugins.connection import ConnectionBase
 
-from ansible_collections.hpc.stateless.plugins.module_utils.verify.commands import container_env, nsenter_argv
-from ansible_collections.hpc.stateless.plugins.module_utils.verify.process import keep_running, process_start
+from ansible_collections.hpc.stateless.plugins.module_utils._nspawn.commands import container_env, nsenter_argv
+from ansible_collections.hpc.stateless.plugins.module_utils._nspawn.process import keep_running, process_start
 
 
 class Connection(ConnectionBase):

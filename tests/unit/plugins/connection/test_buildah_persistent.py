@@ -13,7 +13,7 @@ from ansible.errors import AnsibleConnectionFailure, AnsibleError
 from ansible.playbook.play_context import PlayContext
 
 from ansible_collections.hpc.stateless.plugins.connection import buildah as buildah_plugin
-from ansible_collections.hpc.stateless.plugins.module_utils.build.holder import AgentLost, AgentUnavailable
+from ansible_collections.hpc.stateless.plugins.module_utils._buildah_agent.holder import AgentLost, AgentUnavailable
 
 
 class FakeSession:

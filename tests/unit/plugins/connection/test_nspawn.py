@@ -16,8 +16,8 @@ from ansible.playbook.play_context import PlayContext
 
 from ansible_collections.hpc.stateless.plugins.connection import nspawn as nspawn_plugin
 from ansible_collections.hpc.stateless.plugins.module_utils._process import Result, set_executor
-from ansible_collections.hpc.stateless.plugins.module_utils.verify.cgroups import cgroup_dirs, in_cgroups_argv
-from ansible_collections.hpc.stateless.plugins.module_utils.verify.commands import (
+from ansible_collections.hpc.stateless.plugins.module_utils._nspawn.cgroups import cgroup_dirs, in_cgroups_argv
+from ansible_collections.hpc.stateless.plugins.module_utils._nspawn.commands import (
     NspawnError,
     console_tail,
     machine_name,
@@ -30,32 +30,32 @@ from ansible_collections.hpc.stateless.plugins.module_utils.verify.commands impo
     parse_unit_list,
     strip_noise,
 )
-from ansible_collections.hpc.stateless.plugins.module_utils.verify import overlay
-from ansible_collections.hpc.stateless.plugins.module_utils.verify.container import (
+from ansible_collections.hpc.stateless.plugins.module_utils._nspawn import overlay
+from ansible_collections.hpc.stateless.plugins.module_utils._nspawn.container import (
     container_name,
     container_stem,
     mount_image,
     remove_container,
 )
-from ansible_collections.hpc.stateless.plugins.module_utils.verify.overlay import (
+from ansible_collections.hpc.stateless.plugins.module_utils._nspawn.overlay import (
     mount_overlay,
     overlay_options,
     unmount_overlay,
 )
-from ansible_collections.hpc.stateless.plugins.module_utils.verify.process import (
+from ansible_collections.hpc.stateless.plugins.module_utils._nspawn.process import (
     owner_process,
     process_alive,
     process_start,
 )
-from ansible_collections.hpc.stateless.plugins.module_utils.verify.root import (
+from ansible_collections.hpc.stateless.plugins.module_utils._nspawn.root import (
     check_root,
     find_systemd,
     lookup_user,
     resolve_in_root,
 )
-from ansible_collections.hpc.stateless.plugins.module_utils.verify.spec import SessionSpec
-from ansible_collections.hpc.stateless.plugins.module_utils.verify.state import DEFAULT_RUNTIME_DIR
-from ansible_collections.hpc.stateless.plugins.module_utils.verify.supervisor import COLLECTIONS_ROOT, launch_command
+from ansible_collections.hpc.stateless.plugins.module_utils._nspawn.spec import SessionSpec
+from ansible_collections.hpc.stateless.plugins.module_utils._nspawn.state import DEFAULT_RUNTIME_DIR
+from ansible_collections.hpc.stateless.plugins.module_utils._nspawn.supervisor import COLLECTIONS_ROOT, launch_command
 
 # ---------------------------------------------------------------- command lines (table driven)
 COMMAND_LINES = [
@@ -398,7 +398,7 @@ def test_owner_process_is_the_caller_outside_a_worker():
 def test_the_supervisor_starts_by_module_name_from_the_collections_root(monkeypatch):
     monkeypatch.delenv("PYTHONPATH", raising=False)
     argv, env = launch_command("/run/session")
-    assert argv[1:] == ["-m", "ansible_collections.hpc.stateless.plugins.module_utils.verify.supervisor",
+    assert argv[1:] == ["-m", "ansible_collections.hpc.stateless.plugins.module_utils._nspawn.supervisor",
                         "supervise", "/run/session"]
     assert env["PYTHONPATH"] == COLLECTIONS_ROOT and env["LANG"] == "C.UTF-8"
     # Importable by that name from that root alone (not from the current directory): without

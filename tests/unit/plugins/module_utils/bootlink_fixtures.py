@@ -8,15 +8,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ansible_collections.hpc.stateless.plugins.module_utils.artifact import manifest as pm
-from ansible_collections.hpc.stateless.plugins.module_utils.artifact.names import (
+from ansible_collections.hpc.stateless.plugins.module_utils._contract import manifest as pm
+from ansible_collections.hpc.stateless.plugins.module_utils._contract.names import (
     INITRD_FILE,
     KERNEL_FILE,
     MANIFEST_FILE,
     SUMS_FILE,
     artifact_file,
 )
-from ansible_collections.hpc.stateless.plugins.module_utils.artifact.sums import sha256_bytes, sums_text
+from ansible_collections.hpc.stateless.plugins.module_utils._contract.sums import sha256_bytes, sums_text
 
 
 def make_pack(output: Path, image: str = "compute", version: str = "v1", *, payload: bytes = b"",

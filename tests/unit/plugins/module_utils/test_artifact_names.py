@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from bootlink_fixtures import make_pack
 
-from ansible_collections.hpc.stateless.plugins.module_utils.artifact.names import (
+from ansible_collections.hpc.stateless.plugins.module_utils._contract.names import (
     CPIO_FORMATS,
     FORMATS,
     SQUASHFS_FORMAT,
@@ -20,10 +20,10 @@ from ansible_collections.hpc.stateless.plugins.module_utils.artifact.names impor
     format_of,
     url_quote,
 )
-from ansible_collections.hpc.stateless.plugins.module_utils.deploy.bootlink import apply_state
-from ansible_collections.hpc.stateless.plugins.module_utils.layers.graph import LayerGraph, LayerSpecError
-from ansible_collections.hpc.stateless.plugins.module_utils.pack.compress import COMPRESSORS
-from ansible_collections.hpc.stateless.plugins.module_utils.pack.run import PackError, PackRequest
+from ansible_collections.hpc.stateless.plugins.module_utils._deploy.bootlink import apply_state
+from ansible_collections.hpc.stateless.plugins.module_utils._layers.graph import LayerGraph, LayerSpecError
+from ansible_collections.hpc.stateless.plugins.module_utils._pack.compress import COMPRESSORS
+from ansible_collections.hpc.stateless.plugins.module_utils._pack.run import PackError, PackRequest
 
 GOOD = ["1.0~rc1", "2026.11.23+site1", "2.36-9+deb12u4", "v1.2-3-gabc123-dirty", "Release_2", "a" * 128, "7"]
 BAD = ["", ".", "..", ".hidden", "-lead", "~rc1", "+site1", "_x", "a/b", "has space", "tab\there", "line\nbreak", "v1\n",

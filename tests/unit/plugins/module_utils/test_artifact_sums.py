@@ -6,8 +6,8 @@ import subprocess
 
 import pytest
 
-from ansible_collections.hpc.stateless.plugins.module_utils.artifact.names import ArtifactError
-from ansible_collections.hpc.stateless.plugins.module_utils.artifact.sums import (
+from ansible_collections.hpc.stateless.plugins.module_utils._contract.names import ArtifactError
+from ansible_collections.hpc.stateless.plugins.module_utils._contract.sums import (
     parse_sums,
     read_sums,
     sha256_bytes,

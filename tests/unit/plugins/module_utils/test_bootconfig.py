@@ -10,7 +10,7 @@ import pytest
 from bootlink_fixtures import make_pack, rewrite_manifest, tree_snapshot
 
 from ansible_collections.hpc.stateless.plugins.module_utils._paths import temp_name
-from ansible_collections.hpc.stateless.plugins.module_utils.deploy.bootconfig import (
+from ansible_collections.hpc.stateless.plugins.module_utils._deploy.bootconfig import (
     DEFAULT_SQUASHFS_ARGS,
     SQUASHFS_URL_PLACEHOLDER,
     STATE_FILE,
@@ -22,8 +22,8 @@ from ansible_collections.hpc.stateless.plugins.module_utils.deploy.bootconfig im
     render,
     unified,
 )
-from ansible_collections.hpc.stateless.plugins.module_utils.deploy.bootlink import apply_state
-from ansible_collections.hpc.stateless.plugins.module_utils.pack.kernel import DRACUT_KERNEL_ARGS, LIVE_BOOT_KERNEL_ARGS
+from ansible_collections.hpc.stateless.plugins.module_utils._deploy.bootlink import apply_state
+from ansible_collections.hpc.stateless.plugins.module_utils._pack.kernel import DRACUT_KERNEL_ARGS, LIVE_BOOT_KERNEL_ARGS
 
 IMAGES = {"compute": {"layer": "slurm", "formats": ["cpio.zst"], "kernel_args": "console=ttyS0 quiet"},
           "login": {"layer": "login", "formats": ["cpio.gz"], "kernel_args": ["ip=none", "audit=0"]}}

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 from bootlink_fixtures import make_pack, rewrite_manifest, tree_snapshot
 
-from ansible_collections.hpc.stateless.plugins.module_utils.artifact.names import ArtifactError
-from ansible_collections.hpc.stateless.plugins.module_utils.artifact.sums import read_sums
-from ansible_collections.hpc.stateless.plugins.module_utils.deploy.bootlink import (
+from ansible_collections.hpc.stateless.plugins.module_utils._contract.names import ArtifactError
+from ansible_collections.hpc.stateless.plugins.module_utils._contract.sums import read_sums
+from ansible_collections.hpc.stateless.plugins.module_utils._deploy.bootlink import (
     LOCK_NAME,
     BootlinkError,
     BootTree,

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.hpc.stateless.plugins.module_utils.build import agent
+from ansible_collections.hpc.stateless.plugins.module_utils._buildah_agent import agent
 
 
 def frames(data: bytes) -> list:

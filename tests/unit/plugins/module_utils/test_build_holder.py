@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.hpc.stateless.plugins.module_utils.build import agent, holder
-from ansible_collections.hpc.stateless.plugins.module_utils.build.buildah import Buildah
+from ansible_collections.hpc.stateless.plugins.module_utils._buildah_agent import agent, holder
+from ansible_collections.hpc.stateless.plugins.module_utils._build.buildah import Buildah
 
 
 class HostHolder(holder.Holder):
@@ -153,7 +153,7 @@ def test_an_upload_cut_off_by_its_worker_keeps_the_file_it_was_replacing(running
 CUT_OFF_AGENT = f"""
 import os, sys
 sys.path.insert(0, {holder.collection_root()!r})
-from ansible_collections.hpc.stateless.plugins.module_utils.build import agent
+from ansible_collections.hpc.stateless.plugins.module_utils._buildah_agent import agent
 
 
 class CutOff(agent.Agent):
@@ -274,7 +274,7 @@ def test_the_owner_is_the_process_that_forked_the_worker():
 def test_the_holder_imports_from_the_collection_root():
     root = holder.collection_root()
     assert os.path.isfile(os.path.join(root, "ansible_collections", "hpc", "stateless", "plugins", "module_utils",
-                                       "build", "holder.py"))
+                                       "_buildah_agent", "holder.py"))
 
 
 @pytest.mark.parametrize("spoil", ["open to others", "someone else's", "a symlink"])

@@ -16,7 +16,7 @@ import re
 import pytest
 
 from ansible_collections.hpc.stateless.plugins.module_utils import _process
-from ansible_collections.hpc.stateless.plugins.module_utils.build.buildah import (
+from ansible_collections.hpc.stateless.plugins.module_utils._build.buildah import (
     LABEL_PREFIX,
     Buildah,
     BuildahError,

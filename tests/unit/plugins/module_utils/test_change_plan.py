@@ -26,18 +26,18 @@ from ansible_collections.hpc.stateless.plugins.module_utils._git import (
     GitRepository,
     GitRevisionReader,
 )
-from ansible_collections.hpc.stateless.plugins.module_utils.ci.gitlab import gitlab_pipeline, job_name, pipeline_yaml
-from ansible_collections.hpc.stateless.plugins.module_utils.layers.change_plan import (
+from ansible_collections.hpc.stateless.plugins.module_utils._ci.gitlab import gitlab_pipeline, job_name, pipeline_yaml
+from ansible_collections.hpc.stateless.plugins.module_utils._layers.change_plan import (
     DictReader,
     LayerFacts,
     layer_facts,
     normalise_changed_files,
     plan_changes,
 )
-from ansible_collections.hpc.stateless.plugins.module_utils.layers.content_key import RoleIndex, compute_keys
-from ansible_collections.hpc.stateless.plugins.module_utils.layers.graph import LayerGraph, LayerSpecError
-from ansible_collections.hpc.stateless.plugins.module_utils.layers.render import render_dot, render_table
-from ansible_collections.hpc.stateless.plugins.module_utils.layers.scope import ChangePlanError, vars_file_scope
+from ansible_collections.hpc.stateless.plugins.module_utils._layers.content_key import RoleIndex, compute_keys
+from ansible_collections.hpc.stateless.plugins.module_utils._layers.graph import LayerGraph, LayerSpecError
+from ansible_collections.hpc.stateless.plugins.module_utils._layers.render import render_dot, render_table
+from ansible_collections.hpc.stateless.plugins.module_utils._layers.scope import ChangePlanError, vars_file_scope
 
 # --------------------------------------------------------------------------- a small site repository
 #

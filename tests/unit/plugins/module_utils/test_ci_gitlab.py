@@ -11,7 +11,7 @@ from pathlib import Path
 from ansible.parsing.dataloader import DataLoader
 from ansible.utils.unsafe_proxy import AnsibleUnsafeText
 
-from ansible_collections.hpc.stateless.plugins.module_utils.ci.gitlab import (
+from ansible_collections.hpc.stateless.plugins.module_utils._ci.gitlab import (
     ENTER_PROJECT,
     STORAGE_SETUP,
     VARS_FILE,
@@ -25,7 +25,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils.ci.gitlab import (
     playbook_vars,
     sh_line,
 )
-from ansible_collections.hpc.stateless.plugins.module_utils.layers.change_plan import (
+from ansible_collections.hpc.stateless.plugins.module_utils._layers.change_plan import (
     REBUILD,
     REUSE,
     ChangePlan,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.hpc.stateless.plugins.module_utils.layers.content_key import (
+from ansible_collections.hpc.stateless.plugins.module_utils._layers.content_key import (
     UNDEFINED_MARKER,
     LayerKey,
     RoleError,
@@ -28,7 +28,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils.layers.content_key i
     role_digest,
     template_variables,
 )
-from ansible_collections.hpc.stateless.plugins.module_utils.layers.graph import LayerGraph, LayerSpecError
+from ansible_collections.hpc.stateless.plugins.module_utils._layers.graph import LayerGraph, LayerSpecError
 
 
 def write(path: Path, text: str) -> Path:

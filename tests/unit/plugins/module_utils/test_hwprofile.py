@@ -11,9 +11,9 @@ import subprocess
 
 import pytest
 
-from ansible_collections.hpc.stateless.plugins.module_utils.pack import hwprofile as hw
-from ansible_collections.hpc.stateless.plugins.module_utils.pack.run import Packer, PackError, PackRequest
-from ansible_collections.hpc.stateless.plugins.module_utils.pack.tree import ExcludeRules, walk
+from ansible_collections.hpc.stateless.plugins.module_utils._pack import hwprofile as hw
+from ansible_collections.hpc.stateless.plugins.module_utils._pack.run import Packer, PackError, PackRequest
+from ansible_collections.hpc.stateless.plugins.module_utils._pack.tree import ExcludeRules, walk
 from test_pack_newc import parse_newc  # noqa: E402 - sibling test module (rootdir-relative import)
 
 KVER = "6.1.0-99-amd64"
@@ -297,7 +297,7 @@ def test_node_check_names_modules_left_out_for_the_nodes_devices(tmp_path):
 
 
 def test_the_plan_refuses_unknown_keys_of_an_images_hardware_profile():
-    from ansible_collections.hpc.stateless.plugins.module_utils.layers.graph import LayerGraph, LayerSpecError
+    from ansible_collections.hpc.stateless.plugins.module_utils._layers.graph import LayerGraph, LayerSpecError
     layers = {"base": {"bootstrap": {"distro": "debian", "release": "bookworm"}}}
     graph = LayerGraph.from_spec(layers, {"node": {"layer": "base", "hardware_profile": {"modules": ["e1000"]}}})
     assert graph.images["node"]["hardware_profile"] == {"modules": ["e1000"]}

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.hpc.stateless.plugins.module_utils.artifact.diff import (
+from ansible_collections.hpc.stateless.plugins.module_utils._diff.diff import (
     Side,
     compare_versions,
     diff_files,
@@ -24,7 +24,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils.artifact.diff import
     render_table,
     write_markdown,
 )
-from ansible_collections.hpc.stateless.plugins.module_utils.artifact.listing import (
+from ansible_collections.hpc.stateless.plugins.module_utils._diff.listing import (
     ListingError,
     Member,
     decompressor_argv,
@@ -34,8 +34,8 @@ from ansible_collections.hpc.stateless.plugins.module_utils.artifact.listing imp
     list_tree,
     read_newc,
 )
-from ansible_collections.hpc.stateless.plugins.module_utils.pack.newc import NewcWriter
-from ansible_collections.hpc.stateless.plugins.module_utils.pack.tree import ExcludeRules, write_cpio
+from ansible_collections.hpc.stateless.plugins.module_utils._pack.newc import NewcWriter
+from ansible_collections.hpc.stateless.plugins.module_utils._pack.tree import ExcludeRules, write_cpio
 
 FILE, DIR, LINK = stat.S_IFREG, stat.S_IFDIR, stat.S_IFLNK
 

@@ -11,13 +11,13 @@ import json
 import pytest
 
 from ansible_collections.hpc.stateless.plugins.module_utils import _process
-from ansible_collections.hpc.stateless.plugins.module_utils.build import layer
-from ansible_collections.hpc.stateless.plugins.module_utils.build.buildah import (
+from ansible_collections.hpc.stateless.plugins.module_utils._build import layer
+from ansible_collections.hpc.stateless.plugins.module_utils._build.buildah import (
     Buildah,
     BuildahError,
     container_name,
 )
-from ansible_collections.hpc.stateless.plugins.module_utils.build.layer import (
+from ansible_collections.hpc.stateless.plugins.module_utils._build.layer import (
     LayerBuilder,
     LayerError,
     commit_tmpdir,

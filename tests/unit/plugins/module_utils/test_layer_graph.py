@@ -9,7 +9,7 @@ import pickle
 
 import pytest
 
-from ansible_collections.hpc.stateless.plugins.module_utils.layers.graph import (
+from ansible_collections.hpc.stateless.plugins.module_utils._layers.graph import (
     IMAGES_VAR,
     LAYERS_VAR,
     LayerGraph,

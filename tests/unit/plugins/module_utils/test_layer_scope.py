@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.hpc.stateless.plugins.module_utils.layers.scope import (
+from ansible_collections.hpc.stateless.plugins.module_utils._layers.scope import (
     ChangePlanError,
     files_by_scope,
     inventory_source_scopes,

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.hpc.stateless.plugins.module_utils.artifact import names
-from ansible_collections.hpc.stateless.plugins.module_utils.pack.run import PackError, Packer, PackRequest
+from ansible_collections.hpc.stateless.plugins.module_utils._contract import names
+from ansible_collections.hpc.stateless.plugins.module_utils._pack.run import PackError, Packer, PackRequest
 from test_hwprofile import KVER, MODDIR, make_image  # noqa: E402 - sibling test module (rootdir-relative import)
 
 IMAGE_ID = "a" * 64

@@ -6,7 +6,7 @@ import struct
 
 import pytest
 
-from ansible_collections.hpc.stateless.plugins.module_utils.pack.kernel import (
+from ansible_collections.hpc.stateless.plugins.module_utils._pack.kernel import (
     KernelError,
     bzimage_version,
     dracut_modules,

@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from ansible_collections.hpc.stateless.plugins.module_utils.artifact import manifest as pm
-from ansible_collections.hpc.stateless.plugins.module_utils.artifact.names import ArtifactError
+from ansible_collections.hpc.stateless.plugins.module_utils._contract import manifest as pm
+from ansible_collections.hpc.stateless.plugins.module_utils._contract.names import ArtifactError
 
 
 def test_image_release_lines():
@@ -120,8 +120,8 @@ def test_newest_version_dir_is_one_rule_for_deploy_and_diff(tmp_path):
 
 
 def test_deploy_and_diff_pick_the_same_newest_pack(tmp_path):
-    from ansible_collections.hpc.stateless.plugins.module_utils.artifact import sides
-    from ansible_collections.hpc.stateless.plugins.module_utils.deploy import bootlink
+    from ansible_collections.hpc.stateless.plugins.module_utils._diff import sides
+    from ansible_collections.hpc.stateless.plugins.module_utils._deploy import bootlink
 
     image_dir = tmp_path / "compute"
     newest = _version(image_dir, "v2", "2026-11-21T00:00:00Z", 1_000_000_000)  # the newer layer

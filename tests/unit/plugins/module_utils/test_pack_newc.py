@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from ansible_collections.hpc.stateless.plugins.module_utils.pack.newc import (
+from ansible_collections.hpc.stateless.plugins.module_utils._pack.newc import (
     MAX_FILE_SIZE,
     NewcError,
     NewcWriter,

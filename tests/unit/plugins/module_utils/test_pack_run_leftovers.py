@@ -9,8 +9,8 @@ import subprocess
 import pytest
 
 from ansible_collections.hpc.stateless.plugins.module_utils import _process
-from ansible_collections.hpc.stateless.plugins.module_utils.build.buildah import Buildah, container_name, owner_instance
-from ansible_collections.hpc.stateless.plugins.module_utils.pack.run import Packer, PackRequest
+from ansible_collections.hpc.stateless.plugins.module_utils._build.buildah import Buildah, container_name, owner_instance
+from ansible_collections.hpc.stateless.plugins.module_utils._pack.run import Packer, PackRequest
 
 
 def dead_pid() -> int:

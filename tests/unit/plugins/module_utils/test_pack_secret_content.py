@@ -18,9 +18,9 @@ import time
 
 import pytest
 
-from ansible_collections.hpc.stateless.plugins.module_utils.pack import secrets
-from ansible_collections.hpc.stateless.plugins.module_utils.pack.run import PackError, Packer, PackRequest
-from ansible_collections.hpc.stateless.plugins.module_utils.pack.tree import ExcludeRules, SecretRules, scan_tree
+from ansible_collections.hpc.stateless.plugins.module_utils._pack import secrets
+from ansible_collections.hpc.stateless.plugins.module_utils._pack.run import PackError, Packer, PackRequest
+from ansible_collections.hpc.stateless.plugins.module_utils._pack.tree import ExcludeRules, SecretRules, scan_tree
 
 INNOCENT = "srv/data/blob.dat"  # no name rule looks at /srv, nor at this name
 

@@ -6,14 +6,14 @@ import stat
 
 import pytest
 
-from ansible_collections.hpc.stateless.plugins.module_utils.pack.compress import CompressError, compressor_argv
-from ansible_collections.hpc.stateless.plugins.module_utils.pack.squashfs import (
+from ansible_collections.hpc.stateless.plugins.module_utils._pack.compress import CompressError, compressor_argv
+from ansible_collections.hpc.stateless.plugins.module_utils._pack.squashfs import (
     SquashfsError,
     exclude_lines,
     mksquashfs_argv,
     pseudo_definitions,
 )
-from ansible_collections.hpc.stateless.plugins.module_utils.pack.tree import OverlayFile
+from ansible_collections.hpc.stateless.plugins.module_utils._pack.tree import OverlayFile
 
 
 def everything(tool):

@@ -8,8 +8,8 @@ import subprocess
 
 import pytest
 
-from ansible_collections.hpc.stateless.plugins.module_utils.pack.newc import MAX_FILE_SIZE
-from ansible_collections.hpc.stateless.plugins.module_utils.pack.tree import (
+from ansible_collections.hpc.stateless.plugins.module_utils._pack.newc import MAX_FILE_SIZE
+from ansible_collections.hpc.stateless.plugins.module_utils._pack.tree import (
     DEFAULT_EXCLUDES,
     ExcludeRules,
     Overlay,

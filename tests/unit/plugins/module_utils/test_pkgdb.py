@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from ansible_collections.hpc.stateless.plugins.module_utils.artifact import pkgdb
+from ansible_collections.hpc.stateless.plugins.module_utils._contract import pkgdb
 
 DPKG_STATUS = """Package: bash
 Status: install ok installed

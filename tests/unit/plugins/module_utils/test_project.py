@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ansible_collections.hpc.stateless.plugins.module_utils.project import (
+from ansible_collections.hpc.stateless.plugins.module_utils._project import (
     inside_collection,
     project_dir,
     role_search_paths,

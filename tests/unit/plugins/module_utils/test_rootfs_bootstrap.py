@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.hpc.stateless.plugins.module_utils.layers import graph as layer_graph
-from ansible_collections.hpc.stateless.plugins.module_utils.build.bootstrap import (
+from ansible_collections.hpc.stateless.plugins.module_utils._layers import graph as layer_graph
+from ansible_collections.hpc.stateless.plugins.module_utils._build.bootstrap import (
     DISTRO_FAMILIES,
     FAMILY_TOOLS,
     MODE_ROOT,

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.hpc.stateless.plugins.module_utils.build import buildah as buildah_mod
-from ansible_collections.hpc.stateless.plugins.module_utils.build import rootless
-from ansible_collections.hpc.stateless.plugins.module_utils.build.buildah import Buildah
+from ansible_collections.hpc.stateless.plugins.module_utils._build import buildah as buildah_mod
+from ansible_collections.hpc.stateless.plugins.module_utils._build import rootless
+from ansible_collections.hpc.stateless.plugins.module_utils._build.buildah import Buildah
 
 
 def id_files(tmp_path: Path, subuid: str, subgid: str) -> dict[str, str]:

@@ -9,8 +9,8 @@ from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
 from packageurl import PackageURL
 
-from ansible_collections.hpc.stateless.plugins.module_utils.artifact import sbom
-from ansible_collections.hpc.stateless.plugins.module_utils.artifact.pkgdb import Distro, Package, PackageDb
+from ansible_collections.hpc.stateless.plugins.module_utils._contract import sbom
+from ansible_collections.hpc.stateless.plugins.module_utils._contract.pkgdb import Distro, Package, PackageDb
 
 BOOKWORM = Distro("debian", "12", "bookworm")
 ROCKY = Distro("rocky", "9.3", "")

@@ -14,8 +14,8 @@ import pytest
 from bootlink_fixtures import make_pack, rewrite_manifest, tree_snapshot
 from signing_keys import SigningKey, gpgv
 
-from ansible_collections.hpc.stateless.plugins.module_utils.artifact.names import SBOM_FILE, SIGNATURE_FILE, SUMS_FILE
-from ansible_collections.hpc.stateless.plugins.module_utils.artifact.signature import (
+from ansible_collections.hpc.stateless.plugins.module_utils._contract.names import SBOM_FILE, SIGNATURE_FILE, SUMS_FILE
+from ansible_collections.hpc.stateless.plugins.module_utils._contract.signature import (
     SignatureError,
     normalize_fingerprint,
     parse_status,
@@ -23,8 +23,8 @@ from ansible_collections.hpc.stateless.plugins.module_utils.artifact.signature i
     verify,
     verify_files,
 )
-from ansible_collections.hpc.stateless.plugins.module_utils.artifact.sums import read_sums, sums_text
-from ansible_collections.hpc.stateless.plugins.module_utils.deploy.bootlink import BootlinkError, apply_state
+from ansible_collections.hpc.stateless.plugins.module_utils._contract.sums import read_sums, sums_text
+from ansible_collections.hpc.stateless.plugins.module_utils._deploy.bootlink import BootlinkError, apply_state
 
 
 @pytest.fixture(scope="module")

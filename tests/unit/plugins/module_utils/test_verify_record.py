@@ -7,9 +7,9 @@ import os
 
 import pytest
 
-from ansible_collections.hpc.stateless.plugins.module_utils.artifact import names
-from ansible_collections.hpc.stateless.plugins.module_utils.pack.run import Packer, PackError, PackRequest
-from ansible_collections.hpc.stateless.plugins.module_utils.verify.record import (
+from ansible_collections.hpc.stateless.plugins.module_utils._contract import names
+from ansible_collections.hpc.stateless.plugins.module_utils._pack.run import Packer, PackError, PackRequest
+from ansible_collections.hpc.stateless.plugins.module_utils._verify.record import (
     Check,
     Record,
     RecordError,

@@ -15,22 +15,22 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.hpc.stateless.plugins.module_utils import _process
-from ansible_collections.hpc.stateless.plugins.module_utils.artifact import manifest as pm
-from ansible_collections.hpc.stateless.plugins.module_utils.artifact.names import (
+from ansible_collections.hpc.stateless.plugins.module_utils._contract import manifest as pm
+from ansible_collections.hpc.stateless.plugins.module_utils._contract.names import (
     KERNEL_FILE,
     MANIFEST_FILE,
     SUMS_FILE,
     artifact_file,
 )
-from ansible_collections.hpc.stateless.plugins.module_utils.artifact.sides import (
+from ansible_collections.hpc.stateless.plugins.module_utils._diff.sides import (
     DiffError,
     LayerImages,
     newest_pack,
 )
-from ansible_collections.hpc.stateless.plugins.module_utils.artifact.sums import sha256_bytes, sums_text
-from ansible_collections.hpc.stateless.plugins.module_utils.build.buildah import Buildah
-from ansible_collections.hpc.stateless.plugins.module_utils.deploy.bootlink import apply_state
-from ansible_collections.hpc.stateless.plugins.module_utils.pack.newc import NewcWriter
+from ansible_collections.hpc.stateless.plugins.module_utils._contract.sums import sha256_bytes, sums_text
+from ansible_collections.hpc.stateless.plugins.module_utils._build.buildah import Buildah
+from ansible_collections.hpc.stateless.plugins.module_utils._deploy.bootlink import apply_state
+from ansible_collections.hpc.stateless.plugins.module_utils._pack.newc import NewcWriter
 from ansible_collections.hpc.stateless.plugins.modules import image_diff
 
 MODULE = image_diff  # what the run_module fixture (conftest.py) runs

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.hpc.stateless.plugins.module_utils import _process
-from ansible_collections.hpc.stateless.plugins.module_utils.build.bootstrap import (
+from ansible_collections.hpc.stateless.plugins.module_utils._build.bootstrap import (
     RECORD_RELPATH,
     BootstrapSpec,
     bootstrap_record,
@@ -343,7 +343,7 @@ def test_unknown_distro_is_rejected_by_argument_spec(run_module, rocky_args):
 
 
 def test_argument_spec_choices_follow_the_distro_table():
-    from ansible_collections.hpc.stateless.plugins.module_utils.layers.graph import SUPPORTED_DISTROS
+    from ansible_collections.hpc.stateless.plugins.module_utils._layers.graph import SUPPORTED_DISTROS
     assert rootfs.argument_spec()["distro"]["choices"] == sorted(SUPPORTED_DISTROS)
 
 

@@ -1,0 +1,441 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026 hpc.stateless developers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""Command lines and records for bootstrapping a distribution root file system.
+
+Pure functions, no I/O: the ``rootfs`` module runs what these return.
+One builder per tool: mmdebstrap (Debian, Ubuntu; the default) or debootstrap (selectable),
+``dnf --installroot`` (EL family, Fedora) and ``zypper --root`` (SUSE).
+
+Where the build runs decides how the tools run (:func:`privilege_mode`): as root on the host
+they run as they are; as root inside a user namespace (``buildah unshare``, the rootless build)
+they run as they are too, but device nodes cannot be made; as an ordinary user every command is
+wrapped in ``buildah unshare``, so the root's owners map exactly as buildah's own storage maps them.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from dataclasses import dataclass, field
+from typing import Any
+
+from ansible_collections.hpc.stateless.plugins.module_utils._build.rootless import HOST_CACHE_ROOT
+from ansible_collections.hpc.stateless.plugins.module_utils._layers.graph import BOOTSTRAP_TOOLS, SUPPORTED_DISTROS
+
+# distro -> tool family; the single source is layer_graph.SUPPORTED_DISTROS.
+DISTRO_FAMILIES: dict[str, str] = SUPPORTED_DISTROS
+
+DEFAULT_MIRRORS: dict[str, str] = {
+    "debian": "http://deb.debian.org/debian",
+    "ubuntu": "http://archive.ubuntu.com/ubuntu",
+}
+
+# tool -> Debian package that provides the tool's binary (named in errors).
+TOOL_PACKAGES: dict[str, str] = {
+    "mmdebstrap": "mmdebstrap",
+    "debootstrap": "debootstrap",
+    "dnf": "dnf",
+    "zypper": "zypper",
+}
+
+# Installed when `packages` is empty: enough for Ansible (python3) and for the
+# image to manage its own packages later.
+DEFAULT_PACKAGES: dict[str, tuple[str, ...]] = {
+    "dnf": ("bash", "systemd", "python3", "dnf"),
+    "zypper": ("bash", "systemd", "python3", "zypper"),
+}
+
+# Where the target distribution's own rpm looks for its database. A Debian
+# build host's rpm defaults to ~/.rpmdb, which would hide the database from
+# the image, so the module pins %_dbpath to this value.
+RPMDB_PATHS: dict[str, str] = {
+    "fedora": "/usr/lib/sysimage/rpm",
+    "opensuse-leap": "/usr/lib/sysimage/rpm",
+    "opensuse-tumbleweed": "/usr/lib/sysimage/rpm",
+    "sles": "/usr/lib/sysimage/rpm",
+}
+DEFAULT_RPMDB_PATH = "/var/lib/rpm"
+
+# dnf prefixes --installroot to the cache directory its repository persistor
+# uses, and zypper prefixes --root to its installed-system solv cache and key
+# cache, even when the cache directory is given on the command line. So a
+# little tool state about the host cache lands at <path>/<cache_dir>; the
+# module removes these entries after the bootstrap, so no host cache path
+# ends up in the image. Relative to <cache_dir>.
+CACHE_STATE_IN_ROOT: dict[str, tuple[str, ...]] = {
+    "dnf": ("expired_repos.json", "last_makecache"),
+    "zypper": ("solv/@System", "pubkeys"),
+}
+
+# The tools a family can bootstrap with, the default first; the single source is
+# layer_graph.BOOTSTRAP_TOOLS. mmdebstrap installs the same packages through apt, faster than
+# debootstrap, and also runs without root.
+FAMILY_TOOLS: dict[str, tuple[str, ...]] = BOOTSTRAP_TOOLS
+
+# How the tools run, from where the build runs (see privilege_mode).
+MODE_ROOT = "root"          # root on the host
+MODE_USERNS = "userns"      # uid 0 inside a user namespace, e.g. under `buildah unshare`
+MODE_UNSHARE = "unshare"    # an ordinary user: each command runs under `buildah unshare`
+MODES = (MODE_ROOT, MODE_USERNS, MODE_UNSHARE)
+
+# The kernel's postinst hooks (initramfs-tools, dracut) skip building an initramfs when
+# INITRD=No: a stateless image never boots from one, pack builds the boot artifact.
+NO_INITRD_ENV: dict[str, str] = {"INITRD": "No"}
+
+# mmdebstrap's own hook that bind-mounts file:// mirrors into the chroot, so apt inside
+# it finds a local mirror.
+MMDEBSTRAP_FILE_MIRROR_HOOKS = "/usr/share/mmdebstrap/hooks/file-mirror-automount"
+APT_ARCHIVES = "/var/cache/apt/archives"
+
+REPO_ID = "hpc-stateless-base"
+RECORD_RELPATH = "var/lib/hpc-stateless/rootfs.json"
+DEFAULT_CACHE_ROOT = HOST_CACHE_ROOT  # one place: _build/rootless.py
+
+# Keys whose change means a different root file system. The tool, its version and the
+# privilege mode are recorded for provenance only: a host upgrade of debootstrap, or the
+# switch to mmdebstrap, must not make every existing root "different".
+COMPARED_KEYS: tuple[str, ...] = (
+    "distro",
+    "release",
+    "mirror",
+    "variant",
+    "packages",
+    "components",
+    "arch",
+    "extra_args",
+)
+
+
+@dataclass(frozen=True)
+class BootstrapSpec:
+    """What to bootstrap where; built from the module parameters."""
+
+    path: str
+    distro: str
+    release: str
+    mirror: str
+    variant: str | None = None
+    packages: tuple[str, ...] = ()
+    components: tuple[str, ...] = ("main",)
+    arch: str | None = None
+    extra_args: tuple[str, ...] = ()
+    keyring: str | None = None
+    gpg_check: bool = True
+    cache_dir: str = ""
+    tool: str = ""
+    mode: str = MODE_ROOT
+    family: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "family", distro_family(self.distro))
+        object.__setattr__(self, "tool", resolve_tool(self.distro, self.tool))
+        if self.mode not in MODES:
+            raise ValueError(f"mode {self.mode!r} is not one of {', '.join(MODES)}")
+        if self.mode != MODE_ROOT and self.tool == "debootstrap":
+            raise ValueError("tool debootstrap needs root on the host (it makes device nodes); this build runs "
+                             f"without it ({mode_description(self.mode)}): use tool: mmdebstrap, the default")
+        if not self.cache_dir:
+            object.__setattr__(self, "cache_dir", default_cache_dir(self.family))
+
+
+def distro_family(distro: str) -> str:
+    """Return the tool family for `distro`; ValueError lists the supported ones."""
+    try:
+        return DISTRO_FAMILIES[distro]
+    except KeyError:
+        supported = ", ".join(sorted(DISTRO_FAMILIES))
+        raise ValueError(f"distro {distro!r} is not supported; supported: {supported}") from None
+
+
+def resolve_tool(distro: str, tool: str | None) -> str:
+    """Return the tool that bootstraps `distro`: `tool`, or the family's default; ValueError naming `tool`."""
+    tools = FAMILY_TOOLS[distro_family(distro)]
+    if not tool:
+        return tools[0]
+    if tool not in tools:
+        raise ValueError(f"tool {tool!r} cannot bootstrap distro {distro!r}; use one of: {', '.join(tools)}")
+    return tool
+
+
+def mode_description(mode: str) -> str:
+    """Return a phrase that says where a build in `mode` runs (for messages)."""
+    return {
+        MODE_ROOT: "as root",
+        MODE_USERNS: "as root inside a user namespace",
+        MODE_UNSHARE: "as an ordinary user",
+    }[mode]
+
+
+def in_user_namespace(uid_map: str) -> bool:
+    """Tell from /proc/self/uid_map's text whether it describes a user namespace other than the host's.
+
+    The host's (initial) namespace maps every id to itself: one line ``0 0 4294967295``.
+    """
+    lines = [line.split() for line in uid_map.splitlines() if line.strip()]
+    return lines != [["0", "0", "4294967295"]]
+
+
+def privilege_mode(euid: int, uid_map: str) -> str:
+    """Return how the bootstrap tools run for a process with `euid` and /proc/self/uid_map text `uid_map`."""
+    if euid != 0:
+        return MODE_UNSHARE
+    return MODE_USERNS if in_user_namespace(uid_map) else MODE_ROOT
+
+
+def default_cache_dir(family: str, cache_root: str = DEFAULT_CACHE_ROOT) -> str:
+    """Return the default package cache directory of a tool family (both Debian tools share one)."""
+    return os.path.join(cache_root, family)
+
+
+def resolve_mirror(distro: str, mirror: str | None) -> str:
+    """Return `mirror`, or the distro's default; ValueError naming `mirror` if none."""
+    if mirror:
+        return mirror
+    if distro in DEFAULT_MIRRORS:
+        return DEFAULT_MIRRORS[distro]
+    raise ValueError(
+        f"mirror is required for distro {distro!r}: give a repository URL or a local "
+        f"directory holding repodata (e.g. mirror: https://dl.rockylinux.org/pub/rocky/9/BaseOS/x86_64/os/)"
+    )
+
+
+def effective_packages(spec: BootstrapSpec) -> list[str]:
+    """Return the sorted, de-duplicated package list the tool is asked to install."""
+    packages = spec.packages or DEFAULT_PACKAGES.get(spec.family, ())
+    return sorted(set(packages))
+
+
+def rpmdb_path(distro: str) -> str:
+    """Return the rpm database path the distro's own rpm expects."""
+    return RPMDB_PATHS.get(distro, DEFAULT_RPMDB_PATH)
+
+
+def rpm_macros(distro: str) -> str:
+    """Return an ~/.rpmmacros body that puts the rpm database where the image expects it."""
+    return f"%_dbpath {rpmdb_path(distro)}\n"
+
+
+def cache_state_in_root(spec: BootstrapSpec) -> list[str]:
+    """Return the paths below `spec.path` where the tool leaves state about the host cache directory."""
+    shadow = os.path.join(spec.path, spec.cache_dir.lstrip("/"))
+    return [os.path.join(shadow, entry) for entry in CACHE_STATE_IN_ROOT.get(spec.family, ())]
+
+
+def downloaded_packages_in_root(spec: BootstrapSpec) -> list[str]:
+    """Return the package files the tool left in the root's own package cache, sorted.
+
+    debootstrap keeps every .deb it installed in <root>/var/cache/apt/archives (about 50 MB for a
+    minbase root), and each layer above would carry them; the host cache already holds them.
+    """
+    if spec.family != "debootstrap":
+        return []
+    archives = os.path.join(spec.path, "var", "cache", "apt", "archives")
+    try:
+        names = os.listdir(archives)
+    except OSError:
+        return []
+    return sorted(os.path.join(archives, name) for name in names
+                  if name.endswith(".deb") and os.path.isfile(os.path.join(archives, name)))
+
+
+def _as_file_url(location: str) -> str:
+    """Turn a local path into a file:// URL; URLs pass through."""
+    return f"file://{location}" if location.startswith("/") else location
+
+
+def debootstrap_argv(spec: BootstrapSpec, binary: str = "debootstrap") -> list[str]:
+    """Return the debootstrap command line; options first, since debootstrap stops at the first positional."""
+    argv = [binary]
+    if spec.variant:
+        argv.append(f"--variant={spec.variant}")
+    if spec.packages:
+        argv.append("--include=" + ",".join(effective_packages(spec)))
+    argv.append("--components=" + ",".join(spec.components or ("main",)))
+    if spec.arch:
+        argv += ["--arch", spec.arch]
+    argv.append(f"--cache-dir={spec.cache_dir}")
+    if not spec.gpg_check:
+        argv.append("--no-check-gpg")
+    elif spec.keyring:
+        argv.append(f"--keyring={spec.keyring}")
+    argv += list(spec.extra_args)
+    argv += [spec.release, spec.path, spec.mirror]
+    return argv
+
+
+def mmdebstrap_argv(spec: BootstrapSpec, binary: str = "mmdebstrap") -> list[str]:
+    """Return the mmdebstrap command line (options first, then suite, target, mirror).
+
+    The host cache directory is bind-mounted over the root's apt archive while mmdebstrap runs
+    (hooks run as root, in the host's or the build's user namespace), and the downloaded packages
+    are kept there (``--skip=essential/unlink``); it is unmounted before mmdebstrap's cleanup,
+    which then leaves no package file in the root. The package lists stay, as with debootstrap.
+    """
+    archives = APT_ARCHIVES.lstrip("/")
+    cache = shlex.quote(spec.cache_dir)
+    # mmdebstrap's root mode also works as uid 0 inside a user namespace (it bind-mounts /dev
+    # entries where it cannot make them); its own unshare mode maps root to the first
+    # subordinate id, which is not how buildah's storage maps it.
+    argv = [binary, "--mode=root"]
+    if spec.variant:
+        argv.append(f"--variant={spec.variant}")
+    if spec.packages:
+        argv.append("--include=" + ",".join(effective_packages(spec)))
+    argv.append("--components=" + ",".join(spec.components or ("main",)))
+    if spec.arch:
+        argv.append(f"--architectures={spec.arch}")
+    if not spec.gpg_check:
+        argv += ['--aptopt=Acquire::AllowInsecureRepositories "true"',
+                 '--aptopt=APT::Get::AllowUnauthenticated "true"']
+    elif spec.keyring:
+        argv.append(f"--keyring={spec.keyring}")
+    argv += [
+        "--skip=essential/unlink",
+        # Keep apt's package lists, as debootstrap does: a role's apt with cache_valid_time trusts a fresh
+        # list directory, and mmdebstrap's cleanup would leave it fresh and empty ("No package matching").
+        "--skip=cleanup/apt/lists",
+        f"--hook-dir={MMDEBSTRAP_FILE_MIRROR_HOOKS}",
+        f'--setup-hook=mkdir -p "$1/{archives}" && mount -o bind {cache} "$1/{archives}"',
+        f'--customize-hook=umount "$1/{archives}"',
+    ]
+    argv += list(spec.extra_args)
+    argv += [spec.release, spec.path, _as_file_url(spec.mirror)]
+    return argv
+
+
+def dnf_argv(spec: BootstrapSpec, binary: str = "dnf") -> list[str]:
+    """Return the ``dnf --installroot`` command line; only our one repository is ever enabled."""
+    argv = [
+        binary,
+        f"--installroot={spec.path}",
+        f"--releasever={spec.release}",
+        # Never read or use the host's repositories (invariant 3).
+        "--setopt=reposdir=/dev/null",
+        "--disablerepo=*",
+        f"--repofrompath={REPO_ID},{_as_file_url(spec.mirror)}",
+        f"--enablerepo={REPO_ID}",
+        "--setopt=install_weak_deps=False",
+        f"--setopt=cachedir={spec.cache_dir}",
+        "--setopt=keepcache=True",
+    ]
+    if spec.arch:
+        argv.append(f"--forcearch={spec.arch}")
+    if not spec.gpg_check:
+        argv.append("--nogpgcheck")
+    else:
+        argv.append(f"--setopt={REPO_ID}.gpgcheck=True")
+        if spec.keyring:
+            argv.append(f"--setopt={REPO_ID}.gpgkey={_as_file_url(spec.keyring)}")
+    argv += list(spec.extra_args)
+    argv += ["-y", "install"] + effective_packages(spec)
+    return argv
+
+
+def _zypper_global(spec: BootstrapSpec, binary: str) -> list[str]:
+    """Return the zypper global options shared by every zypper call."""
+    argv = [
+        binary,
+        f"--root={spec.path}",
+        "--non-interactive",
+        # All of zypper's caches (metadata and kept packages) live on the host, outside the root.
+        f"--cache-dir={spec.cache_dir}",
+    ]
+    if not spec.gpg_check:
+        argv.append("--no-gpg-checks")
+    return argv
+
+
+def zypper_argvs(spec: BootstrapSpec, binary: str = "zypper", rpm_binary: str = "rpm") -> list[list[str]]:
+    """Return the zypper command lines: [rpm key import,] addrepo, install.
+
+    ``--root`` keeps repository definitions inside the new root, so the host's
+    repositories are neither read nor changed. A given keyring is imported into
+    the new root's rpm database, so only that key is trusted (no auto-import).
+    """
+    if spec.arch:
+        raise ValueError("arch is not supported for zypper-family distros: zypper installs the build host's architecture; remove arch")
+    commands: list[list[str]] = []
+    if spec.gpg_check and spec.keyring:
+        commands.append([rpm_binary, f"--root={spec.path}", "--import", spec.keyring])
+    addrepo = _zypper_global(spec, binary) + ["addrepo", "--refresh", "--keep-packages"]
+    addrepo.append("--gpgcheck" if spec.gpg_check else "--no-gpgcheck")
+    addrepo += [_as_file_url(spec.mirror), REPO_ID]
+    commands.append(addrepo)
+    install = _zypper_global(spec, binary) + ["install", "--no-recommends"]
+    install += list(spec.extra_args)
+    install += effective_packages(spec)
+    commands.append(install)
+    return commands
+
+
+def bootstrap_commands(spec: BootstrapSpec, binaries: dict[str, str] | None = None,
+                       inner_env: dict[str, str] | None = None) -> list[list[str]]:
+    """Return every command line, in order, that bootstraps `spec`.
+
+    `binaries` maps tool names (mmdebstrap, debootstrap, dnf, zypper, rpm, buildah) to resolved
+    paths. In MODE_UNSHARE each command runs under ``buildah unshare``, with `inner_env` set
+    inside it only (buildah itself needs the user's own HOME to find its run directory).
+    """
+    binaries = binaries or {}
+    if spec.tool == "mmdebstrap":
+        commands = [mmdebstrap_argv(spec, binaries.get("mmdebstrap", "mmdebstrap"))]
+    elif spec.tool == "debootstrap":
+        commands = [debootstrap_argv(spec, binaries.get("debootstrap", "debootstrap"))]
+    elif spec.tool == "dnf":
+        commands = [dnf_argv(spec, binaries.get("dnf", "dnf"))]
+    else:
+        commands = zypper_argvs(spec, binaries.get("zypper", "zypper"), binaries.get("rpm", "rpm"))
+    if spec.mode == MODE_UNSHARE:
+        buildah = binaries.get("buildah", "buildah")
+        inner = ["env", *[f"{name}={value}" for name, value in sorted((inner_env or {}).items())]] if inner_env else []
+        commands = [[buildah, "unshare", "--", *inner, *argv] for argv in commands]
+    return commands
+
+
+def required_binaries(spec: BootstrapSpec) -> dict[str, str]:
+    """Return {binary: Debian package providing it} that bootstrapping `spec` runs."""
+    needed = {spec.tool: TOOL_PACKAGES[spec.tool]}
+    if spec.family == "zypper" and spec.gpg_check and spec.keyring:
+        needed["rpm"] = "rpm"
+    if spec.mode == MODE_UNSHARE:
+        needed["buildah"] = "buildah"
+    return needed
+
+
+def bootstrap_record(spec: BootstrapSpec, tool_version: str | None = None) -> dict[str, Any]:
+    """Return the record of what `spec` bootstraps, as stored in the root.
+
+    ``tool``, ``tool_version`` and ``mode`` are provenance: :data:`COMPARED_KEYS` leaves them out.
+    """
+    debootstrap = spec.family == "debootstrap"
+    return {
+        "distro": spec.distro,
+        "release": spec.release,
+        "mirror": spec.mirror,
+        # dnf and zypper always install minimally: no variant, no components.
+        "variant": spec.variant if debootstrap else None,
+        "packages": effective_packages(spec),
+        "components": list(spec.components) if debootstrap else None,
+        "arch": spec.arch,
+        "extra_args": list(spec.extra_args),
+        "tool": spec.tool,
+        "tool_version": tool_version,
+        "mode": spec.mode,
+    }
+
+
+def record_differences(existing: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
+    """Return the sorted keys whose values differ between two records (provenance keys ignored)."""
+    return sorted(key for key in COMPARED_KEYS if existing.get(key) != wanted.get(key))
+
+
+def parse_tool_version(output: str) -> str | None:
+    """Return the version from a tool's ``--version`` output (first line, last word)."""
+    for line in output.splitlines():
+        words = line.split()
+        if words:
+            return words[-1]
+    return None

@@ -1,0 +1,288 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026 hpc.stateless developers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The one place that knows how the buildah CLI is called, and how our containers and images are named.
+
+Every stage (build, pack, verify, the buildah connection) calls buildah through :class:`Buildah`,
+which runs it through the one process runner (:class:`~_process.ToolRunner`): an argv list,
+``LANG=C``, stdin closed, and ``BUILDAH_ISOLATION`` set - the caller's value, else the
+environment's, else ``chroot`` (crun cannot start on hosts with hybrid cgroups, chroot isolation can).
+
+Names: every working container is ``hpc-stateless-<purpose>-<scope tag>-<instance>``
+(:func:`container_name`), every label we write starts with :data:`LABEL_PREFIX`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from typing import Any, Mapping, Sequence
+
+from ansible_collections.hpc.stateless.plugins.module_utils._process import ProcessError, Result, ToolRunner
+from ansible_collections.hpc.stateless.plugins.module_utils._build import rootless
+
+LABEL_PREFIX = "hpc.stateless."
+DEFAULT_IMAGE_PREFIX = "localhost/hpc-stateless"
+DEFAULT_ISOLATION = "chroot"
+CONTAINER_PREFIX = "hpc-stateless-"
+# Characters of the instance part of a container name (a content key is cut to this length).
+INSTANCE_LENGTH = 12
+INSTALL_HINT = "install it (Debian/Ubuntu: apt-get install buildah, EL: dnf install buildah)"
+# buildah's words for "there is no such container/image" (a concurrent removal, a leftover already gone)
+_GONE = re.compile(r"not known|no such|does not exist|not found", re.IGNORECASE)
+
+
+class BuildahError(ProcessError):
+    """A buildah command failed; ``str()`` carries the command, its exit code and stderr."""
+
+    @property
+    def gone(self) -> bool:
+        """True when buildah failed because the container or image does not exist."""
+        return bool(_GONE.search(self.stderr))
+
+
+# -- names -------------------------------------------------------------------------------------
+def scope_tag(scope: str) -> str:
+    """Six hex digits naming ``scope`` (an image prefix, a runtime directory) inside container names."""
+    return hashlib.sha256(scope.rstrip("/").encode("utf-8")).hexdigest()[:6]
+
+
+def container_stem(scope: str, purpose: str) -> str:
+    """Start of every working-container name of ``purpose`` (a layer name, ``pack``...) within ``scope``.
+
+    The scope (the image prefix of a build, the runtime directory of verify sessions) is part of
+    the name so that runs in different scopes (tests, CI runners, benchmarks) never see, or clean
+    up, each other's containers.
+    """
+    return f"{CONTAINER_PREFIX}{purpose}-{scope_tag(scope)}-"
+
+
+def container_name(scope: str, purpose: str, instance: str) -> str:
+    """Deterministic working-container name, so a rerun finds a leftover of a killed run.
+
+    ``instance`` is a content key (a layer), a session id or :func:`owner_instance` of a process;
+    it is cut to :data:`INSTANCE_LENGTH` characters.
+    """
+    return container_stem(scope, purpose) + instance[:INSTANCE_LENGTH]
+
+
+def owner_instance(pid: int) -> str:
+    """Instance part of a container that lives as long as process ``pid`` (``pid<n>``, never a hex key)."""
+    return f"pid{pid}"
+
+
+def container_owner(name: str, purpose: str) -> int | None:
+    """The pid of the process a ``purpose`` container belongs to (any scope), None for other names."""
+    match = re.fullmatch(rf"{re.escape(CONTAINER_PREFIX + purpose)}-[0-9a-f]{{6}}-pid([0-9]+)", name)
+    return int(match.group(1)) if match else None
+
+
+def image_ref(prefix: str, layer: str, key: str) -> str:
+    """Image reference of a layer: ``<prefix>/<layer>:<content key>``."""
+    return f"{prefix.rstrip('/')}/{layer}:{key}"
+
+
+def image_prefix_of(ref: str) -> str:
+    """The repository prefix of ``ref`` (``localhost/p/base:k`` -> ``localhost/p``), empty without one."""
+    return ref.rsplit("/", 1)[0] if "/" in ref else ""
+
+
+def isolation_default() -> str:
+    return os.environ.get("BUILDAH_ISOLATION") or DEFAULT_ISOLATION
+
+
+def _last_line(text: str) -> str:
+    lines = text.strip().splitlines()
+    return lines[-1].strip() if lines else ""
+
+
+class Buildah:
+    """Client of the buildah binary; a missing binary raises :class:`~_process.ToolMissing` on first use."""
+
+    def __init__(self, executable: str = "buildah", isolation: str | None = None,
+                 storage_root: str | None = None, storage_runroot: str | None = None) -> None:
+        self.isolation = isolation or isolation_default()
+        global_args: list[str] = []
+        if storage_root:
+            global_args += ["--root", storage_root]
+        if storage_runroot:
+            global_args += ["--runroot", storage_runroot]
+        self.runner = ToolRunner(executable, install_hint=INSTALL_HINT, global_args=global_args,
+                                 env={"BUILDAH_ISOLATION": self.isolation})
+
+    @property
+    def executable(self) -> str:
+        """Absolute path of buildah."""
+        return self.runner.path
+
+    @property
+    def env(self) -> dict[str, str]:
+        """What buildah's environment adds to ours (for callers that start it with Popen)."""
+        return dict(self.runner.env)
+
+    def argv(self, *args: str) -> list[str]:
+        """The full command line of ``buildah <args>``, without running it."""
+        return self.runner.argv(*args)
+
+    def run(self, *args: str, check: bool = True, env: Mapping[str, str] | None = None,
+            timeout: float | None = None, input: str | bytes | None = None, text: bool = True) -> Result:
+        """``buildah <args>``; with ``check`` a non-zero exit raises :class:`BuildahError`.
+
+        As an unprivileged user, the first call checks the subordinate ids first
+        (:func:`~rootless.preflight`): :class:`~rootless.RootlessError` says what to add where.
+        """
+        rootless.preflight_once()
+        result = self.runner(*args, check=False, env=env, timeout=timeout, input=input, text=text)
+        if check and result.rc != 0:
+            said = result.stderr or result.stdout
+            raise BuildahError(result.argv, result.rc, said if isinstance(said, str) else said.decode("utf-8", "replace"))
+        return result
+
+    # images -----------------------------------------------------------------
+    def inspect_image(self, ref: str) -> dict[str, Any]:
+        """``buildah inspect`` of image ``ref`` as a dict; :class:`BuildahError` when it is not there."""
+        return json.loads(self.run("inspect", "--type", "image", ref).stdout)
+
+    def image_exists(self, ref: str) -> bool:
+        return self.run("inspect", "--type", "image", "--format", "{{.FromImageID}}", ref, check=False).ok
+
+    def image_labels(self, ref: str) -> dict[str, str]:
+        return self.inspect_image(ref).get("OCIv1", {}).get("config", {}).get("Labels") or {}
+
+    def image_id(self, ref: str) -> str:
+        """ID of a local image (the digest of its config, the same in every registry)."""
+        return self.run("inspect", "--type", "image", "--format", "{{.FromImageID}}", ref).stdout.strip()
+
+    def layer_images(self) -> list[dict[str, Any]]:
+        """Images that carry our layer label, as ``{id, names, labels}``."""
+        images = json.loads(self.run("images", "--json", "--filter", f"label={LABEL_PREFIX}layer").stdout or "[]")
+        result = []
+        for image in images or []:
+            try:
+                labels = self.image_labels(image.get("id"))
+            except BuildahError as exc:
+                if exc.gone:
+                    continue  # removed by someone else between the listing and now
+                raise
+            result.append({"id": image.get("id"), "names": image.get("names") or [], "labels": labels})
+        return result
+
+    def tag(self, ref: str, *names: str) -> None:
+        self.run("tag", ref, *names)
+
+    def rmi(self, ref: str) -> bool:
+        """Remove image name ``ref``; False when buildah could not."""
+        return self.run("rmi", ref, check=False).ok
+
+    # working containers ---------------------------------------------------------
+    def containers(self) -> list[dict[str, Any]]:
+        return json.loads(self.run("containers", "--json").stdout or "[]") or []
+
+    def container_names(self, stem: str = CONTAINER_PREFIX) -> list[str]:
+        """Names of working containers that start with ``stem``."""
+        return [c["containername"] for c in self.containers() if c.get("containername", "").startswith(stem)]
+
+    def container_exists(self, name: str) -> bool:
+        return name in self.container_names(name)
+
+    def from_image(self, image: str, name: str) -> str:
+        """Create a working container; ``image`` is a local ref or ``scratch``."""
+        return _last_line(self.run("from", "--pull=never", "--quiet", "--name", name, image).stdout) or name
+
+    def mount(self, container: str) -> str:
+        """Mount ``container``; an unprivileged user must be in the namespace of ``buildah unshare``,
+        where the mount point can be seen (a :class:`~rootless.RootlessError` says so)."""
+        if os.geteuid() != 0:
+            raise rootless.RootlessError(
+                f"buildah mount {container}: an unprivileged user can mount a container only inside the user "
+                f"namespace of `buildah unshare`, and every later step must see that mount: run the whole "
+                f"playbook in it ({rootless.unshare_hint(['ansible-playbook', 'site.yml'])}; make image does), "
+                f"or enable the callback hpc.stateless.buildah_isolation in ansible.cfg, which does it")
+        return self.run("mount", container).stdout.strip()
+
+    def mounts(self) -> dict[str, str]:
+        """``{container: mount point}`` of every mounted working container (empty when buildah cannot tell)."""
+        result = self.run("mount", check=False)
+        pairs = (line.split() for line in result.stdout.splitlines()) if result.ok else ()
+        return {p[0]: p[1] for p in pairs if len(p) == 2}
+
+    def umount(self, container: str) -> None:
+        self.run("umount", container, check=False)
+
+    def rm(self, container: str) -> Result:
+        return self.run("rm", container, check=False)
+
+    def remove(self, container: str) -> None:
+        """Unmount and remove ``container``; one that is gone already is no error."""
+        self.umount(container)
+        self.rm(container)
+
+    def config_labels(self, container: str, labels: Mapping[str, str]) -> None:
+        args: list[str] = []
+        for name in sorted(labels):
+            args += ["--label", f"{name}={labels[name]}"]
+        if args:
+            self.run("config", *args, container)
+
+    def commit(self, container: str, ref: str, tmpdir: str | None = None) -> str:
+        """Commit ``container`` as ``ref``; buildah's temporary files go to ``tmpdir`` (its TMPDIR) when given."""
+        return _last_line(self.run("commit", "--quiet", "--rm", container, ref,
+                                   env={"TMPDIR": tmpdir} if tmpdir else None).stdout)
+
+    def run_in(self, container: str, command: Sequence[str], volumes: Mapping[str, str] | None = None,
+               environment: Mapping[str, str] | None = None) -> Result:
+        """``buildah run`` ``command`` in ``container`` with host ``{path: path inside}`` volumes."""
+        args: list[str] = []
+        for host, inside in (volumes or {}).items():
+            args += ["--volume", f"{host}:{inside}"]
+        for name, value in (environment or {}).items():
+            args += ["--env", f"{name}={value}"]
+        return self.run("run", *args, container, "--", *command)
+
+    # registries (hpc.stateless.layer_registry) ----------------------------------------
+    @staticmethod
+    def _registry_args(tls_verify: bool, authfile: str | None) -> list[str]:
+        args = [f"--tls-verify={'true' if tls_verify else 'false'}"]
+        if authfile:
+            args += ["--authfile", authfile]
+        return args
+
+    def pull(self, remote: str, tls_verify: bool = True, authfile: str | None = None) -> str:
+        """``buildah pull`` ``remote`` (``host/repo:tag``, no transport); returns the image ID."""
+        return _last_line(self.run("pull", "--quiet", *self._registry_args(tls_verify, authfile),
+                                   f"docker://{remote}").stdout)
+
+    def push(self, ref: str, remote: str, tls_verify: bool = True, authfile: str | None = None) -> None:
+        """``buildah push`` local ``ref`` to ``remote`` (``host/repo:tag``)."""
+        self.run("push", "--quiet", *self._registry_args(tls_verify, authfile), ref, f"docker://{remote}")
+
+
+# Parents followed at most from a layer image to its root layer (a guard against a label loop).
+MAX_PARENTS = 64
+
+
+def layer_keys_of(buildah: Buildah | None, ref: str, labels: Mapping[str, str]) -> dict[str, str]:
+    """``{layer: content key}`` of layer image ``ref`` (whose ``labels`` are given) and its parents, up the
+    chain of parent labels; a parent that cannot be read (or with no ``buildah``) is named with its key
+    and ends the walk."""
+    keys: dict[str, str] = {}
+    prefix = image_prefix_of(ref)
+    for _depth in range(MAX_PARENTS):
+        layer, key = labels.get(LABEL_PREFIX + "layer"), labels.get(LABEL_PREFIX + "key")
+        if not layer or not key:
+            break
+        keys[layer] = key
+        parent, parent_key = labels.get(LABEL_PREFIX + "parent"), labels.get(LABEL_PREFIX + "parent-key")
+        if not parent or not parent_key:
+            break
+        try:
+            if buildah is None:
+                raise ValueError("no buildah client to read the parent with")
+            labels = buildah.image_labels(image_ref(prefix, parent, parent_key) if prefix else f"{parent}:{parent_key}")
+        except (ProcessError, ValueError):
+            keys[parent] = parent_key
+            break
+    return keys

@@ -1,0 +1,234 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026 hpc.stateless developers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Lifecycle of one layer's buildah working container.
+
+started   -> ``buildah from`` parent (or scratch), mount, bind the host package caches
+committed -> release the binds, label, ``buildah commit`` to ``<prefix>/<layer>:<key>`` (and any further
+             references, so one commit serves a root layer's bootstrap image and the layer), remove
+absent    -> release the binds, unmount and remove the layer's working containers
+
+A layer whose image already exists is a cache hit: nothing is created.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass, field
+from typing import Any
+
+from ansible_collections.hpc.stateless.plugins.module_utils import _process
+from ansible_collections.hpc.stateless.plugins.module_utils._build import rootless
+from ansible_collections.hpc.stateless.plugins.module_utils._build.buildah import (
+    LABEL_PREFIX,
+    Buildah,
+    container_name,
+    container_stem,
+    image_ref,
+)
+
+# In-image package cache -> host directory. Bound while roles run so a rebuild, or a
+# sibling layer, finds the packages already downloaded.
+DEFAULT_PACKAGE_CACHES = [
+    {"path": "/var/cache/apt/archives", "host_path": "/var/cache/hpc-stateless/apt"},
+    {"path": "/var/cache/dnf", "host_path": "/var/cache/hpc-stateless/dnf"},
+    {"path": "/var/cache/zypp/packages", "host_path": "/var/cache/hpc-stateless/zypp"},
+]
+
+
+class LayerError(Exception):
+    """The layer cannot be started or committed as asked; the message says why and what to do."""
+
+
+@dataclass
+class LayerResult:
+    changed: bool = False
+    cached: bool = False
+    container: str = ""
+    mountpoint: str = ""
+    image: str = ""
+    image_id: str = ""
+    labels: dict[str, str] = field(default_factory=dict)
+    removed: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def layer_labels(name: str, key: str, parent: str | None, parent_key: str | None,
+                 git_commit: str | None, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The labels every layer image carries."""
+    labels = {
+        f"{LABEL_PREFIX}layer": name,
+        f"{LABEL_PREFIX}key": key,
+        f"{LABEL_PREFIX}parent": parent or "",
+        f"{LABEL_PREFIX}parent-key": parent_key or "",
+        f"{LABEL_PREFIX}git-commit": git_commit or "",
+    }
+    labels.update(extra or {})
+    return labels
+
+
+def commit_tmpdir(container: str) -> str:
+    """The TMPDIR ``buildah commit`` of ``container`` runs with: ``$TMPDIR`` (default /var/tmp)/hpc-stateless-commit/<container>.
+
+    buildah copies the layer diff into temporary directories while it commits and removes them when it
+    ends; a commit that is killed (OOM killer, CI timeout) leaves them, as large as the layer. A directory
+    per working container lets the removal of the container - the next run's cleanup - remove them too.
+    """
+    # An unprivileged user (rootless build) cannot write into root's directory: one per user.
+    name = f"hpc-stateless-commit-{rootless.outer_user()[1]}" if rootless.is_rootless() else "hpc-stateless-commit"
+    return os.path.join(os.environ.get("TMPDIR") or "/var/tmp", name, container)
+
+
+def mounts_under(root: str, mounts_file: str = "/proc/self/mounts") -> list[str]:
+    """Mount points strictly below ``root``, deepest first (the order to unmount them)."""
+    root = root.rstrip("/") + "/"
+    found = []
+    with open(mounts_file, encoding="utf-8") as handle:
+        for line in handle:
+            target = line.split()[1].replace("\\040", " ")
+            if target.startswith(root):
+                found.append(target)
+    return sorted(set(found), key=len, reverse=True)
+
+
+class LayerBuilder:
+    """Drives one layer's working container through buildah."""
+
+    def __init__(self, buildah: Buildah, name: str, key: str | None, image_prefix: str,
+                 container: str | None = None) -> None:
+        self.buildah = buildah
+        self.name = name
+        self.key = key or ""
+        self.image = image_ref(image_prefix, name, self.key) if key else ""
+        # A container started under another name (a root layer's bootstrap container) may be committed as this layer.
+        self.container = container or (container_name(image_prefix, name, self.key) if key else "")
+        self.container_stem = container_stem(image_prefix, name)
+
+    # helpers ------------------------------------------------------------------
+    def _our_containers(self) -> list[str]:
+        """Working containers of this layer and prefix (every key), e.g. leftovers of a killed run."""
+        return self.buildah.container_names(self.container_stem)
+
+    @staticmethod
+    def _release_binds(mountpoint: str) -> None:
+        for target in mounts_under(mountpoint):
+            if not _process.run(["umount", target], check=False).ok:
+                _process.run(["umount", "-l", target])
+
+    def _bind_caches(self, mountpoint: str, caches: list[dict[str, str]]) -> list[str]:
+        bound = []
+        already = set(mounts_under(mountpoint))
+        for cache in caches:
+            inside = os.path.join(mountpoint, cache["path"].lstrip("/"))
+            if not os.path.isdir(inside) or inside in already:
+                continue
+            host_path = rootless.host_cache_path(cache["host_path"])
+            os.makedirs(host_path, mode=0o755, exist_ok=True)
+            _process.run(["mount", "--bind", host_path, inside])
+            bound.append(cache["path"])
+        return bound
+
+    def _remove(self, container: str) -> None:
+        mountpoint = self.buildah.mounts().get(container)
+        if mountpoint:
+            self._release_binds(mountpoint)
+        self.buildah.remove(container)
+        shutil.rmtree(commit_tmpdir(container), ignore_errors=True)
+
+    def _stale_commit_tmpdirs(self) -> list[str]:
+        """Commit temp directories of this layer and prefix whose working container is gone."""
+        parent = os.path.dirname(commit_tmpdir(self.container_stem))
+        try:
+            names = os.listdir(parent)
+        except OSError:
+            return []
+        wanted = (lambda n: n == self.container) if self.container else (lambda n: n.startswith(self.container_stem))
+        return [os.path.join(parent, n) for n in sorted(names) if wanted(n)]
+
+    # states -----------------------------------------------------------------
+    def start(self, parent_image: str, caches: list[dict[str, str]], check_mode: bool) -> LayerResult:
+        result = LayerResult(container=self.container, image=self.image)
+        if self.buildah.image_exists(self.image):
+            result.cached = True
+            return result
+        exists = self.buildah.container_exists(self.container)
+        if check_mode:
+            result.changed = not exists
+            return result
+        if not exists:
+            if parent_image != "scratch" and not self.buildah.image_exists(parent_image):
+                raise LayerError(
+                    f"layer {self.name}: parent image {parent_image} is not in local containers-storage; "
+                    "build the parent layer first (run site.yml) or pull it")
+            try:
+                self.buildah.from_image(parent_image, self.container)
+            except _process.ProcessError:
+                self.buildah.remove(self.container)
+                raise
+            result.changed = True
+        try:
+            result.mountpoint = self.buildah.mount(self.container)
+            self._bind_caches(result.mountpoint, caches)
+        except (_process.ProcessError, OSError):
+            self._remove(self.container)
+            raise
+        return result
+
+    def commit(self, labels: dict[str, str], extra_tags: list[str], check_mode: bool,
+               also_tag: list[str] | None = None) -> LayerResult:
+        """Commit the working container as the layer image, tagged with ``extra_tags`` in its repository and
+        with every reference in ``also_tag``: tagging an image is free, a second commit of the same tree is not."""
+        result = LayerResult(container=self.container, image=self.image, labels=labels)
+        if self.buildah.image_exists(self.image):
+            result.cached = True
+            if not check_mode:
+                missing = [ref for ref in also_tag or [] if not self.buildah.image_exists(ref)]
+                if missing:
+                    self.buildah.tag(self.image, *missing)
+                    result.changed = True
+                if self.buildah.container_exists(self.container):
+                    self._remove(self.container)
+                    result.removed = [self.container]
+            return result
+        if not self.buildah.container_exists(self.container):
+            raise LayerError(
+                f"layer {self.name}: no working container {self.container} to commit; "
+                "run this module with state=started first")
+        result.changed = True
+        if check_mode:
+            return result
+        tmpdir = commit_tmpdir(self.container)
+        try:
+            self._release_binds(self.buildah.mount(self.container))
+            self.buildah.config_labels(self.container, labels)
+            os.makedirs(tmpdir, mode=0o700, exist_ok=True)
+            result.image_id = self.buildah.commit(self.container, self.image, tmpdir=tmpdir)
+            for tag in extra_tags:
+                self.buildah.tag(self.image, f"{self.image.rsplit(':', 1)[0]}:{tag}")
+            if also_tag:
+                self.buildah.tag(self.image, *also_tag)
+        except _process.ProcessError:
+            # Never leave a half-configured working container behind.
+            self._remove(self.container)
+            raise
+        finally:
+            shutil.rmtree(tmpdir, ignore_errors=True)
+        return result
+
+    def absent(self, check_mode: bool) -> LayerResult:
+        result = LayerResult(container=self.container, image=self.image)
+        targets = [self.container] if self.container else self._our_containers()
+        targets = [c for c in targets if c and self.buildah.container_exists(c)]
+        result.removed = targets
+        result.changed = bool(targets)
+        if not check_mode:
+            for container in targets:
+                self._remove(container)
+            # A commit killed after buildah removed its container (or a container removed by hand).
+            for leftover in self._stale_commit_tmpdirs():
+                shutil.rmtree(leftover, ignore_errors=True)
+        return result

@@ -1,0 +1,482 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2025, hpc.stateless developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The layer DAG of hpc.stateless: validate ``hpc_stateless_layers`` and
+``hpc_stateless_images`` and answer questions about their structure.
+
+Pure Python: no I/O. Every invalid input raises :class:`LayerSpecError` whose
+message starts with the dotted path of the offending key.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import re
+import shlex
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ansible_collections.hpc.stateless.plugins.module_utils._contract.names import (
+    DEFAULT_FORMATS as DEFAULT_IMAGE_FORMATS,
+    FORMATS as IMAGE_FORMATS,
+    ArtifactError,
+    check_name as check_artifact_name,
+)
+from ansible_collections.hpc.stateless.plugins.module_utils._pack.hwprofile import PROFILE_KEYS as HARDWARE_PROFILE_KEYS
+
+try:
+    import networkx as nx
+except ImportError as _exc:  # reported by the calling module with missing_required_lib
+    nx = None
+    NETWORKX_IMPORT_ERROR: ImportError | None = _exc
+else:
+    NETWORKX_IMPORT_ERROR = None
+
+
+LAYERS_VAR = "hpc_stateless_layers"
+IMAGES_VAR = "hpc_stateless_images"
+
+#: distro name -> bootstrap tool family used by the rootfs module.
+SUPPORTED_DISTROS: dict[str, str] = {
+    "debian": "debootstrap",
+    "ubuntu": "debootstrap",
+    "rocky": "dnf",
+    "almalinux": "dnf",
+    "centos": "dnf",
+    "rhel": "dnf",
+    "fedora": "dnf",
+    "ol": "dnf",
+    "opensuse-leap": "zypper",
+    "opensuse-tumbleweed": "zypper",
+    "sles": "zypper",
+}
+
+
+# Layer and image names become image names and inventory host names: lower case, as OCI repository
+# names must be. Always fullmatch: with "$", match() lets a trailing newline through.
+NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9_.-]*")
+
+LAYER_KEYS = ("parent", "bootstrap", "roles", "vars", "groups", "description")
+ROLE_ENTRY_KEYS = ("role", "name")
+
+# bootstrap key -> expected kind; "strings" is a list of strings.
+_BOOTSTRAP_KEYS: dict[str, str] = {
+    "distro": "string",
+    "release": "string",
+    "variant": "string",
+    "mirror": "string",
+    "packages": "strings",
+    "components": "strings",
+    "arch": "string",
+    "extra_args": "strings",
+    "gpg_check": "bool",
+    "keyring": "string",
+    "tool": "string",
+}
+# distro family -> bootstrap tools that may be chosen with bootstrap.tool (the default first).
+BOOTSTRAP_TOOLS: dict[str, tuple[str, ...]] = {
+    "debootstrap": ("mmdebstrap", "debootstrap"),
+    "dnf": ("dnf",),
+    "zypper": ("zypper",),
+}
+_BOOTSTRAP_REQUIRED = ("distro", "release")
+
+
+class LayerSpecError(ValueError):
+    """Invalid layer/image/role input; ``path`` is the dotted key (or file) at fault."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        super().__init__(f"{path}: {problem}" if path else problem)
+        self.path = path
+        self.problem = problem
+
+    def __reduce__(self):  # keep the two-argument constructor picklable
+        return (type(self), (self.path, self.problem))
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.problem}" if self.path else self.problem
+
+
+def bootstrap_tool(distro: str) -> str:
+    """Return the bootstrap tool family ("debootstrap", "dnf", "zypper") for ``distro``."""
+    try:
+        return SUPPORTED_DISTROS[distro]
+    except KeyError:
+        raise LayerSpecError("distro", _unknown_distro(distro)) from None
+
+
+def _unknown_distro(distro: object) -> str:
+    return f"unsupported distro {distro!r} (supported: {', '.join(sorted(SUPPORTED_DISTROS))})"
+
+
+def _type_name(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, Mapping):
+        return "mapping"
+    if isinstance(value, (list, tuple)):
+        return "list"
+    return type(value).__name__
+
+
+def _expect_string(path: str, value: object, hint: str = "") -> str:
+    if not isinstance(value, str):
+        suffix = f" ({hint})" if hint else ""
+        raise LayerSpecError(path, f"expected a string, got {_type_name(value)}{suffix}")
+    return value
+
+
+def _expect_mapping(path: str, value: object) -> Mapping:
+    if not isinstance(value, Mapping):
+        raise LayerSpecError(path, f"expected a mapping, got {_type_name(value)}")
+    return value
+
+
+def _expect_list(path: str, value: object) -> list:
+    if not isinstance(value, (list, tuple)):
+        raise LayerSpecError(path, f"expected a list, got {_type_name(value)}")
+    return list(value)
+
+
+def _expect_strings(path: str, value: object) -> list[str]:
+    items = _expect_list(path, value)
+    return [_expect_string(f"{path}[{i}]", item) for i, item in enumerate(items)]
+
+
+def _check_name(path: str, name: object, what: str) -> str:
+    if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
+        raise LayerSpecError(
+            path,
+            f"invalid {what} name {name!r}: must match {NAME_PATTERN.pattern} "
+            f"(it becomes an image name and an inventory host)",
+        )
+    return name
+
+
+def _check_known_keys(path: str, spec: Mapping, allowed: tuple[str, ...]) -> None:
+    for key in spec:
+        if key not in allowed:
+            close = difflib.get_close_matches(str(key), allowed, n=1)
+            hint = f"; did you mean '{close[0]}'?" if close else ""
+            raise LayerSpecError(
+                f"{path}.{key}", f"unknown key{hint} (allowed: {', '.join(sorted(allowed))})"
+            )
+
+
+def _normalise_bootstrap(path: str, raw: object) -> dict[str, Any]:
+    if isinstance(raw, (list, tuple)):
+        raise LayerSpecError(
+            path, "expected one mapping, got a list: a layer bootstraps exactly one distro"
+        )
+    spec = _expect_mapping(path, raw)
+    _check_known_keys(path, spec, tuple(_BOOTSTRAP_KEYS))
+    for key in _BOOTSTRAP_REQUIRED:
+        if spec.get(key) in (None, ""):
+            raise LayerSpecError(f"{path}.{key}", "is required")
+    result: dict[str, Any] = {"packages": [], "components": [], "extra_args": []}
+    for key, kind in _BOOTSTRAP_KEYS.items():
+        if key not in spec or spec[key] is None:
+            continue
+        value, key_path = spec[key], f"{path}.{key}"
+        if kind == "string":
+            hint = f"quote it: '{value}'" if isinstance(value, (int, float)) else ""
+            result[key] = _expect_string(key_path, value, hint)
+        elif kind == "bool":
+            if not isinstance(value, bool):
+                raise LayerSpecError(key_path, f"expected a bool, got {_type_name(value)}")
+            result[key] = value
+        elif key == "extra_args" and isinstance(value, str):
+            try:
+                result[key] = shlex.split(value)
+            except ValueError as exc:  # e.g. an unbalanced quote
+                raise LayerSpecError(key_path, f"cannot split {value!r}: {exc}") from None
+        else:
+            result[key] = _expect_strings(key_path, value)
+    if result["distro"] not in SUPPORTED_DISTROS:
+        raise LayerSpecError(f"{path}.distro", _unknown_distro(result["distro"]))
+    tools = BOOTSTRAP_TOOLS[SUPPORTED_DISTROS[result["distro"]]]
+    if "tool" in result and result["tool"] not in tools:
+        raise LayerSpecError(f"{path}.tool", f"{result['tool']!r} cannot bootstrap {result['distro']} "
+                                             f"(allowed: {', '.join(tools)})")
+    return result
+
+
+def _normalise_role(path: str, entry: object) -> str:
+    if isinstance(entry, Mapping):
+        _check_known_keys(path, entry, ROLE_ENTRY_KEYS)
+        names = [entry[k] for k in ROLE_ENTRY_KEYS if k in entry]
+        if len(names) != 1:
+            raise LayerSpecError(path, "a role entry needs exactly one of 'role' or 'name'")
+        entry = names[0]
+    name = _expect_string(path, entry)
+    if not name.strip():
+        raise LayerSpecError(path, "empty role name")
+    return name
+
+
+def _normalise_roles(
+    path: str,
+    raw: object,
+    role_exists: Callable[[str], bool] | None,
+    role_search_hint: str,
+) -> list[str]:
+    roles: list[str] = []
+    for index, entry in enumerate(_expect_list(path, raw)):
+        entry_path = f"{path}[{index}]"
+        name = _normalise_role(entry_path, entry)
+        if name in roles:
+            raise LayerSpecError(entry_path, f"role {name!r} is listed twice")
+        if role_exists is not None and not role_exists(name):
+            searched = f" (searched: {role_search_hint})" if role_search_hint else ""
+            raise LayerSpecError(entry_path, f"role {name!r} not found{searched}")
+        roles.append(name)
+    return roles
+
+
+def _normalise_layer(
+    path: str,
+    raw: object,
+    role_exists: Callable[[str], bool] | None,
+    role_search_hint: str,
+) -> dict[str, Any]:
+    spec = _expect_mapping(path, raw)
+    _check_known_keys(path, spec, LAYER_KEYS)
+    has_parent = spec.get("parent") is not None
+    has_bootstrap = spec.get("bootstrap") is not None
+    if has_parent and has_bootstrap:
+        raise LayerSpecError(
+            path,
+            "has both 'parent' and 'bootstrap'; a layer either bootstraps a distro "
+            "or builds on a parent",
+        )
+    if not has_parent and not has_bootstrap:
+        raise LayerSpecError(
+            path,
+            "has neither 'parent' nor 'bootstrap'; a layer either bootstraps a distro "
+            "or builds on a parent",
+        )
+    variables = _expect_mapping(f"{path}.vars", spec.get("vars") or {})
+    for key in variables:
+        _expect_string(f"{path}.vars", key)
+    return {
+        "parent": _expect_string(f"{path}.parent", spec["parent"]) if has_parent else None,
+        "bootstrap": _normalise_bootstrap(f"{path}.bootstrap", spec["bootstrap"])
+        if has_bootstrap
+        else None,
+        "roles": _normalise_roles(f"{path}.roles", spec.get("roles") or [], role_exists, role_search_hint),
+        "vars": copy.deepcopy(dict(variables)),
+        "groups": _expect_strings(f"{path}.groups", spec.get("groups") or []),
+        "description": _expect_string(f"{path}.description", spec.get("description") or ""),
+    }
+
+
+def _normalise_kernel_args(path: str, raw: object) -> str:
+    if raw is None:
+        return ""
+    if isinstance(raw, str):
+        return raw
+    return " ".join(_expect_strings(path, raw))
+
+
+def _normalise_image(path: str, raw: object, layers: Mapping[str, Any]) -> dict[str, Any]:
+    spec = _expect_mapping(path, raw)
+    if spec.get("layer") is None:
+        raise LayerSpecError(f"{path}.layer", "is required")
+    layer = _expect_string(f"{path}.layer", spec["layer"])
+    if layer not in layers:
+        raise LayerSpecError(
+            f"{path}.layer", f"unknown layer {layer!r} (known layers: {', '.join(sorted(layers))})"
+        )
+    raw_formats = spec.get("formats")
+    if raw_formats is None:
+        raw_formats = list(DEFAULT_IMAGE_FORMATS)
+    elif isinstance(raw_formats, str):
+        raw_formats = [raw_formats]
+    formats: list[str] = []
+    for index, fmt in enumerate(_expect_strings(f"{path}.formats", raw_formats)):
+        if fmt not in IMAGE_FORMATS:
+            raise LayerSpecError(
+                f"{path}.formats[{index}]",
+                f"unknown format {fmt!r} (supported: {', '.join(IMAGE_FORMATS)})",
+            )
+        if fmt not in formats:
+            formats.append(fmt)
+    profile = spec.get("hardware_profile")
+    if profile is not None:
+        _check_known_keys(f"{path}.hardware_profile", _expect_mapping(f"{path}.hardware_profile", profile),
+                          HARDWARE_PROFILE_KEYS)
+    result = copy.deepcopy(dict(spec))  # extra keys are owned by later consumers
+    result.update(
+        layer=layer,
+        formats=formats,
+        kernel_args=_normalise_kernel_args(f"{path}.kernel_args", spec.get("kernel_args")),
+    )
+    return result
+
+
+def _find_cycle(parents: Mapping[str, str | None]) -> list[str] | None:
+    """First parent-reference cycle, starting at its smallest name, or None."""
+    for start in sorted(parents):
+        seen: list[str] = []
+        node: str | None = start
+        while node is not None and node not in seen:
+            seen.append(node)
+            node = parents.get(node)
+        if node is not None:
+            cycle = seen[seen.index(node):]
+            first = cycle.index(min(cycle))
+            return cycle[first:] + cycle[:first]
+    return None
+
+
+class LayerGraph:
+    """Validated layer DAG; edges run from a parent to each child.
+
+    Build with :meth:`from_spec`. Lists of names are sorted by name unless a
+    method says it returns topological order.
+    """
+
+    def __init__(self, specs: dict[str, dict[str, Any]], images: dict[str, dict[str, Any]]) -> None:
+        """Use :meth:`from_spec`; this constructor trusts already validated input."""
+        if nx is None:
+            raise ImportError(f"networkx is required: {NETWORKX_IMPORT_ERROR}")
+        self._specs = specs
+        self._images = images
+        self._graph = nx.DiGraph()
+        self._graph.add_nodes_from(specs)
+        self._graph.add_edges_from(
+            (spec["parent"], name) for name, spec in specs.items() if spec["parent"] is not None
+        )
+
+    @classmethod
+    def from_spec(
+        cls,
+        layers: Mapping[str, Any],
+        images: Mapping[str, Any] | None = None,
+        role_exists: Callable[[str], bool] | None = None,
+        role_search_hint: str = "",
+    ) -> LayerGraph:
+        """Validate ``hpc_stateless_layers`` (+ ``hpc_stateless_images``) and build the graph.
+
+        ``role_exists`` (e.g. ``RoleIndex.exists``) checks every listed role;
+        ``role_search_hint`` (e.g. ``RoleIndex.search_hint``) is quoted in the error.
+        Raises :class:`LayerSpecError`.
+        """
+        layers = _expect_mapping(LAYERS_VAR, layers)
+        specs: dict[str, dict[str, Any]] = {}
+        for name in sorted(layers, key=str):
+            path = f"{LAYERS_VAR}.{name}"
+            _check_name(path, name, "layer")
+            specs[name] = _normalise_layer(path, layers[name], role_exists, role_search_hint)
+        known = ", ".join(sorted(specs))
+        for name, spec in specs.items():
+            if spec["parent"] is not None and spec["parent"] not in specs:
+                raise LayerSpecError(
+                    f"{LAYERS_VAR}.{name}.parent",
+                    f"unknown parent layer {spec['parent']!r} (known layers: {known})",
+                )
+        cycle = _find_cycle({name: spec["parent"] for name, spec in specs.items()})
+        if cycle:
+            raise LayerSpecError(
+                LAYERS_VAR, f"cycle between layers {' -> '.join(cycle + cycle[:1])}"
+            )
+        normalised_images: dict[str, dict[str, Any]] = {}
+        raw_images = _expect_mapping(IMAGES_VAR, images if images is not None else {})
+        for name in sorted(raw_images, key=str):
+            path = f"{IMAGES_VAR}.{name}"
+            _check_name(path, name, "image")
+            try:  # also the rule of pack and deploy: length, the boot tree's reserved names
+                check_artifact_name("image", name)
+            except ArtifactError as exc:
+                raise LayerSpecError(path, str(exc)) from None
+            normalised_images[name] = _normalise_image(path, raw_images[name], specs)
+        return cls(specs, normalised_images)
+
+    def _check(self, name: str) -> str:
+        if name not in self._specs:
+            raise KeyError(f"unknown layer {name!r} (known layers: {', '.join(self.names)})")
+        return name
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._specs
+
+    def __len__(self) -> int:
+        return len(self._specs)
+
+    @property
+    def names(self) -> list[str]:
+        """All layer names, sorted."""
+        return sorted(self._specs)
+
+    def order(self) -> list[str]:
+        """All layers in build order: parents first, ties broken by name."""
+        return list(nx.lexicographical_topological_sort(self._graph))
+
+    def parent(self, name: str) -> str | None:
+        """The parent layer, or None for a root (bootstrap) layer."""
+        return self._specs[self._check(name)]["parent"]
+
+    def children(self, name: str) -> list[str]:
+        """Layers built directly on ``name``."""
+        return sorted(self._graph.successors(self._check(name)))
+
+    def ancestors(self, name: str) -> list[str]:
+        """Layers under ``name``, root first, not including ``name``."""
+        chain: list[str] = []
+        parent = self.parent(name)
+        while parent is not None:
+            chain.append(parent)
+            parent = self._specs[parent]["parent"]
+        return chain[::-1]
+
+    def descendants(self, name: str) -> list[str]:
+        """Layers built on ``name`` directly or indirectly, in build order."""
+        below = nx.descendants(self._graph, self._check(name))
+        return [n for n in self.order() if n in below]
+
+    def roots(self) -> list[str]:
+        """Layers that bootstrap a distro."""
+        return [n for n in self.names if self._specs[n]["parent"] is None]
+
+    def leaves(self) -> list[str]:
+        """Layers no other layer builds on."""
+        return [n for n in self.names if self._graph.out_degree(n) == 0]
+
+    def levels(self) -> list[list[str]]:
+        """Layers grouped by depth (roots first); layers of one level may build in parallel."""
+        depth: dict[str, int] = {}
+        for name in self.order():
+            parent = self._specs[name]["parent"]
+            depth[name] = 0 if parent is None else depth[parent] + 1
+        grouped: list[list[str]] = [[] for _level in range(max(depth.values(), default=-1) + 1)]
+        for name in sorted(depth):
+            grouped[depth[name]].append(name)
+        return grouped
+
+    def spec(self, name: str) -> dict[str, Any]:
+        """Canonical spec (a copy): keys parent, bootstrap, roles, vars, groups, description.
+
+        ``parent`` is None for roots, ``bootstrap`` is None otherwise; roles are
+        plain strings in application order.
+        """
+        return copy.deepcopy(self._specs[self._check(name)])
+
+    @property
+    def images(self) -> dict[str, dict[str, Any]]:
+        """Normalised image specs (a copy): ``layer``, ``formats`` (list), ``kernel_args`` (str) + extra keys."""
+        return copy.deepcopy(self._images)
+
+    def image_layer(self, image: str) -> str:
+        """The layer an image is packed from."""
+        try:
+            return self._images[image]["layer"]
+        except KeyError:
+            raise KeyError(
+                f"unknown image {image!r} (known images: {', '.join(sorted(self._images))})"
+            ) from None

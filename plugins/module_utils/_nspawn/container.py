@@ -1,0 +1,79 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026 hpc.stateless developers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The buildah working container of an image session: its name, creation and removal."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Optional
+
+from ansible_collections.hpc.stateless.plugins.module_utils._process import ToolMissing
+from ansible_collections.hpc.stateless.plugins.module_utils._build import buildah as _buildah
+from ansible_collections.hpc.stateless.plugins.module_utils._build.buildah import Buildah, BuildahError
+from ansible_collections.hpc.stateless.plugins.module_utils._nspawn.commands import NspawnError
+from ansible_collections.hpc.stateless.plugins.module_utils._nspawn.spec import SessionSpec
+
+#: The purpose part of the names of verify's working containers (build.buildah's naming scheme).
+PURPOSE = "nspawn"
+
+
+def container_stem(runtime_dir: str) -> str:
+    """Start of the names of the buildah working containers of sessions under ``runtime_dir``.
+
+    Sessions of different runtime directories (tests, benchmarks, users) never see, or
+    clean up, each other's containers.
+    """
+    return _buildah.container_stem(os.path.abspath(runtime_dir), PURPOSE)
+
+
+def container_name(spec: SessionSpec) -> str:
+    """Name of the working container of an image session (the same for a rerun of a killed one).
+
+    The instance part is the whole session id, so the container is found by the id that also
+    names the session's directory and cgroup.
+    """
+    return container_stem(spec.runtime_dir) + spec.id
+
+
+def mount_image(spec: SessionSpec, name: str) -> str:
+    """Start working container ``name`` from the session's image and mount it; returns the mount point.
+
+    A leftover container of a killed session with the same id is removed first.
+    """
+    client = Buildah(executable=spec.buildah)
+    try:
+        client.rm(name)  # a leftover of a killed session with this id
+        client.from_image(spec.image, name)
+        return client.mount(name)
+    except ToolMissing as exc:
+        raise NspawnError(str(exc)) from exc
+    except BuildahError as exc:
+        if exc.gone:
+            raise NspawnError(f"image {spec.image} is not in local containers-storage: build it "
+                              f"first (ansible-playbook site.yml) or fix ansible_nspawn_image") from exc
+        raise NspawnError(f"cannot start a working container from image {spec.image}: {exc}") from exc
+
+
+def remove_container(spec: SessionSpec, name: str, attempts: int = 5) -> Optional[str]:
+    """Remove a buildah working container (``buildah rm`` unmounts it first); returns the problem, if any.
+
+    Works by name, without listing containers: listing fails now and then while other
+    builds remove containers at the same time ("reading build containers: container not known").
+    """
+    client = Buildah(executable=spec.buildah)
+    error = ""
+    for attempt in range(attempts):
+        try:
+            client.run("rm", name)
+            return None
+        except ToolMissing as exc:
+            return f"buildah working container {name}: {exc}"
+        except BuildahError as exc:
+            if exc.gone:
+                return None
+            error = exc.stderr
+        time.sleep(0.5 * (attempt + 1))
+    return f"buildah working container {name} could not be removed: {error}"

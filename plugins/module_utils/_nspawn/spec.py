@@ -1,0 +1,93 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026 hpc.stateless developers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""What defines a session (:class:`SessionSpec`) and its stable id."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from typing import Any, Dict, List, Optional
+
+from ansible_collections.hpc.stateless.plugins.module_utils._nspawn.commands import (
+    NETWORK_HOST,
+    NETWORK_PRIVATE,
+    NspawnError,
+    hostname_for,
+    machine_name,
+    network_args,
+)
+from ansible_collections.hpc.stateless.plugins.module_utils._nspawn.process import owner_process, process_start
+from ansible_collections.hpc.stateless.plugins.module_utils._nspawn.state import DEFAULT_RUNTIME_DIR
+
+
+def session_id(identity: Dict[str, Any]) -> str:
+    """Stable id of a session from what identifies it (owner process, host, root, mode...)."""
+    blob = json.dumps(identity, sort_keys=True, separators=(",", ":")).encode("utf-8")
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+class SessionSpec:
+    """Everything that defines one session; written to ``spec.json`` for the supervisor."""
+
+    FIELDS = ("host", "root", "image", "boot", "ephemeral", "hostname", "network", "extra_args",
+              "boot_timeout", "stop_timeout", "runtime_dir", "owner_pid", "owner_start",
+              "nspawn", "nsenter", "buildah")
+
+    def __init__(self, host: str, root: Optional[str] = None, image: Optional[str] = None,
+                 boot: bool = False, ephemeral: bool = True, hostname: Optional[str] = None,
+                 network: Optional[str] = None, extra_args: Optional[List[str]] = None,
+                 boot_timeout: float = 60.0, stop_timeout: float = 10.0,
+                 runtime_dir: str = DEFAULT_RUNTIME_DIR, owner_pid: Optional[int] = None,
+                 owner_start: Optional[str] = None, nspawn: str = "systemd-nspawn",
+                 nsenter: str = "nsenter", buildah: str = "buildah") -> None:
+        if bool(root) == bool(image):
+            raise NspawnError(f"host {host}: set exactly one of ansible_nspawn_root (a directory) "
+                              f"and ansible_nspawn_image (a local image)")
+        self.host = host
+        self.root = os.path.abspath(root) if root else None
+        self.image = image or None
+        self.boot = bool(boot)
+        self.ephemeral = bool(ephemeral)
+        self.hostname = hostname or hostname_for(host)
+        self.network = network or (NETWORK_PRIVATE if self.boot else NETWORK_HOST)
+        network_args(self.network)  # validate early
+        self.extra_args = [str(a) for a in extra_args or []]
+        self.boot_timeout = float(boot_timeout)
+        self.stop_timeout = float(stop_timeout)
+        self.runtime_dir = runtime_dir
+        self.owner_pid = int(owner_pid or owner_process())
+        self.owner_start = owner_start if owner_start is not None else process_start(self.owner_pid)
+        self.nspawn = nspawn
+        self.nsenter = nsenter
+        self.buildah = buildah
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {name: getattr(self, name) for name in self.FIELDS}
+
+    @classmethod
+    def from_dict(cls, data: Dict[str, Any]) -> "SessionSpec":
+        return cls(**{name: data.get(name) for name in cls.FIELDS if name in data})
+
+    @property
+    def id(self) -> str:
+        return session_id({
+            "owner": [self.owner_pid, self.owner_start], "host": self.host, "root": self.root,
+            "image": self.image, "boot": self.boot, "ephemeral": self.ephemeral,
+            "hostname": self.hostname, "network": self.network, "extra": self.extra_args,
+        })
+
+    @property
+    def machine(self) -> str:
+        return machine_name(self.host, self.id)
+
+    @property
+    def needs_supervisor(self) -> bool:
+        """A plain directory used in place needs nothing that outlives a command."""
+        return self.boot or bool(self.image) or self.ephemeral
+
+    @property
+    def source(self) -> str:
+        return f"image {self.image}" if self.image else f"root {self.root}"

@@ -1,0 +1,234 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026 hpc.stateless developers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Verification records: what verify found for one layer image, and the gate pack and deploy apply.
+
+verify.yml boots a layer image under systemd-nspawn and writes, whatever the outcome, one record
+``<record dir>/<layer>-<content key>.json`` (names.verify_record_file) holding the image reference,
+the image ID booted, the time and every check with its result. A label cannot be added to an image
+without making a new image ID, so the record lives beside the build outputs (``<project>/build/verify``)
+and is keyed by layer and content key; the image ID inside it ties it to the exact image booted.
+
+pack asks :func:`gate` before it writes a byte: a passing record for the image ID it packs, or an
+explicit override reason (hpc_stateless_unverified_ok), else :class:`UnverifiedError` naming the checks
+that failed, or that verify never ran, and the command that runs it. The verdict goes into the pack's
+manifest (:meth:`Verdict.manifest_entry`), which deploy reads: a pack made on another host carries its
+verification with it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from ansible_collections.hpc.stateless.plugins.module_utils._paths import write_atomic
+from ansible_collections.hpc.stateless.plugins.module_utils._contract import names
+
+RECORD_FORMAT = 1
+OVERRIDE_VARIABLE = "hpc_stateless_unverified_ok"
+PASSED = "passed"
+OVERRIDDEN = "overridden"
+NOT_CHECKED = "not-checked"
+# Manifest statuses deploy serves (deploy.yml): anything else is refused unless overridden there.
+SERVABLE = (PASSED, OVERRIDDEN)
+
+
+class RecordError(ValueError):
+    """A record that cannot be read or written; the message names the file and what to do."""
+
+
+class UnverifiedError(Exception):
+    """The image has no passing verification for its current content key and no override was given."""
+
+
+def verify_command(layer: str) -> str:
+    """The exact command that verifies ``layer`` (from a checkout; a site repository imports hpc.stateless.verify)."""
+    return ("ansible-playbook playbooks/verify.yml -e '{\"hpc_stateless_verify_layers\": [\"%s\"]}'" % layer)
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    passed: bool
+    detail: str = ""
+
+    @classmethod
+    def from_dict(cls, where: str, data: Any) -> "Check":
+        if not isinstance(data, dict) or not isinstance(data.get("name"), str) or not data["name"]:
+            raise RecordError(f"{where}: each check needs a non-empty 'name', got {data!r}")
+        if not isinstance(data.get("passed"), bool):
+            raise RecordError(f"{where}: check {data['name']!r} needs 'passed' true or false, got {data.get('passed')!r}")
+        return cls(data["name"], data["passed"], str(data.get("detail") or ""))
+
+
+@dataclass(frozen=True)
+class Record:
+    layer: str
+    key: str
+    image: str
+    image_id: str
+    checks: tuple[Check, ...]
+    verified_at: int = field(default_factory=lambda: int(time.time()))
+    # What verify was told to accept (units allowed to fail, ...): a boot judged with other
+    # settings is not reused by verify (judge's ``settings``).
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.checks) and all(check.passed for check in self.checks)
+
+    @property
+    def failed(self) -> list[Check]:
+        return [check for check in self.checks if not check.passed]
+
+    @property
+    def file_name(self) -> str:
+        return names.verify_record_file(self.layer, self.key)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": RECORD_FORMAT, "layer": self.layer, "key": self.key, "image": self.image,
+                "image_id": self.image_id, "passed": self.passed, "verified_at": _iso(self.verified_at),
+                "verified_at_epoch": self.verified_at, "settings": self.settings,
+                "checks": [{"name": c.name, "passed": c.passed, "detail": c.detail} for c in self.checks]}
+
+    @classmethod
+    def from_dict(cls, where: str, data: Any) -> "Record":
+        if not isinstance(data, dict) or data.get("format") != RECORD_FORMAT:
+            raise RecordError(f"{where}: not a verification record of format {RECORD_FORMAT}; "
+                              "remove it and verify again")
+        for name in ("layer", "key", "image", "image_id"):
+            if not isinstance(data.get(name), str) or not data[name]:
+                raise RecordError(f"{where}: '{name}' is missing or empty; remove the file and verify again")
+        checks = data.get("checks")
+        if not isinstance(checks, list):
+            raise RecordError(f"{where}: 'checks' must be a list; remove the file and verify again")
+        epoch = data.get("verified_at_epoch")
+        settings = data.get("settings")
+        return cls(data["layer"], data["key"], data["image"], data["image_id"],
+                   tuple(Check.from_dict(where, c) for c in checks), epoch if isinstance(epoch, int) else 0,
+                   settings if isinstance(settings, dict) else {})
+
+
+def _iso(epoch: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
+
+
+def _check_names(layer: str, key: str) -> None:
+    try:
+        names.check_name("layer", layer)
+        names.check_name("content key", key)
+    except names.ArtifactError as exc:
+        raise RecordError(str(exc)) from exc
+
+
+def record_path(record_dir: str, layer: str, key: str) -> str:
+    _check_names(layer, key)
+    return os.path.join(record_dir, names.verify_record_file(layer, key))
+
+
+def write_record(record_dir: str, record: Record) -> str:
+    """Write ``record`` under its final name only once complete (a crash leaves the old one or none)."""
+    path = record_path(record_dir, record.layer, record.key)
+    if not record.checks:
+        raise RecordError(f"{path}: a record without checks proves nothing; give the checks verify ran")
+    try:
+        os.makedirs(record_dir, exist_ok=True)
+        write_atomic(path, json.dumps(record.to_dict(), indent=2, sort_keys=True) + "\n")
+    except OSError as exc:
+        raise RecordError(f"writing the verification record {path} failed: {exc.strerror or exc}; "
+                          f"check that {record_dir} is writable") from exc
+    return path
+
+
+def read_record(record_dir: str, layer: str, key: str) -> Record | None:
+    """The record of ``layer`` at ``key``; None when verify never wrote one."""
+    path = record_path(record_dir, layer, key)
+    try:
+        with open(path, "rb") as handle:
+            data = json.load(handle)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise RecordError(f"{path}: unreadable verification record ({exc}); remove it and verify again") from exc
+    record = Record.from_dict(path, data)
+    if (record.layer, record.key) != (layer, key):
+        raise RecordError(f"{path}: records layer {record.layer} key {record.key}, not {layer} {key}; "
+                          "remove it and verify again")
+    return record
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the gate found: ``status`` is passed, failed, missing, stale or overridden."""
+
+    status: str
+    layer: str
+    key: str
+    message: str
+    record: Record | None = None
+    reason: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return self.status == PASSED
+
+    def manifest_entry(self) -> dict[str, Any]:
+        """The manifest's ``verification``: enough for deploy to decide and for an admin to see why."""
+        entry: dict[str, Any] = {"status": self.status if self.status in SERVABLE else OVERRIDDEN,
+                                 "layer": self.layer, "key": self.key}
+        if self.record is not None:
+            entry["record"] = self.record.file_name
+            entry["image_id"] = self.record.image_id
+            entry["verified_at"] = _iso(self.record.verified_at)
+            entry["checks"] = [{"name": c.name, "passed": c.passed} for c in self.record.checks]
+        if self.status != PASSED:
+            entry["unverified_because"] = self.message
+            entry["override_reason"] = self.reason
+        return entry
+
+
+def judge(record_dir: str, layer: str, key: str, image_id: str, settings: dict[str, Any] | None = None) -> Verdict:
+    """The verdict on image ``image_id`` of ``layer`` at ``key`` without any override; with ``settings``,
+    a record made with other verify settings is stale too (verify boots the image again)."""
+    try:
+        record = read_record(record_dir, layer, key)
+    except RecordError as exc:
+        return Verdict("missing", layer, key, f"{exc}; then run: {verify_command(layer)}")
+    where = f"layer {layer} (content key {key[:12]})"
+    if record is None:
+        return Verdict("missing", layer, key,
+                       f"{where} was never verified: no record {record_path(record_dir, layer, key)}. "
+                       f"Run: {verify_command(layer)}")
+    if image_id and record.image_id != image_id:
+        return Verdict("stale", layer, key,
+                       f"{where}: the record {record_path(record_dir, layer, key)} verified image "
+                       f"{record.image_id[:12]}, but the layer's image is now {image_id[:12]} (built again): "
+                       f"run: {verify_command(layer)}", record)
+    if settings is not None and record.settings != settings:
+        changed = sorted(k for k in set(settings) | set(record.settings) if settings.get(k) != record.settings.get(k))
+        return Verdict("stale", layer, key,
+                       f"{where}: the record {record_path(record_dir, layer, key)} was made with other verify "
+                       f"settings ({', '.join(changed)}): run: {verify_command(layer)}", record)
+    if not record.passed:
+        failed = "; ".join(f"{c.name}: {c.detail}" if c.detail else c.name for c in record.failed) or "no checks"
+        return Verdict("failed", layer, key,
+                       f"{where} failed verification at {_iso(record.verified_at)}: {failed}. Fix the layer's "
+                       f"roles, build again (site.yml) and verify: {verify_command(layer)}", record)
+    return Verdict(PASSED, layer, key, f"{where} passed verification at {_iso(record.verified_at)} "
+                   f"({len(record.checks)} checks)", record)
+
+
+def gate(record_dir: str, layer: str, key: str, image_id: str, override_reason: str = "") -> Verdict:
+    """A passing verdict, or an overridden one when ``override_reason`` says why; else UnverifiedError."""
+    verdict = judge(record_dir, layer, key, image_id)
+    if verdict.passed:
+        return verdict
+    reason = (override_reason or "").strip()
+    if reason:
+        return Verdict(OVERRIDDEN, layer, key, verdict.message, verdict.record, reason)
+    raise UnverifiedError(f"refused: {verdict.message}. In an emergency only, set {OVERRIDE_VARIABLE} to the "
+                          "reason (it is printed and recorded in the manifest) to pack it anyway.")
