@@ -7,7 +7,7 @@
 * ``manifest.json`` - the contract with deploy: :func:`build_manifest` writes it (pack),
   :func:`read_manifest` checks and reads it (deploy); the schema is :func:`check_manifest`
   (see docs/pack.md). Names and file names: _contract/names.py; SHA256SUMS: _contract/sums.py;
-* ``/etc/image-release`` (KEY=value lines: IMAGE, VERSION, LAYER, LAYER_KEY, BUILD_TIME);
+* the times they hold (:func:`iso_utc`; ``/etc/image-release`` itself: _contract/release.py);
 * the installed package list (read by _contract/pkgdb.py, the same reader as the SBOM) and the size report.
 
 Every value is derived from the image and SOURCE_DATE_EPOCH, never from the clock, so a
@@ -16,11 +16,9 @@ second pack of the same image writes the same bytes.
 
 from __future__ import annotations
 
-import datetime
 import heapq
 import json
 import os
-import re
 from typing import Any, Iterable
 
 from ansible_collections.hpc.stateless.plugins.module_utils._contract.names import (
@@ -30,42 +28,9 @@ from ansible_collections.hpc.stateless.plugins.module_utils._contract.names impo
     check_file_name,
     check_name,
 )
+from ansible_collections.hpc.stateless.plugins.module_utils._time import iso_utc, parse_iso_utc  # noqa: F401 (their home before)
 
 
-def iso_utc(epoch: int) -> str:
-    return datetime.datetime.fromtimestamp(epoch, tz=datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def parse_iso_utc(text: str) -> int:
-    """Seconds since the epoch of an RFC 3339 time as buildah prints it (fractions dropped)."""
-    match = re.match(r"^(\d{4}-\d{2}-\d{2})[T ](\d{2}:\d{2}:\d{2})(?:\.\d+)?(Z|[+-]\d{2}:?\d{2})?", text.strip())
-    if not match:
-        raise ValueError(f"not an ISO 8601 time: {text!r}")
-    zone = match.group(3) or "Z"
-    zone = "+00:00" if zone == "Z" else (zone if ":" in zone else zone[:3] + ":" + zone[3:])
-    stamp = datetime.datetime.fromisoformat(f"{match.group(1)}T{match.group(2)}{zone}")
-    return int(stamp.timestamp())
-
-
-def image_release(image: str, version: str, layer: str, layer_key: str, build_time: int,
-                  extra: dict[str, str] | None = None) -> bytes:
-    """Content of ``/etc/image-release`` in the packed copy."""
-    lines = [
-        f"IMAGE={image}",
-        f"VERSION={version}",
-        f"LAYER={layer}",
-        f"LAYER_KEY={layer_key}",
-        f"BUILD_TIME={iso_utc(build_time)}",
-    ]
-    for key in sorted(extra or {}):
-        if not re.match(r"^[A-Z][A-Z0-9_]*$", key) or key in {line.split("=", 1)[0] for line in lines}:
-            raise ValueError(f"release_extra key {key!r}: use an upper-case KEY that is not one of IMAGE, VERSION, "
-                             "LAYER, LAYER_KEY, BUILD_TIME")
-        value = str((extra or {})[key])
-        if "\n" in value:
-            raise ValueError(f"release_extra {key}: the value must be one line")
-        lines.append(f"{key}={value}")
-    return ("\n".join(lines) + "\n").encode("utf-8")
 
 
 # -- packages (read by _contract/pkgdb.py) ----------------------------------------------------

@@ -30,6 +30,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils._paths import write_
 from ansible_collections.hpc.stateless.plugins.module_utils._diff.listing import Member
 from ansible_collections.hpc.stateless.plugins.module_utils._contract.manifest import human_size
 from ansible_collections.hpc.stateless.plugins.module_utils._contract.names import RELEASE_PATH
+from ansible_collections.hpc.stateless.plugins.module_utils._contract.release import parse_image_release
 
 DEFAULT_TOP = 10
 # What pack puts into every packed copy (the release file, an empty machine-id and its dbus link,
@@ -197,10 +198,8 @@ def diff_layers(old: dict[str, str], new: dict[str, str]) -> dict[str, Any]:
 
 
 def parse_release(data: bytes | None) -> dict[str, str] | None:
-    if data is None:
-        return None
-    pairs = (line.partition("=") for line in data.decode("utf-8", "replace").splitlines())
-    return {key.strip(): value.strip() for key, sep, value in pairs if sep and key.strip()}
+    """The ``/etc/image-release`` of a side (_contract/release.py reads it); None when the side has none."""
+    return None if data is None else parse_image_release(data)
 
 
 def _changed(old: Any, new: Any) -> dict[str, Any]:

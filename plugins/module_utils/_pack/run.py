@@ -31,6 +31,7 @@ from typing import Any
 
 from ansible_collections.hpc.stateless.plugins.module_utils._contract import manifest as pm
 from ansible_collections.hpc.stateless.plugins.module_utils._contract import names, pkgdb, sbom, sums
+from ansible_collections.hpc.stateless.plugins.module_utils._contract.release import image_release
 from ansible_collections.hpc.stateless.plugins.module_utils import _imagepath, _process
 from ansible_collections.hpc.stateless.plugins.module_utils._paths import fsync_dir, nearest_existing
 from ansible_collections.hpc.stateless.plugins.module_utils._build.buildah import (
@@ -508,7 +509,7 @@ class Packer:
     def _overlay(self, root: str, image: str, version: str, layer: str, layer_key: str, sde: int,
                  extra: dict[str, bytes]) -> Overlay:
         try:
-            release = pm.image_release(image, version, layer, layer_key, sde, self.req.release_extra)
+            release = image_release(image, version, layer, layer_key, sde, self.req.release_extra)
         except ValueError as exc:
             raise PackError(str(exc)) from exc
         files = [OverlayFile(names.RELEASE_PATH, stat.S_IFREG | 0o644, release)]

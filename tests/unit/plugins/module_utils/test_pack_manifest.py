@@ -1,4 +1,4 @@
-"""Release file, the manifest contract (written and read) and the size report (package lists: test_pkgdb.py)."""
+"""The manifest contract (written and read) and the size report (package lists: test_pkgdb.py; /etc/image-release: test_release.py)."""
 
 from __future__ import annotations
 
@@ -9,18 +9,6 @@ import pytest
 
 from ansible_collections.hpc.stateless.plugins.module_utils._contract import manifest as pm
 from ansible_collections.hpc.stateless.plugins.module_utils._contract.names import ArtifactError
-
-
-def test_image_release_lines():
-    text = pm.image_release("compute", "v1.2-3-gabc", "slurm", "f" * 64, 1_700_000_000, {"SITE": "lab"})
-    assert text.decode() == ("IMAGE=compute\nVERSION=v1.2-3-gabc\nLAYER=slurm\nLAYER_KEY=" + "f" * 64
-                             + "\nBUILD_TIME=2023-11-14T22:13:20Z\nSITE=lab\n")
-
-
-@pytest.mark.parametrize("extra", [{"VERSION": "x"}, {"lower": "x"}, {"OK": "two\nlines"}])
-def test_image_release_refuses_bad_extra_keys(extra):
-    with pytest.raises(ValueError, match="release_extra"):
-        pm.image_release("i", "v", "l", "k", 0, extra)
 
 
 @pytest.mark.parametrize("text, epoch", [
