@@ -28,9 +28,8 @@ from ansible_collections.hpc.stateless.plugins.module_utils._contract.names impo
     check_file_name,
     check_name,
 )
-from ansible_collections.hpc.stateless.plugins.module_utils._time import iso_utc, parse_iso_utc  # noqa: F401 (their home before)
-
-
+# The times of the manifest; parse_iso_utc is named here too for the callers that read them through this module.
+from ansible_collections.hpc.stateless.plugins.module_utils._time import iso_utc, parse_iso_utc  # noqa: F401
 
 
 # -- packages (read by _contract/pkgdb.py) ----------------------------------------------------
