@@ -225,10 +225,9 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.hpc.stateless.plugins.module_utils import _process
 from ansible_collections.hpc.stateless.plugins.module_utils._paths import write_atomic
 from ansible_collections.hpc.stateless.plugins.module_utils._build.rootless import host_cache_path
+from ansible_collections.hpc.stateless.plugins.module_utils._contract.inventory import SUPPORTED_DISTROS, bootstrap_tool_choices
 from ansible_collections.hpc.stateless.plugins.module_utils._build.bootstrap import (
     DEFAULT_CACHE_ROOT,
-    DISTRO_FAMILIES,
-    FAMILY_TOOLS,
     MODE_ROOT,
     MODE_UNSHARE,
     NO_INITRD_ENV,
@@ -259,7 +258,7 @@ def argument_spec() -> dict[str, Any]:
     """Return the module's argument_spec (kept in step with DOCUMENTATION)."""
     return dict(
         path=dict(type="path", required=True),
-        distro=dict(type="str", required=True, choices=sorted(DISTRO_FAMILIES)),
+        distro=dict(type="str", required=True, choices=sorted(SUPPORTED_DISTROS)),
         release=dict(type="str", required=True),
         mirror=dict(type="str"),
         variant=dict(type="str"),
@@ -270,7 +269,7 @@ def argument_spec() -> dict[str, Any]:
         keyring=dict(type="path", no_log=False),
         gpg_check=dict(type="bool", default=True),
         cache_dir=dict(type="path"),
-        tool=dict(type="str", choices=sorted({t for tools in FAMILY_TOOLS.values() for t in tools})),
+        tool=dict(type="str", choices=bootstrap_tool_choices()),
         force=dict(type="bool", default=False),
     )
 

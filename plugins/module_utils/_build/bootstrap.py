@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ansible_collections.hpc.stateless.plugins.module_utils._build.rootless import HOST_CACHE_ROOT
-from ansible_collections.hpc.stateless.plugins.module_utils._layers.graph import BOOTSTRAP_TOOLS, SUPPORTED_DISTROS
+from ansible_collections.hpc.stateless.plugins.module_utils._contract.inventory import BOOTSTRAP_TOOLS, SUPPORTED_DISTROS
 
-# distro -> tool family; the single source is layer_graph.SUPPORTED_DISTROS.
+# distro -> tool family; the single source is _contract/inventory.py's SUPPORTED_DISTROS.
 DISTRO_FAMILIES: dict[str, str] = SUPPORTED_DISTROS
 
 DEFAULT_MIRRORS: dict[str, str] = {
@@ -71,7 +71,7 @@ CACHE_STATE_IN_ROOT: dict[str, tuple[str, ...]] = {
 }
 
 # The tools a family can bootstrap with, the default first; the single source is
-# layer_graph.BOOTSTRAP_TOOLS. mmdebstrap installs the same packages through apt, faster than
+# _contract/inventory.py's BOOTSTRAP_TOOLS. mmdebstrap installs the same packages through apt, faster than
 # debootstrap, and also runs without root.
 FAMILY_TOOLS: dict[str, tuple[str, ...]] = BOOTSTRAP_TOOLS
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 import re
 import shlex
 
-from ansible_collections.hpc.stateless.plugins.module_utils._contract.manifest import iso_utc
+from ansible_collections.hpc.stateless.plugins.module_utils._time import iso_utc
 
 #: The keys every ``/etc/image-release`` holds, in the order pack writes them.
 RELEASE_KEYS: tuple[str, ...] = ("IMAGE", "VERSION", "LAYER", "LAYER_KEY", "BUILD_TIME")

@@ -6,14 +6,14 @@
 ``hpc_stateless_images`` and answer questions about their structure.
 
 Pure Python: no I/O. Every invalid input raises :class:`LayerSpecError` whose
-message starts with the dotted path of the offending key.
+message starts with the dotted path of the offending key. The schema itself (variable names,
+keys, kinds, distros, tools) is _contract/inventory.py.
 """
 
 from __future__ import annotations
 
 import copy
 import difflib
-import re
 import shlex
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -24,7 +24,21 @@ from ansible_collections.hpc.stateless.plugins.module_utils._contract.names impo
     ArtifactError,
     check_name as check_artifact_name,
 )
-from ansible_collections.hpc.stateless.plugins.module_utils._pack.hwprofile import PROFILE_KEYS as HARDWARE_PROFILE_KEYS
+from ansible_collections.hpc.stateless.plugins.module_utils._contract.inventory import (
+    BOOTSTRAP_KEYS,
+    BOOTSTRAP_REQUIRED,
+    BOOTSTRAP_TOOLS,
+    IMAGES_VAR,
+    KIND_BOOL,
+    KIND_PATH,
+    KIND_STRING,
+    LAYER_KEYS,
+    LAYER_NAME_PATTERN as NAME_PATTERN,
+    LAYERS_VAR,
+    PROFILE_KEYS as HARDWARE_PROFILE_KEYS,
+    ROLE_ENTRY_KEYS,
+    SUPPORTED_DISTROS,
+)
 
 try:
     import networkx as nx
@@ -33,55 +47,6 @@ except ImportError as _exc:  # reported by the calling module with missing_requi
     NETWORKX_IMPORT_ERROR: ImportError | None = _exc
 else:
     NETWORKX_IMPORT_ERROR = None
-
-
-LAYERS_VAR = "hpc_stateless_layers"
-IMAGES_VAR = "hpc_stateless_images"
-
-#: distro name -> bootstrap tool family used by the rootfs module.
-SUPPORTED_DISTROS: dict[str, str] = {
-    "debian": "debootstrap",
-    "ubuntu": "debootstrap",
-    "rocky": "dnf",
-    "almalinux": "dnf",
-    "centos": "dnf",
-    "rhel": "dnf",
-    "fedora": "dnf",
-    "ol": "dnf",
-    "opensuse-leap": "zypper",
-    "opensuse-tumbleweed": "zypper",
-    "sles": "zypper",
-}
-
-
-# Layer and image names become image names and inventory host names: lower case, as OCI repository
-# names must be. Always fullmatch: with "$", match() lets a trailing newline through.
-NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9_.-]*")
-
-LAYER_KEYS = ("parent", "bootstrap", "roles", "vars", "groups", "description")
-ROLE_ENTRY_KEYS = ("role", "name")
-
-# bootstrap key -> expected kind; "strings" is a list of strings.
-_BOOTSTRAP_KEYS: dict[str, str] = {
-    "distro": "string",
-    "release": "string",
-    "variant": "string",
-    "mirror": "string",
-    "packages": "strings",
-    "components": "strings",
-    "arch": "string",
-    "extra_args": "strings",
-    "gpg_check": "bool",
-    "keyring": "string",
-    "tool": "string",
-}
-# distro family -> bootstrap tools that may be chosen with bootstrap.tool (the default first).
-BOOTSTRAP_TOOLS: dict[str, tuple[str, ...]] = {
-    "debootstrap": ("mmdebstrap", "debootstrap"),
-    "dnf": ("dnf",),
-    "zypper": ("zypper",),
-}
-_BOOTSTRAP_REQUIRED = ("distro", "release")
 
 
 class LayerSpecError(ValueError):
@@ -175,19 +140,19 @@ def _normalise_bootstrap(path: str, raw: object) -> dict[str, Any]:
             path, "expected one mapping, got a list: a layer bootstraps exactly one distro"
         )
     spec = _expect_mapping(path, raw)
-    _check_known_keys(path, spec, tuple(_BOOTSTRAP_KEYS))
-    for key in _BOOTSTRAP_REQUIRED:
+    _check_known_keys(path, spec, tuple(BOOTSTRAP_KEYS))
+    for key in BOOTSTRAP_REQUIRED:
         if spec.get(key) in (None, ""):
             raise LayerSpecError(f"{path}.{key}", "is required")
     result: dict[str, Any] = {"packages": [], "components": [], "extra_args": []}
-    for key, kind in _BOOTSTRAP_KEYS.items():
+    for key, kind in BOOTSTRAP_KEYS.items():
         if key not in spec or spec[key] is None:
             continue
         value, key_path = spec[key], f"{path}.{key}"
-        if kind == "string":
+        if kind in (KIND_STRING, KIND_PATH):
             hint = f"quote it: '{value}'" if isinstance(value, (int, float)) else ""
             result[key] = _expect_string(key_path, value, hint)
-        elif kind == "bool":
+        elif kind == KIND_BOOL:
             if not isinstance(value, bool):
                 raise LayerSpecError(key_path, f"expected a bool, got {_type_name(value)}")
             result[key] = value

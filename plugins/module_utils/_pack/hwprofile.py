@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from ansible_collections.hpc.stateless.plugins.module_utils import _imagepath
+from ansible_collections.hpc.stateless.plugins.module_utils._contract.inventory import PROFILE_KEYS
 
 # Loaded by systemd (modprobe@.service, autofs for automounts) or by the squashfs boot path after
 # switch_root, when the kernel has them as modules; kept without being named.
@@ -42,7 +43,6 @@ DEPMOD_INPUTS = ("modules.order", "modules.builtin", "modules.builtin.modinfo")
 _MODULE_SUFFIXES = (".ko", ".ko.xz", ".ko.gz", ".ko.zst")
 _MODULE_DIRS = ("usr/lib/modules", "lib/modules")
 _FIRMWARE_DIRS = ("usr/lib/firmware", "lib/firmware")
-PROFILE_KEYS = ("modules", "modaliases", "modaliases_file", "force", "firmware")
 
 # The node-side check, shipped into the packed copy as NODE_CHECK_PATH (POSIX sh and awk only).
 NODE_CHECK_PATH = "usr/local/sbin/hpc-hwprofile-check"
