@@ -22,6 +22,10 @@ supervisor, connection plugins) use ``subprocess.Popen`` directly with :func:`co
 so they share the environment rule.
 
 Unit tests replace the executor (:func:`set_executor`) to check argv without running it.
+
+The facts about processes that the stages share live here too: a process's state, parent and start
+time from ``/proc/<pid>/stat`` (:func:`proc_stat`; a pid with its start time names one process, even
+after the pid is reused), and the id maps of our user namespace (:func:`id_map`, :func:`in_user_namespace`).
 """
 
 from __future__ import annotations
@@ -29,11 +33,26 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Mapping, NamedTuple, Sequence
 
 TIMEOUT_RC = 124
 NOT_FOUND_RC = 127
-C_LOCALE = {"LANG": "C", "LC_ALL": "C"}
+
+
+def locale_env(locale: str = "C", *, language: bool = False) -> dict[str, str]:
+    """The environment that makes a child speak ``locale``: ``LANG``, and ``LC_ALL``, which outranks every ``LC_*``.
+
+    With ``language`` also ``LANGUAGE``: GNU gettext ignores it in the C locale, but Python's gettext (dnf,
+    zypper's helpers) reads it first, so tools of the image run by a bootstrap need it to print English.
+    """
+    names = ("LANG", "LC_ALL", "LANGUAGE") if language else ("LANG", "LC_ALL")
+    return dict.fromkeys(names, locale)
+
+
+#: The locale of every command :func:`run` starts, so output parses the same on every host.
+C_LOCALE = locale_env("C")
+#: The C locale with UTF-8 characters: for the host's side of a container, whose names may be UTF-8.
+UTF8_LOCALE = locale_env("C.UTF-8")
 
 
 class ProcessError(Exception):
@@ -186,3 +205,92 @@ class ToolRunner:
         return run(self.argv(*args), check=check, env={**self.env, **(env or {})},
                    timeout=timeout if timeout is not None else self.timeout, input=input, cwd=cwd,
                    text=text, hint=hint)
+
+
+# -- process facts -------------------------------------------------------------------------------
+def playbook_pid() -> int:
+    """The ``ansible-playbook`` process: the parent of a task worker (a multiprocessing child), else this process.
+
+    What lives on between tasks (a buildah agent's holder, an nspawn session) ends when it does.
+    """
+    import multiprocessing  # pylint: disable=import-outside-toplevel  # only the connections ask
+
+    parent = multiprocessing.parent_process()
+    return parent.pid if parent is not None and parent.pid else os.getpid()
+
+
+#: States of ``/proc/<pid>/stat`` of a process that ended: a zombie (not yet reaped) or dead.
+ENDED_STATES = frozenset({"Z", "X"})
+
+
+class ProcStat(NamedTuple):
+    """What hpc.stateless reads of ``/proc/<pid>/stat``: ``state`` (R, S, D, T, Z, ...), the parent's pid,
+    and the start time (clock ticks after boot, as text: compared, never computed with)."""
+
+    state: str
+    ppid: int
+    start_time: str
+
+    @property
+    def running(self) -> bool:
+        """False for a zombie or a dead process: killed counts as gone before it is reaped."""
+        return self.state not in ENDED_STATES
+
+
+def parse_proc_stat(line: bytes) -> ProcStat:
+    """The :class:`ProcStat` of one ``/proc/<pid>/stat`` line; ValueError when it is not one.
+
+    The command name (field 2) may hold spaces and parentheses: the fields after its last ``)`` are fixed.
+    """
+    name_end = line.rfind(b")")
+    fields = line[name_end + 2:].split() if name_end >= 0 else []
+    if len(fields) < 20:
+        raise ValueError(f"not a /proc/<pid>/stat line: {line[:80]!r}")
+    return ProcStat(fields[0].decode("ascii", "replace"), int(fields[1]), fields[19].decode("ascii", "replace"))
+
+
+def proc_stat(pid: int, proc: str = "/proc") -> ProcStat | None:
+    """The :class:`ProcStat` of ``pid``, None when no such process exists (or ``proc`` does not tell)."""
+    try:
+        with open(os.path.join(proc, str(pid), "stat"), "rb") as handle:
+            return parse_proc_stat(handle.read())
+    except (OSError, ValueError):
+        return None
+
+
+#: The id map of the initial user namespace: every id to itself.
+INITIAL_ID_MAP = [(0, 0, 4294967295)]
+
+
+def parse_id_map(text: str) -> list[tuple[int, int, int]]:
+    """The ``(inside, outside, count)`` lines of a ``/proc/<pid>/uid_map`` or ``gid_map`` text."""
+    entries = []
+    for line in text.splitlines():
+        fields = line.split()
+        if fields:
+            if len(fields) != 3:
+                raise ValueError(f"not an id map line: {line!r}")
+            entries.append((int(fields[0]), int(fields[1]), int(fields[2])))
+    return entries
+
+
+def id_map(kind: str = "uid", proc: str = "/proc/self") -> list[tuple[int, int, int]]:
+    """The ``(inside, outside, count)`` lines of ``<proc>/uid_map`` (``kind`` uid) or ``gid_map`` (gid).
+
+    OSError when it cannot be read, ValueError when it is not a map.
+    """
+    with open(os.path.join(proc, f"{kind}_map"), encoding="ascii") as handle:
+        return parse_id_map(handle.read())
+
+
+def in_user_namespace(proc: str = "/proc/self") -> bool:
+    """True inside a user namespace (``buildah unshare``, a rootless container): its uid map is not the host's."""
+    return id_map("uid", proc) != INITIAL_ID_MAP
+
+
+def outside_id(inside: int, entries: Sequence[tuple[int, int, int]]) -> int | None:
+    """The id that ``inside`` (an id of the namespace whose map is ``entries``) is outside it; None if unmapped."""
+    for first, outside, count in entries:
+        if first <= inside < first + count:
+            return outside + inside - first
+    return None

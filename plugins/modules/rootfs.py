@@ -212,17 +212,15 @@ stdout_lines:
   elements: str
 """
 
-import contextlib
-import fcntl
 import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.hpc.stateless.plugins.module_utils import _process
+from ansible_collections.hpc.stateless.plugins.module_utils._fs import Flock, mounts_below
 from ansible_collections.hpc.stateless.plugins.module_utils._paths import write_atomic
 from ansible_collections.hpc.stateless.plugins.module_utils._build.rootless import host_cache_path
 from ansible_collections.hpc.stateless.plugins.module_utils._contract.inventory import SUPPORTED_DISTROS, bootstrap_tool_choices
@@ -250,7 +248,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils._build.bootstrap imp
 
 OUTPUT_TAIL_LINES = 40
 CACHE_LOCK_NAME = ".hpc-stateless-rootfs.lock"
-C_LOCALE = {"LANG": "C", "LC_ALL": "C", "LANGUAGE": "C"}
+C_LOCALE = _process.locale_env("C", language=True)
 IGNORED_ENTRIES = frozenset({"lost+found"})
 
 
@@ -324,28 +322,14 @@ def unknown_entries(path: str) -> list[str]:
     return sorted(entry for entry in os.listdir(path) if entry not in IGNORED_ENTRIES)
 
 
-@contextlib.contextmanager
-def cache_lock(cache_dir: str) -> Iterator[None]:
-    """Hold an exclusive lock on the package cache while one bootstrap uses it.
+def cache_lock(cache_dir: str) -> Flock:
+    """The exclusive lock on the package cache while one bootstrap uses it (for a ``with``).
 
     Two root layers (or two builds) may bootstrap at once: apt refuses a package cache whose lock
     another apt holds, and dnf's and zypper's caches take no second writer either; the second
-    bootstrap waits here instead of failing.
+    bootstrap waits here instead of failing. The lock file says which process holds it.
     """
-    with open(os.path.join(cache_dir, CACHE_LOCK_NAME), "a", encoding="utf-8") as handle:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
-        yield
-
-
-def mounts_below(path: str) -> list[str]:
-    """Return mount points strictly below `path` (a wipe must never cross into them)."""
-    prefix = os.path.realpath(path).rstrip("/") + "/"
-    try:
-        with open("/proc/self/mounts", encoding="utf-8") as mounts:
-            points = [line.split()[1].replace("\\040", " ") for line in mounts if line.strip()]
-    except OSError:
-        return []
-    return sorted(point for point in points if point.startswith(prefix))
+    return Flock(os.path.join(cache_dir, CACHE_LOCK_NAME), "rootfs bootstrap")
 
 
 class RootfsBootstrap:
@@ -448,7 +432,7 @@ class RootfsBootstrap:
 
     def release_mounts(self) -> None:
         """Unmount whatever is still mounted below `path`, deepest first."""
-        for point in sorted(mounts_below(self.spec.path), key=len, reverse=True):
+        for point in mounts_below(self.spec.path):
             if not _process.run(["umount", point], check=False).ok:
                 _process.run(["umount", "-l", point], check=False)
 

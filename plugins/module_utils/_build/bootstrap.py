@@ -22,6 +22,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
+from ansible_collections.hpc.stateless.plugins.module_utils._process import INITIAL_ID_MAP, parse_id_map
 from ansible_collections.hpc.stateless.plugins.module_utils._build.rootless import HOST_CACHE_ROOT
 from ansible_collections.hpc.stateless.plugins.module_utils._contract.inventory import BOOTSTRAP_TOOLS, SUPPORTED_DISTROS
 
@@ -174,8 +175,7 @@ def in_user_namespace(uid_map: str) -> bool:
 
     The host's (initial) namespace maps every id to itself: one line ``0 0 4294967295``.
     """
-    lines = [line.split() for line in uid_map.splitlines() if line.strip()]
-    return lines != [["0", "0", "4294967295"]]
+    return parse_id_map(uid_map) != INITIAL_ID_MAP
 
 
 def privilege_mode(euid: int, uid_map: str) -> str:

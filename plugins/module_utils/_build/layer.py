@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ansible_collections.hpc.stateless.plugins.module_utils import _process
+# mounts_under: the mount points below a container's root, deepest first (the order to unmount them).
+from ansible_collections.hpc.stateless.plugins.module_utils._fs import mounts_below as mounts_under
 from ansible_collections.hpc.stateless.plugins.module_utils._build import rootless
 from ansible_collections.hpc.stateless.plugins.module_utils._build.buildah import (
     LABEL_PREFIX,
@@ -81,18 +83,6 @@ def commit_tmpdir(container: str) -> str:
     # An unprivileged user (rootless build) cannot write into root's directory: one per user.
     name = f"hpc-stateless-commit-{rootless.outer_user()[1]}" if rootless.is_rootless() else "hpc-stateless-commit"
     return os.path.join(os.environ.get("TMPDIR") or "/var/tmp", name, container)
-
-
-def mounts_under(root: str, mounts_file: str = "/proc/self/mounts") -> list[str]:
-    """Mount points strictly below ``root``, deepest first (the order to unmount them)."""
-    root = root.rstrip("/") + "/"
-    found = []
-    with open(mounts_file, encoding="utf-8") as handle:
-        for line in handle:
-            target = line.split()[1].replace("\\040", " ")
-            if target.startswith(root):
-                found.append(target)
-    return sorted(set(found), key=len, reverse=True)
 
 
 class LayerBuilder:

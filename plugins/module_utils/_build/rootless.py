@@ -20,15 +20,13 @@ import shlex
 import shutil
 from typing import Sequence
 
-from ansible_collections.hpc.stateless.plugins.module_utils._process import ProcessError
+from ansible_collections.hpc.stateless.plugins.module_utils._process import ProcessError, id_map, in_user_namespace
 
 SUBID_FILES = {"uid": "/etc/subuid", "gid": "/etc/subgid"}
 # Ids an image needs inside the namespace: 0..65535 (Debian's nobody/nogroup is 65534).
 NEEDED_IDS = 65536
 # Where a new range is suggested at the earliest (useradd's default SUB_UID_MIN).
 FIRST_SUBORDINATE_ID = 100000
-# The whole id space, as the initial user namespace maps it.
-FULL_MAP = [(0, 0, 4294967295)]
 # Set by buildah/podman in the process tree of `buildah unshare`: the outer user's uid.
 ROOTLESS_UID_ENV = "_CONTAINERS_ROOTLESS_UID"
 UIDMAP_HINT = "install newuidmap/newgidmap (Debian/Ubuntu: apt-get install uidmap, EL: dnf install shadow-utils)"
@@ -45,15 +43,9 @@ class RootlessError(ProcessError):
         return self.args[0]
 
 
-def id_map(kind: str, proc: str = "/proc/self") -> list[tuple[int, int, int]]:
-    """The ``(inside, outside, count)`` lines of ``<proc>/uid_map`` (``kind`` uid) or ``gid_map``."""
-    with open(os.path.join(proc, f"{kind}_map"), encoding="ascii") as handle:
-        return [(int(a), int(b), int(c)) for a, b, c in (line.split() for line in handle if line.strip())]
-
-
 def in_initial_namespace(proc: str = "/proc/self") -> bool:
     """True outside any user namespace (the host's own ids, all of them)."""
-    return id_map("uid", proc) == FULL_MAP
+    return not in_user_namespace(proc)
 
 
 def is_rootless(proc: str = "/proc/self") -> bool:

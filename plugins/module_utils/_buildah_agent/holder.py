@@ -29,11 +29,10 @@ timeout, or on SIGINT/SIGTERM/SIGHUP.
 
 from __future__ import annotations
 
+import contextlib
 import errno
-import fcntl
 import hashlib
 import json
-import multiprocessing
 import os
 import select
 import signal
@@ -47,7 +46,10 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from ansible_collections.hpc.stateless.plugins.module_utils._process import command_env
+from ansible_collections.hpc.stateless.plugins.module_utils._fs import Flock
+from ansible_collections.hpc.stateless.plugins.module_utils._process import command_env, id_map, outside_id, proc_stat
+# owner_pid: the ansible-playbook process a holder serves.
+from ansible_collections.hpc.stateless.plugins.module_utils._process import playbook_pid as owner_pid
 from ansible_collections.hpc.stateless.plugins.module_utils._buildah_agent import agent
 from ansible_collections.hpc.stateless.plugins.module_utils._build.buildah import Buildah, BuildahError
 
@@ -75,32 +77,20 @@ class AgentLost(Exception):
 
 
 # -- names and owner ---------------------------------------------------------------------------
-def owner_pid() -> int:
-    """The ``ansible-playbook`` process: a worker's parent, or this process when it is not a worker."""
-    parent = multiprocessing.parent_process()
-    return parent.pid if parent is not None and parent.pid else os.getpid()
-
-
 def start_time(pid: int) -> str | None:
-    """Start time of ``pid`` (field 22 of its stat), None when it does not exist: tells a reused pid apart."""
-    try:
-        line = Path(f"/proc/{pid}/stat").read_bytes()
-    except OSError:
-        return None
-    return line[line.rfind(b")") + 2:].split()[19].decode("ascii")
+    """Start time of ``pid`` (a zombie's too), None when it does not exist: tells a reused pid apart."""
+    info = proc_stat(pid)
+    return info.start_time if info is not None else None
 
 
 def host_uid() -> int:
     """This process's uid outside its user namespace (``buildah unshare`` runs a rootless playbook as its uid 0)."""
     uid = os.getuid()
     try:
-        for line in Path("/proc/self/uid_map").read_text(encoding="ascii").splitlines():
-            inside, outside, count = (int(field) for field in line.split())
-            if inside <= uid < inside + count:
-                return outside + uid - inside
+        outside = outside_id(uid, id_map("uid"))
     except (OSError, ValueError):
-        pass
-    return uid
+        outside = None
+    return uid if outside is None else outside
 
 
 def socket_dir() -> str:
@@ -394,53 +384,45 @@ class Holder:
         if owner >= 0:
             os.close(owner)
 
-    def _locked(self) -> int:
-        """An fd of the socket directory, locked: binding, and removing socket files, happen one holder at a time."""
-        fd = os.open(os.path.dirname(self.address), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        return fd
+    def _locked(self) -> Flock:
+        """The lock of the socket directory: binding, and removing socket files, happen one holder at a time."""
+        return Flock(os.path.dirname(self.address), directory=True)
 
     def _listen(self) -> socket.socket | None:
         """Listen on our socket file; None when another holder serves it. Removes the files killed holders left."""
         directory = os.path.dirname(self.address)
         private_dir(os.fsdecode(directory))
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        lock = self._locked()
         try:
-            for name in os.listdir(directory):
-                path = os.path.join(directory, name)
-                if name.endswith(b".sock") and stat.S_ISSOCK(os.lstat(path).st_mode) and not listening(path):
-                    os.unlink(path)
-            try:
-                listener.bind(self.address)
-            except OSError as exc:
-                if exc.errno == errno.EADDRINUSE:
-                    listener.close()
-                    return None  # another holder serves this container for this playbook
-                raise
-            listener.listen(16)  # under the lock: a holder that finds the file finds it listening
-            info = os.stat(self.address)
-            self.bound = (info.st_dev, info.st_ino)
+            with self._locked():
+                for name in os.listdir(directory):
+                    path = os.path.join(directory, name)
+                    if name.endswith(b".sock") and stat.S_ISSOCK(os.lstat(path).st_mode) and not listening(path):
+                        os.unlink(path)
+                try:
+                    listener.bind(self.address)
+                except OSError as exc:
+                    if exc.errno == errno.EADDRINUSE:
+                        listener.close()
+                        return None  # another holder serves this container for this playbook
+                    raise
+                listener.listen(16)  # under the lock: a holder that finds the file finds it listening
+                info = os.stat(self.address)
+                self.bound = (info.st_dev, info.st_ino)
         except BaseException:
             listener.close()
             raise
-        finally:
-            os.close(lock)
         return listener
 
     def _unlink(self) -> None:
         """Remove our socket file, if it is still ours."""
         if self.bound is None:
             return
-        lock = self._locked()
-        try:
-            info = os.stat(self.address)
-            if (info.st_dev, info.st_ino) == self.bound:
-                os.unlink(self.address)
-        except FileNotFoundError:
-            pass
-        finally:
-            os.close(lock)
+        with self._locked():
+            with contextlib.suppress(FileNotFoundError):
+                info = os.stat(self.address)
+                if (info.st_dev, info.st_ino) == self.bound:
+                    os.unlink(self.address)
 
     def run(self) -> None:
         listener = self._listen()

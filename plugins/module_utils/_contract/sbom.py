@@ -27,7 +27,7 @@ import urllib.parse
 import uuid
 from typing import Any
 
-from ansible_collections.hpc.stateless.plugins.module_utils._contract.manifest import iso_utc
+from ansible_collections.hpc.stateless.plugins.module_utils._time import iso_utc
 from ansible_collections.hpc.stateless.plugins.module_utils._contract.pkgdb import (
     DPKG,
     NONE,

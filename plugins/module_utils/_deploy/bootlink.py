@@ -39,11 +39,9 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import os
 import shutil
 import stat
-import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -74,6 +72,8 @@ from ansible_collections.hpc.stateless.plugins.module_utils._contract.names impo
 )
 from ansible_collections.hpc.stateless.plugins.module_utils._contract.signature import Signer, read_optional, verify
 from ansible_collections.hpc.stateless.plugins.module_utils._contract.sums import parse_sums, read_sums, sha256_bytes, sha256_file
+from ansible_collections.hpc.stateless.plugins.module_utils._fs import Flock, LockBusy
+from ansible_collections.hpc.stateless.plugins.module_utils._time import iso_utc
 from ansible_collections.hpc.stateless.plugins.module_utils._paths import (
     TEMP_INFIX,
     fsync_dir,
@@ -268,29 +268,19 @@ def find_packed(src: str, version: str | None) -> str:
 def deploy_lock(boot_root: str, timeout: float = 0.0, purpose: str = "deploy") -> Iterator[str]:
     """Hold the boot root's exclusive lock; raise LockBusyError naming the holder after ``timeout`` s."""
     path = os.path.join(boot_root, LOCK_NAME)
+    lock = Flock(path, purpose)
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        lock.acquire(timeout=max(timeout, 0.0))
+    except LockBusy as exc:
+        raise LockBusyError(f"boot root {boot_root} is locked by another deploy ({exc.holder}); wait for it to finish "
+                            f"or raise lock_timeout (waited {timeout:g} s on {path})") from None
     except OSError as exc:
         raise BootlinkError(f"boot root {boot_root}: cannot create the lock file {path} ({exc.strerror}); "
                             "make the boot root writable for the deploying user") from None
     try:
-        deadline = time.monotonic() + max(timeout, 0.0)
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    holder = os.pread(fd, 512, 0).decode("utf-8", "replace").strip() or "unknown process"
-                    raise LockBusyError(
-                        f"boot root {boot_root} is locked by another deploy ({holder}); wait for it to finish "
-                        f"or raise lock_timeout (waited {timeout:g} s on {path})") from None
-                time.sleep(0.1)
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid {os.getpid()} {purpose} since {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}".encode(), 0)
         yield path
     finally:
-        os.close(fd)  # closing releases the flock
+        lock.release()
 
 
 # --------------------------------------------------------------------------- tree
@@ -309,7 +299,7 @@ class VersionInfo:
         return {
             "version": self.name,
             "path": self.path,
-            "published": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.published)),
+            "published": iso_utc(self.published),
             "uncompressed_size": manifest.get("uncompressed_size"),
             "linked_by": list(self.links),
         }

@@ -14,12 +14,11 @@ import os
 import re
 from typing import Dict, List, Optional, Tuple
 
-from ansible_collections.hpc.stateless.plugins.module_utils._process import command_env
+from ansible_collections.hpc.stateless.plugins.module_utils._process import UTF8_LOCALE, command_env
 
 NETWORK_HOST = "host"
 NETWORK_PRIVATE = "private"
 CONTAINER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-UTF8_LOCALE = {"LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
 
 # systemd-nspawn tries to remove its propagation directory on exit and refuses when /run
 # is not a tmpfs (hosts without systemd); the message is noise in every command's stderr.

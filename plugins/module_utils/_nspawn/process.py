@@ -16,17 +16,8 @@ import threading
 import time
 from typing import Optional
 
-
-def owner_process() -> int:
-    """The process whose end ends a session: the ansible-playbook run when called from one of
-    its task workers, else the calling process itself."""
-    try:
-        import multiprocessing
-
-        parent = multiprocessing.parent_process()
-    except (ImportError, AttributeError):  # pragma: no cover - Python < 3.8
-        parent = None
-    return parent.pid if parent is not None and parent.pid else os.getpid()
+# owner_process: the process whose end ends a session (the ansible-playbook run, or the caller outside a worker).
+from ansible_collections.hpc.stateless.plugins.module_utils._process import playbook_pid as owner_process, proc_stat
 
 
 def process_start(pid: int) -> Optional[str]:
@@ -34,25 +25,14 @@ def process_start(pid: int) -> Optional[str]:
 
     Used with the pid so a recycled pid is never mistaken for ours.
     """
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            stat = handle.read().decode("utf-8", "replace")
-    except OSError:
-        return None
-    fields = stat[stat.rfind(")") + 2:].split()
-    if not fields or fields[0] in ("Z", "X"):
-        return None
-    return fields[19]
+    info = proc_stat(pid)
+    return info.start_time if info is not None and info.running else None
 
 
 def process_stopped(pid: int) -> bool:
     """True when ``pid`` is stopped (state T) by a job-control signal."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            stat = handle.read().decode("utf-8", "replace")
-    except OSError:
-        return False
-    return stat[stat.rfind(")") + 2:][:1] == "T"
+    info = proc_stat(pid)
+    return info is not None and info.state == "T"
 
 
 def process_alive(pid: Optional[int], start: Optional[str] = None) -> bool:

@@ -8,12 +8,11 @@ and the lock that serialises starting, stopping and garbage collection of sessio
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
 import os
-from typing import Any, Dict, Iterator, Optional
+from typing import Any, Dict, Optional
 
+from ansible_collections.hpc.stateless.plugins.module_utils._fs import Flock
 from ansible_collections.hpc.stateless.plugins.module_utils._paths import write_atomic
 
 DEFAULT_RUNTIME_DIR = "/var/tmp/hpc-nspawn"
@@ -37,12 +36,6 @@ def read_json(path: str) -> Optional[Dict[str, Any]]:
         return None
 
 
-@contextlib.contextmanager
-def locked(path: str) -> Iterator[None]:
-    """Hold an exclusive lock on the directory ``path`` (sessions of one runtime directory)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
+def locked(path: str) -> Flock:
+    """The exclusive lock of the directory ``path`` (sessions of one runtime directory), for a ``with``."""
+    return Flock(path, directory=True)

@@ -205,12 +205,8 @@ def _pid_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
-            state = handle.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return True
-    return state not in ("Z", "X")
+    info = _process.proc_stat(pid)
+    return info is None or info.running
 
 
 class Packer:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ansible_collections.hpc.stateless.plugins.module_utils._paths import write_atomic
+from ansible_collections.hpc.stateless.plugins.module_utils._time import iso_utc
 from ansible_collections.hpc.stateless.plugins.module_utils._contract import names
 
 RECORD_FORMAT = 1
@@ -91,7 +92,7 @@ class Record:
 
     def to_dict(self) -> dict[str, Any]:
         return {"format": RECORD_FORMAT, "layer": self.layer, "key": self.key, "image": self.image,
-                "image_id": self.image_id, "passed": self.passed, "verified_at": _iso(self.verified_at),
+                "image_id": self.image_id, "passed": self.passed, "verified_at": iso_utc(self.verified_at),
                 "verified_at_epoch": self.verified_at, "settings": self.settings,
                 "checks": [{"name": c.name, "passed": c.passed, "detail": c.detail} for c in self.checks]}
 
@@ -111,10 +112,6 @@ class Record:
         return cls(data["layer"], data["key"], data["image"], data["image_id"],
                    tuple(Check.from_dict(where, c) for c in checks), epoch if isinstance(epoch, int) else 0,
                    settings if isinstance(settings, dict) else {})
-
-
-def _iso(epoch: int) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
 
 
 def _check_names(layer: str, key: str) -> None:
@@ -183,7 +180,7 @@ class Verdict:
         if self.record is not None:
             entry["record"] = self.record.file_name
             entry["image_id"] = self.record.image_id
-            entry["verified_at"] = _iso(self.record.verified_at)
+            entry["verified_at"] = iso_utc(self.record.verified_at)
             entry["checks"] = [{"name": c.name, "passed": c.passed} for c in self.record.checks]
         if self.status != PASSED:
             entry["unverified_because"] = self.message
@@ -216,9 +213,9 @@ def judge(record_dir: str, layer: str, key: str, image_id: str, settings: dict[s
     if not record.passed:
         failed = "; ".join(f"{c.name}: {c.detail}" if c.detail else c.name for c in record.failed) or "no checks"
         return Verdict("failed", layer, key,
-                       f"{where} failed verification at {_iso(record.verified_at)}: {failed}. Fix the layer's "
+                       f"{where} failed verification at {iso_utc(record.verified_at)}: {failed}. Fix the layer's "
                        f"roles, build again (site.yml) and verify: {verify_command(layer)}", record)
-    return Verdict(PASSED, layer, key, f"{where} passed verification at {_iso(record.verified_at)} "
+    return Verdict(PASSED, layer, key, f"{where} passed verification at {iso_utc(record.verified_at)} "
                    f"({len(record.checks)} checks)", record)
 
 
