@@ -3,9 +3,12 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""Command lines and records for bootstrapping a distribution root file system.
+"""Bootstrapping a distribution root file system: the command lines, the records and the rootfs module's job.
 
-Pure functions, no I/O: the ``rootfs`` module runs what these return.
+The command lines and records are pure functions, no I/O; :class:`RootfsBootstrap` (the job of the
+``rootfs`` module, which only parses its options into a :class:`RootfsRequest`) runs them. The
+module's bootstrap options are derived from the inventory schema's bootstrap keys
+(:func:`bootstrap_options`), so a layer's ``bootstrap`` mapping and the module take the same keys.
 One builder per tool: mmdebstrap (Debian, Ubuntu; the default) or debootstrap (selectable),
 ``dnf --installroot`` (EL family, Fedora) and ``zypper --root`` (SUSE).
 
@@ -17,14 +20,32 @@ wrapped in ``buildah unshare``, so the root's owners map exactly as buildah's ow
 
 from __future__ import annotations
 
+import copy
+import json
 import os
 import shlex
+import shutil
+import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 from ansible_collections.hpc.stateless.plugins.module_utils._process import INITIAL_ID_MAP, parse_id_map
-from ansible_collections.hpc.stateless.plugins.module_utils._build.rootless import HOST_CACHE_ROOT
-from ansible_collections.hpc.stateless.plugins.module_utils._contract.inventory import BOOTSTRAP_TOOLS, SUPPORTED_DISTROS
+from ansible_collections.hpc.stateless.plugins.module_utils import _process
+from ansible_collections.hpc.stateless.plugins.module_utils._fs import Flock, mounts_below
+from ansible_collections.hpc.stateless.plugins.module_utils._paths import write_atomic
+from ansible_collections.hpc.stateless.plugins.module_utils._build.rootless import HOST_CACHE_ROOT, host_cache_path
+from ansible_collections.hpc.stateless.plugins.module_utils._contract.inventory import (
+    BOOTSTRAP_KEYS,
+    BOOTSTRAP_REQUIRED,
+    BOOTSTRAP_TOOLS,
+    KIND_BOOL,
+    KIND_PATH,
+    KIND_STRING,
+    KIND_STRINGS,
+    SUPPORTED_DISTROS,
+    bootstrap_tool_choices,
+)
 
 # distro -> tool family; the single source is _contract/inventory.py's SUPPORTED_DISTROS.
 DISTRO_FAMILIES: dict[str, str] = SUPPORTED_DISTROS
@@ -439,3 +460,336 @@ def parse_tool_version(output: str) -> str | None:
         if words:
             return words[-1]
     return None
+
+
+# -- the rootfs module's options ------------------------------------------------------------------
+# The module option type of each kind of bootstrap value (_contract/inventory.py's BOOTSTRAP_KEYS).
+_OPTION_TYPES: dict[str, dict[str, Any]] = {
+    KIND_STRING: {"type": "str"},
+    KIND_PATH: {"type": "path"},
+    KIND_STRINGS: {"type": "list", "elements": "str"},
+    KIND_BOOL: {"type": "bool"},
+}
+# What the rootfs module adds to a bootstrap key's type: its choices and defaults.
+_OPTION_EXTRAS: dict[str, dict[str, Any]] = {
+    "distro": {"choices": sorted(SUPPORTED_DISTROS)},
+    "tool": {"choices": bootstrap_tool_choices()},
+    "packages": {"default": []},
+    "components": {"default": ["main"]},
+    "extra_args": {"default": []},
+    "keyring": {"no_log": False},
+    "gpg_check": {"default": True},
+}
+
+
+def bootstrap_options(required: bool = True) -> dict[str, dict[str, Any]]:
+    """The rootfs module's argument_spec entries of the bootstrap keys, derived from BOOTSTRAP_KEYS.
+
+    ``required``: whether the keys a layer must set (BOOTSTRAP_REQUIRED) are required options; the
+    module's top-level ones are not, since the whole mapping may come as its ``bootstrap`` option.
+    Every call returns new dictionaries (argument_spec defaults are not to be shared).
+    """
+    options = {key: {**copy.deepcopy(_OPTION_TYPES[kind]), **copy.deepcopy(_OPTION_EXTRAS.get(key, {}))}
+               for key, kind in BOOTSTRAP_KEYS.items()}
+    for key in BOOTSTRAP_REQUIRED:
+        options[key]["required"] = required
+    return options
+
+
+# -- the rootfs module's job ----------------------------------------------------------------------
+OUTPUT_TAIL_LINES = 40
+CACHE_LOCK_NAME = ".hpc-stateless-rootfs.lock"
+C_LOCALE = _process.locale_env("C", language=True)
+IGNORED_ENTRIES = frozenset({"lost+found"})
+
+
+class RootfsError(Exception):
+    """The bootstrap cannot go on; ``result`` holds the result fields the module fails with besides ``msg``."""
+
+    def __init__(self, msg: str, result: dict[str, Any] | None = None) -> None:
+        super().__init__(msg)
+        self.msg = msg
+        self.result = result or {}
+
+
+@dataclass(frozen=True)
+class RootfsRequest:
+    """What the rootfs module is asked: where to bootstrap, the layer's bootstrap keys, the cache, force.
+
+    ``bootstrap`` holds every key of BOOTSTRAP_KEYS (None where not given), from the module's
+    ``bootstrap`` option or its individual options.
+    """
+
+    path: str
+    bootstrap: dict[str, Any]
+    cache_dir: str | None = None
+    force: bool = False
+
+    @classmethod
+    def from_params(cls, params: dict[str, Any]) -> RootfsRequest:
+        """The request of the module's validated parameters."""
+        given = params.get("bootstrap") or params
+        return cls(path=params["path"], bootstrap={key: given.get(key) for key in BOOTSTRAP_KEYS},
+                   cache_dir=params.get("cache_dir"), force=bool(params.get("force")))
+
+    def spec(self, mode: str = MODE_ROOT) -> BootstrapSpec:
+        """The BootstrapSpec of this request for a build in ``mode``; ValueError names the offending option."""
+        path = os.path.abspath(self.path)
+        if os.path.realpath(path) == "/":
+            raise ValueError("path must not be / : the rootfs module never bootstraps over the build host")
+        keys = self.bootstrap
+        return BootstrapSpec(
+            path=path,
+            distro=keys["distro"],
+            release=keys["release"],
+            mirror=resolve_mirror(keys["distro"], keys["mirror"]),
+            variant=keys["variant"],
+            packages=tuple(keys["packages"] or ()),
+            components=tuple(keys["components"] or ()),
+            arch=keys["arch"],
+            extra_args=tuple(keys["extra_args"] or ()),
+            keyring=keys["keyring"],
+            gpg_check=keys["gpg_check"] is not False,
+            cache_dir=self.cache_dir or default_cache_dir(distro_family(keys["distro"]), cache_root(mode)),
+            tool=keys["tool"] or "",
+            mode=mode,
+        )
+
+
+def current_mode() -> str:
+    """Return how the tools run here, from our euid and whether we are in a user namespace."""
+    try:
+        with open("/proc/self/uid_map", encoding="utf-8") as handle:
+            uid_map = handle.read()
+    except OSError:
+        uid_map = ""
+    return privilege_mode(os.geteuid(), uid_map)
+
+
+def cache_root(mode: str) -> str:
+    """Return the root of the default package caches for a build in `mode`."""
+    return DEFAULT_CACHE_ROOT if mode == MODE_ROOT else host_cache_path(DEFAULT_CACHE_ROOT)
+
+
+def tail(text: str, lines: int = OUTPUT_TAIL_LINES) -> list[str]:
+    """Return the last `lines` lines of `text`."""
+    return text.splitlines()[-lines:]
+
+
+def unknown_entries(path: str) -> list[str]:
+    """Return the sorted entries of `path` that are not expected in an empty mount point."""
+    if not os.path.isdir(path):
+        return []
+    return sorted(entry for entry in os.listdir(path) if entry not in IGNORED_ENTRIES)
+
+
+def cache_lock(cache_dir: str) -> Flock:
+    """The exclusive lock on the package cache while one bootstrap uses it (for a ``with``).
+
+    Two root layers (or two builds) may bootstrap at once: apt refuses a package cache whose lock
+    another apt holds, and dnf's and zypper's caches take no second writer either; the second
+    bootstrap waits here instead of failing. The lock file says which process holds it.
+    """
+    return Flock(os.path.join(cache_dir, CACHE_LOCK_NAME), "rootfs bootstrap")
+
+
+class RootfsBootstrap:
+    """Bootstraps one root file system (the rootfs module's job); every change goes through `apply`.
+
+    ``warn`` receives the warnings for the user; :class:`RootfsError` carries every failure with
+    the result fields known at that point.
+    """
+
+    def __init__(self, request: RootfsRequest, check_mode: bool = False,
+                 warn: Callable[[str], None] | None = None, mode: str | None = None) -> None:
+        self.force = request.force
+        self.check_mode = check_mode
+        self.warn = warn or (lambda msg: None)
+        try:
+            self.spec = request.spec(mode or current_mode())
+            # Builds the command lines once, so an unsupported combination (arch with zypper) fails
+            # here with its message, before anything is read or run.
+            bootstrap_commands(self.spec)
+        except ValueError as exc:
+            raise RootfsError(str(exc)) from None
+        self.record_path = os.path.join(self.spec.path, RECORD_RELPATH)
+        self.result: dict[str, Any] = {"changed": False, "path": self.spec.path, "cmd": [], "commands": []}
+
+    def fail(self, msg: str, **extra: Any) -> NoReturn:
+        """Fail with the common result fields."""
+        raise RootfsError(msg, {**self.result, **extra})
+
+    def read_existing_record(self) -> dict[str, Any] | None:
+        """Return the stored record, None without one; fail on an unreadable record unless forced."""
+        if not os.path.exists(self.record_path):
+            return None
+        try:
+            with open(self.record_path, encoding="utf-8") as handle:
+                record = json.load(handle)
+            if not isinstance(record, dict):
+                raise ValueError("not a JSON object")
+            return record
+        except (OSError, ValueError) as exc:
+            if self.force:
+                return {}
+            self.fail(f"cannot read the bootstrap record {self.record_path}: {exc}. "
+                      "Remove the directory's content or set force: true to bootstrap again.")
+
+    def needs_bootstrap(self, existing: dict[str, Any] | None, wanted: dict[str, Any]) -> bool:
+        """Decide whether to bootstrap; fail when that would overwrite something unasked."""
+        if existing:
+            differing = record_differences(existing, wanted)
+            if not differing:
+                return False
+            if not self.force:
+                details = "; ".join(f"{key}: {existing.get(key)!r} -> {wanted.get(key)!r}" for key in differing)
+                self.fail(f"{self.spec.path} already holds a different root file system (differs in: "
+                          f"{', '.join(differing)}; {details}). Use a fresh directory, or set force: true "
+                          "to wipe it and bootstrap again.", differing_keys=differing, record=existing)
+            return True
+        if existing is None and unknown_entries(self.spec.path) and not self.force:
+            shown = ", ".join(unknown_entries(self.spec.path)[:10])
+            self.fail(f"refusing to bootstrap into {self.spec.path}: it is not empty and holds no bootstrap "
+                      f"record ({RECORD_RELPATH}); found: {shown}. Use an empty directory, or set force: true "
+                      "to wipe its content.")
+        return True
+
+    def resolve_binaries(self) -> dict[str, str]:
+        """Return absolute paths of the tools needed; fail naming the missing binary and its package."""
+        binaries = {}
+        for binary, package in required_binaries(self.spec).items():
+            try:
+                binaries[binary] = _process.which(binary)
+            except _process.ToolMissing:
+                self.fail(f"{binary} is not installed on the build host (needed for distro "
+                          f"{self.spec.distro}); install the Debian package '{package}', e.g. apt-get install {package}.")
+        return binaries
+
+    def wipe(self, binaries: dict[str, str]) -> None:
+        """Remove everything in `path` except lost+found; never crosses a mount point."""
+        mounted = mounts_below(self.spec.path)
+        if mounted:
+            self.fail(f"refusing to wipe {self.spec.path}: file systems are mounted below it "
+                      f"({', '.join(mounted)}); unmount them first.")
+        if self.spec.mode == MODE_UNSHARE:
+            # Files of a root bootstrapped without root belong to subordinate ids: only the
+            # user namespace they were made in may remove them.
+            targets = [os.path.join(self.spec.path, entry) for entry in unknown_entries(self.spec.path)]
+            _process.run([binaries["buildah"], "unshare", "--", "rm", "-rf", "--one-file-system", "--", *targets])
+            return
+        for entry in unknown_entries(self.spec.path):
+            target = os.path.join(self.spec.path, entry)
+            if os.path.isdir(target) and not os.path.islink(target):
+                shutil.rmtree(target)
+            else:
+                os.unlink(target)
+
+    def run(self, argv: list[str], environ: dict[str, str]) -> tuple[str, str]:
+        """Run one command; on failure keep the directory and tell the user how to retry."""
+        rc, out, err = _process.run(argv, check=False, env=environ)
+        if rc != 0:
+            # A tool that failed half-way may leave its binds (package cache, mirror) mounted.
+            self.release_mounts()
+            self.fail(f"bootstrap command failed (rc={rc}): {' '.join(argv)}. No record was written; "
+                      f"{self.spec.path} is left as is for inspection. Fix the cause, then rerun with "
+                      "force: true (or remove the working container) to bootstrap cleanly.",
+                      rc=rc, failed_cmd=argv, stderr_lines=tail(err), stdout_lines=tail(out))
+        return out, err
+
+    def release_mounts(self) -> None:
+        """Unmount whatever is still mounted below `path`, deepest first."""
+        for point in mounts_below(self.spec.path):
+            if not _process.run(["umount", point], check=False).ok:
+                _process.run(["umount", "-l", point], check=False)
+
+    def tool_version(self, binary: str, environ: dict[str, str]) -> str | None:
+        """Return the tool's version for the record; None if it cannot tell."""
+        rc, out, err = _process.run([binary, "--version"], check=False, env=environ)
+        return parse_tool_version(out or err) if rc == 0 else None
+
+    def remove_cache_state(self) -> None:
+        """Remove the tool's state about the host cache from the root, and the directories made only for it."""
+        for target in cache_state_in_root(self.spec):
+            if os.path.isdir(target) and not os.path.islink(target):
+                shutil.rmtree(target)
+            elif os.path.lexists(target):
+                os.unlink(target)
+            else:
+                continue
+            self.prune_empty_parents(os.path.dirname(target))
+
+    def prune_empty_parents(self, directory: str) -> None:
+        """Remove empty directories from `directory` up, stopping at `path` or at one a package owns."""
+        root = self.spec.path.rstrip("/")
+        while (directory.startswith(root + "/") and os.path.isdir(directory) and not os.path.islink(directory)
+               and not os.listdir(directory) and not self.owned_by_package(directory)):
+            os.rmdir(directory)
+            directory = os.path.dirname(directory)
+
+    def owned_by_package(self, directory: str) -> bool:
+        """Tell whether a package in the new root owns `directory`; True when rpm cannot tell (keep it)."""
+        try:
+            rpm = _process.which("rpm")
+        except _process.ToolMissing:
+            return True
+        inside = "/" + os.path.relpath(directory, self.spec.path)
+        return _process.run([rpm, f"--root={self.spec.path}", f"--dbpath={rpmdb_path(self.spec.distro)}", "-qf",
+                             inside], check=False, env=C_LOCALE).ok
+
+    def write_record(self, record: dict[str, Any]) -> None:
+        """Write the record atomically (temp file in the same directory, then rename)."""
+        directory = os.path.dirname(self.record_path)
+        os.makedirs(directory, mode=0o755, exist_ok=True)
+        write_atomic(self.record_path, json.dumps(record, indent=2, sort_keys=True) + "\n")
+
+    def apply(self) -> dict[str, Any]:
+        """Bootstrap if needed and return the module result."""
+        spec = self.spec
+        if spec.family != "debootstrap" and spec.variant:
+            self.warn(f"variant is ignored for {spec.distro}: {spec.family} always installs minimally")
+        existing = self.read_existing_record()
+        wanted = bootstrap_record(spec)
+        if not self.needs_bootstrap(existing, wanted):
+            self.result["record"] = existing
+            return self.result
+
+        binaries = self.resolve_binaries()
+        commands = bootstrap_commands(spec, binaries)
+        self.result.update(changed=True, cmd=commands[-1], commands=commands, record=wanted,
+                           diff={"before": existing or {}, "after": wanted})
+        if self.check_mode:
+            return self.result
+
+        if unknown_entries(spec.path):
+            self.wipe(binaries)
+        os.makedirs(spec.path, mode=0o755, exist_ok=True)
+        os.makedirs(spec.cache_dir, mode=0o755, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix="hpc-stateless-rootfs-") as home:
+            environ = self.environment(home)
+            if spec.mode == MODE_UNSHARE and "HOME" in environ:
+                # The private HOME goes inside buildah unshare only: buildah finds its run directory through the user's.
+                commands = bootstrap_commands(spec, binaries, inner_env={"HOME": environ.pop("HOME")})
+                self.result.update(cmd=commands[-1], commands=commands)
+            version = self.tool_version(binaries[spec.tool], environ)
+            out = ""
+            with cache_lock(spec.cache_dir):
+                for argv in commands:
+                    stdout, stderr = self.run(argv, environ)
+                    out = stdout or stderr  # mmdebstrap reports on stderr
+        self.remove_cache_state()
+        for package_file in downloaded_packages_in_root(spec):
+            os.unlink(package_file)
+        record = bootstrap_record(spec, tool_version=version)
+        self.write_record(record)
+        self.result.update(record=record, stdout_lines=tail(out), diff={"before": existing or {}, "after": record})
+        return self.result
+
+    def environment(self, home: str) -> dict[str, str]:
+        """Return the environment for the tools: C locale, no initramfs; for rpm tools a private HOME with our rpm macros."""
+        environ = {**C_LOCALE, **NO_INITRD_ENV}
+        if self.spec.family != "debootstrap":
+            # rpm reads ~/.rpmmacros: this pins %_dbpath without touching the host's /etc/rpm.
+            with open(os.path.join(home, ".rpmmacros"), "w", encoding="utf-8") as handle:
+                handle.write(rpm_macros(self.spec.distro))
+            environ["HOME"] = home
+        return environ

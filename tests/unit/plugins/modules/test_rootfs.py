@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.hpc.stateless.plugins.module_utils import _process
+from ansible_collections.hpc.stateless.plugins.module_utils._build import bootstrap
 from ansible_collections.hpc.stateless.plugins.module_utils._build.bootstrap import (
     RECORD_RELPATH,
     BootstrapSpec,
@@ -139,7 +140,7 @@ def test_tool_of_another_family_is_refused(run_module, ran, rocky_args):
 def test_without_root_commands_run_under_buildah_unshare_with_a_user_cache(run_module, ran, tmp_path, monkeypatch):
     """The module's own mode detection, fed a non-root euid: a test double, since these unit tests run as root.
     The real run as an ordinary user is in tests/integration/test_rootfs_rpm.py."""
-    monkeypatch.setattr(rootfs.os, "geteuid", lambda: 1001)
+    monkeypatch.setattr(bootstrap.os, "geteuid", lambda: 1001)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     args = {"path": str(tmp_path / "deb"), "distro": "debian", "release": "bookworm"}
     result, code = run_module(args, check_mode=True)
@@ -347,13 +348,101 @@ def test_argument_spec_choices_follow_the_distro_table():
     assert rootfs.argument_spec()["distro"]["choices"] == sorted(SUPPORTED_DISTROS)
 
 
+# --- the bootstrap option: the layer's whole bootstrap mapping ------------------------------------
+
+def test_the_plans_bootstrap_mapping_runs_as_the_options_it_holds(run_module, ran, tmp_path):
+    """What playbooks/tasks/build_layer.yml passes: the layer's bootstrap as the plan normalised it."""
+    from ansible_collections.hpc.stateless.plugins.module_utils._layers.graph import LayerGraph
+    layers = {"base": {"bootstrap": {"distro": "debian", "release": "bookworm", "variant": "minbase",
+                                     "packages": ["python3"], "extra_args": "--aptopt='Acquire::Retries \"3\"'"}}}
+    planned = LayerGraph.from_spec(layers).spec("base")["bootstrap"]
+    common = {"path": str(tmp_path / "deb"), "cache_dir": str(tmp_path / "c")}
+    by_mapping, code = run_module({**common, "bootstrap": planned}, check_mode=True)
+    assert code == 0, by_mapping
+    by_options, code = run_module({**common, **planned}, check_mode=True)
+    assert code == 0, by_options
+    assert {**by_mapping, "invocation": None} == {**by_options, "invocation": None}
+    assert by_mapping["cmd"][:4] == [host_binary("mmdebstrap"), "--mode=root", "--variant=minbase", "--include=python3"]
+    assert '--aptopt=Acquire::Retries "3"' in by_mapping["cmd"]
+    assert ran == []
+
+
+def test_the_bootstrap_mapping_takes_the_options_defaults(run_module, ran, rocky_args):
+    mapping = {key: rocky_args[key] for key in ("mirror", "gpg_check", "packages")}
+    by_mapping, code = run_module({"path": rocky_args["path"], "cache_dir": rocky_args["cache_dir"],
+                                   "bootstrap": {"distro": "rocky", "release": "9", "variant": None, **mapping}},
+                                  check_mode=True)
+    assert code == 0, by_mapping
+    assert {**by_mapping, "invocation": None} == {**run_module(rocky_args, check_mode=True)[0], "invocation": None}
+    assert by_mapping["record"] == bootstrap_record(rocky_spec(rocky_args))
+    assert ran == []
+
+
+@pytest.mark.parametrize("args, message", [
+    ({"bootstrap": {"distro": "rocky", "release": "9"}, "release": "9"},
+     "parameters are mutually exclusive: bootstrap|release"),
+    ({"bootstrap": {"distro": "rocky", "release": "9"}, "packages": []},
+     "parameters are mutually exclusive: bootstrap|packages"),
+    ({"bootstrap": {"distro": "rocky", "release": "9", "pakages": ["bash"]}}, "bootstrap.pakages"),
+    ({"bootstrap": {"distro": "rocky"}}, "missing required arguments: release found in bootstrap"),
+    ({"bootstrap": {"distro": "gentoo", "release": "1"}}, "value of distro must be one of: almalinux"),
+    ({"bootstrap": {"distro": "rocky", "release": "9", "gpg_check": "maybe"}}, "gpg_check"),
+    ({}, "one of the following is required: bootstrap, distro"),
+    ({"distro": "rocky"}, "parameters are required together: distro, release"),
+])
+def test_bad_bootstrap_input_is_refused_before_anything_runs(run_module, ran, tmp_path, args, message):
+    result, code = run_module({"path": str(tmp_path / "root"), **args}, check_mode=True)
+    assert code == 1
+    assert message in result["msg"]
+    assert ran == []
+
+
+def test_the_bootstrap_options_follow_the_inventory_schema():
+    """One table (_contract/inventory.py) gives the layer's bootstrap keys and the module's options."""
+    from ansible_collections.hpc.stateless.plugins.module_utils._contract.inventory import (
+        BOOTSTRAP_KEYS, BOOTSTRAP_REQUIRED)
+    spec = rootfs.argument_spec()
+    assert set(spec["bootstrap"]["options"]) == set(BOOTSTRAP_KEYS) < set(spec)
+    for key in BOOTSTRAP_KEYS:
+        top, sub = dict(spec[key]), dict(spec["bootstrap"]["options"][key])
+        assert sub.pop("required", False) is (key in BOOTSTRAP_REQUIRED)
+        assert top.pop("required", False) is False
+        assert top == sub
+    assert spec["keyring"]["type"] == "path" and spec["extra_args"] == {"type": "list", "elements": "str", "default": []}
+
+
+def _documented(options: dict) -> dict:
+    """DOCUMENTATION's options in argument_spec terms (type, elements, default, choices, required, suboptions)."""
+    spec = {}
+    for name, doc in options.items():
+        entry = {key: doc[key] for key in ("type", "elements", "default", "choices") if key in doc}
+        entry["required"] = doc.get("required", False)
+        if "suboptions" in doc:
+            entry["options"] = _documented(doc["suboptions"])
+        spec[name] = entry
+    return spec
+
+
+def _declared(spec: dict) -> dict:
+    return {name: {**{key: value for key, value in entry.items() if key not in ("no_log", "options")},
+                   "required": entry.get("required", False),
+                   **({"options": _declared(entry["options"])} if "options" in entry else {})}
+            for name, entry in spec.items()}
+
+
+def test_documentation_states_the_argument_spec():
+    """The bootstrap options are derived from the inventory schema; DOCUMENTATION must still say the same."""
+    import yaml
+    assert _documented(yaml.safe_load(rootfs.DOCUMENTATION)["options"]) == _declared(rootfs.argument_spec())
+
+
 # --- the package cache lock ------------------------------------------------------------------
 
 def test_cache_lock_holds_the_cache_for_one_bootstrap_at_a_time(tmp_path):
     """A second bootstrap on the same cache (another process: flock locks are per open file) waits."""
     probe = [sys.executable, "-c", "import fcntl, sys; h = open(sys.argv[1], 'a'); "
-             "fcntl.flock(h.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)", str(tmp_path / rootfs.CACHE_LOCK_NAME)]
-    with rootfs.cache_lock(str(tmp_path)):
+             "fcntl.flock(h.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)", str(tmp_path / bootstrap.CACHE_LOCK_NAME)]
+    with bootstrap.cache_lock(str(tmp_path)):
         held = subprocess.run(probe, capture_output=True, text=True, check=False, timeout=30)
     assert held.returncode != 0 and "BlockingIOError" in held.stderr
     assert subprocess.run(probe, check=False, timeout=30).returncode == 0
