@@ -22,7 +22,7 @@ from ansible.plugins.action import ActionBase
 from ansible.vars.manager import VariableManager
 from jinja2 import Undefined
 
-from ansible_collections.hpc.stateless.plugins.module_utils._build.buildah import (
+from ansible_collections.hpc.stateless.plugins.module_utils._contract.labels import (
     DEFAULT_IMAGE_PREFIX,
     container_name,
     image_ref,

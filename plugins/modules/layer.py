@@ -196,8 +196,8 @@ from ansible_collections.hpc.stateless.plugins.module_utils._build.layer import 
     DEFAULT_PACKAGE_CACHES,
     LayerBuilder,
     LayerError,
-    layer_labels,
 )
+from ansible_collections.hpc.stateless.plugins.module_utils._contract.labels import DEFAULT_IMAGE_PREFIX, layer_labels
 
 
 def main() -> None:
@@ -207,7 +207,7 @@ def main() -> None:
             key=dict(type="str", no_log=False),
             state=dict(type="str", default="started", choices=["started", "committed", "absent"]),
             parent_image=dict(type="str", default="scratch"),
-            image_prefix=dict(type="str", default="localhost/hpc-stateless"),
+            image_prefix=dict(type="str", default=DEFAULT_IMAGE_PREFIX),
             parent=dict(type="str"),
             parent_key=dict(type="str", no_log=False),
             git_commit=dict(type="str"),

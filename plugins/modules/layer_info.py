@@ -86,7 +86,8 @@ containers:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.hpc.stateless.plugins.module_utils._process import ProcessError
-from ansible_collections.hpc.stateless.plugins.module_utils._build.buildah import CONTAINER_PREFIX, LABEL_PREFIX, Buildah
+from ansible_collections.hpc.stateless.plugins.module_utils._build.buildah import Buildah
+from ansible_collections.hpc.stateless.plugins.module_utils._contract.labels import CONTAINER_PREFIX, KEY_LABEL, LAYER_LABEL, PARENT_LABEL
 
 
 def main() -> None:
@@ -100,9 +101,9 @@ def main() -> None:
         keys: dict[str, list[str]] = {}
         for image in buildah.layer_images():
             labels = image["labels"]
-            entry = dict(image, layer=labels.get(f"{LABEL_PREFIX}layer", ""),
-                         key=labels.get(f"{LABEL_PREFIX}key", ""),
-                         parent=labels.get(f"{LABEL_PREFIX}parent", ""))
+            entry = dict(image, layer=labels.get(LAYER_LABEL, ""),
+                         key=labels.get(KEY_LABEL, ""),
+                         parent=labels.get(PARENT_LABEL, ""))
             images.append(entry)
             keys.setdefault(entry["layer"], []).append(entry["key"])
         containers = sorted(buildah.container_names(CONTAINER_PREFIX))

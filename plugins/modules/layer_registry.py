@@ -110,6 +110,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.hpc.stateless.plugins.module_utils._process import ProcessError
 from ansible_collections.hpc.stateless.plugins.module_utils._build.buildah import Buildah
+from ansible_collections.hpc.stateless.plugins.module_utils._contract.labels import DEFAULT_IMAGE_PREFIX
 from ansible_collections.hpc.stateless.plugins.module_utils._build.registry import LayerTransfer, TransferError
 
 
@@ -118,7 +119,7 @@ def main() -> None:
         argument_spec=dict(
             name=dict(type="str", required=True),
             key=dict(type="str", required=True, no_log=False),
-            image_prefix=dict(type="str", default="localhost/hpc-stateless"),
+            image_prefix=dict(type="str", default=DEFAULT_IMAGE_PREFIX),
             registry=dict(type="str", required=True),
             state=dict(type="str", default="pulled", choices=["pulled", "pushed"]),
             tls_verify=dict(type="bool", default=True),

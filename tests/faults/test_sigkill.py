@@ -14,7 +14,7 @@ import subprocess
 import uuid
 from pathlib import Path
 
-from ansible_collections.hpc.stateless.plugins.module_utils._build.buildah import (
+from ansible_collections.hpc.stateless.plugins.module_utils._contract.labels import (
     container_name,
     container_stem,
     owner_instance,

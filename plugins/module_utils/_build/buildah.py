@@ -2,20 +2,18 @@
 # Copyright (c) 2026 hpc.stateless developers
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The one place that knows how the buildah CLI is called, and how our containers and images are named.
+"""The one place that knows how the buildah CLI is called.
 
 Every stage (build, pack, verify, the buildah connection) calls buildah through :class:`Buildah`,
 which runs it through the one process runner (:class:`~_process.ToolRunner`): an argv list,
 ``LANG=C``, stdin closed, and ``BUILDAH_ISOLATION`` set - the caller's value, else the
 environment's, else ``chroot`` (crun cannot start on hosts with hybrid cgroups, chroot isolation can).
 
-Names: every working container is ``hpc-stateless-<purpose>-<scope tag>-<instance>``
-(:func:`container_name`), every label we write starts with :data:`LABEL_PREFIX`.
+How our containers and images are named and labelled is the container contract, _contract/labels.py.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -23,13 +21,9 @@ from typing import Any, Mapping, Sequence
 
 from ansible_collections.hpc.stateless.plugins.module_utils._process import ProcessError, Result, ToolRunner
 from ansible_collections.hpc.stateless.plugins.module_utils._build import rootless
+from ansible_collections.hpc.stateless.plugins.module_utils._contract.labels import CONTAINER_PREFIX, LAYER_LABEL
 
-LABEL_PREFIX = "hpc.stateless."
-DEFAULT_IMAGE_PREFIX = "localhost/hpc-stateless"
 DEFAULT_ISOLATION = "chroot"
-CONTAINER_PREFIX = "hpc-stateless-"
-# Characters of the instance part of a container name (a content key is cut to this length).
-INSTANCE_LENGTH = 12
 INSTALL_HINT = "install it (Debian/Ubuntu: apt-get install buildah, EL: dnf install buildah)"
 # buildah's words for "there is no such container/image" (a concurrent removal, a leftover already gone)
 _GONE = re.compile(r"not known|no such|does not exist|not found", re.IGNORECASE)
@@ -42,52 +36,6 @@ class BuildahError(ProcessError):
     def gone(self) -> bool:
         """True when buildah failed because the container or image does not exist."""
         return bool(_GONE.search(self.stderr))
-
-
-# -- names -------------------------------------------------------------------------------------
-def scope_tag(scope: str) -> str:
-    """Six hex digits naming ``scope`` (an image prefix, a runtime directory) inside container names."""
-    return hashlib.sha256(scope.rstrip("/").encode("utf-8")).hexdigest()[:6]
-
-
-def container_stem(scope: str, purpose: str) -> str:
-    """Start of every working-container name of ``purpose`` (a layer name, ``pack``...) within ``scope``.
-
-    The scope (the image prefix of a build, the runtime directory of verify sessions) is part of
-    the name so that runs in different scopes (tests, CI runners, benchmarks) never see, or clean
-    up, each other's containers.
-    """
-    return f"{CONTAINER_PREFIX}{purpose}-{scope_tag(scope)}-"
-
-
-def container_name(scope: str, purpose: str, instance: str) -> str:
-    """Deterministic working-container name, so a rerun finds a leftover of a killed run.
-
-    ``instance`` is a content key (a layer), a session id or :func:`owner_instance` of a process;
-    it is cut to :data:`INSTANCE_LENGTH` characters.
-    """
-    return container_stem(scope, purpose) + instance[:INSTANCE_LENGTH]
-
-
-def owner_instance(pid: int) -> str:
-    """Instance part of a container that lives as long as process ``pid`` (``pid<n>``, never a hex key)."""
-    return f"pid{pid}"
-
-
-def container_owner(name: str, purpose: str) -> int | None:
-    """The pid of the process a ``purpose`` container belongs to (any scope), None for other names."""
-    match = re.fullmatch(rf"{re.escape(CONTAINER_PREFIX + purpose)}-[0-9a-f]{{6}}-pid([0-9]+)", name)
-    return int(match.group(1)) if match else None
-
-
-def image_ref(prefix: str, layer: str, key: str) -> str:
-    """Image reference of a layer: ``<prefix>/<layer>:<content key>``."""
-    return f"{prefix.rstrip('/')}/{layer}:{key}"
-
-
-def image_prefix_of(ref: str) -> str:
-    """The repository prefix of ``ref`` (``localhost/p/base:k`` -> ``localhost/p``), empty without one."""
-    return ref.rsplit("/", 1)[0] if "/" in ref else ""
 
 
 def isolation_default() -> str:
@@ -158,7 +106,7 @@ class Buildah:
 
     def layer_images(self) -> list[dict[str, Any]]:
         """Images that carry our layer label, as ``{id, names, labels}``."""
-        images = json.loads(self.run("images", "--json", "--filter", f"label={LABEL_PREFIX}layer").stdout or "[]")
+        images = json.loads(self.run("images", "--json", "--filter", f"label={LAYER_LABEL}").stdout or "[]")
         result = []
         for image in images or []:
             try:
@@ -258,31 +206,3 @@ class Buildah:
     def push(self, ref: str, remote: str, tls_verify: bool = True, authfile: str | None = None) -> None:
         """``buildah push`` local ``ref`` to ``remote`` (``host/repo:tag``)."""
         self.run("push", "--quiet", *self._registry_args(tls_verify, authfile), ref, f"docker://{remote}")
-
-
-# Parents followed at most from a layer image to its root layer (a guard against a label loop).
-MAX_PARENTS = 64
-
-
-def layer_keys_of(buildah: Buildah | None, ref: str, labels: Mapping[str, str]) -> dict[str, str]:
-    """``{layer: content key}`` of layer image ``ref`` (whose ``labels`` are given) and its parents, up the
-    chain of parent labels; a parent that cannot be read (or with no ``buildah``) is named with its key
-    and ends the walk."""
-    keys: dict[str, str] = {}
-    prefix = image_prefix_of(ref)
-    for _depth in range(MAX_PARENTS):
-        layer, key = labels.get(LABEL_PREFIX + "layer"), labels.get(LABEL_PREFIX + "key")
-        if not layer or not key:
-            break
-        keys[layer] = key
-        parent, parent_key = labels.get(LABEL_PREFIX + "parent"), labels.get(LABEL_PREFIX + "parent-key")
-        if not parent or not parent_key:
-            break
-        try:
-            if buildah is None:
-                raise ValueError("no buildah client to read the parent with")
-            labels = buildah.image_labels(image_ref(prefix, parent, parent_key) if prefix else f"{parent}:{parent_key}")
-        except (ProcessError, ValueError):
-            keys[parent] = parent_key
-            break
-    return keys

@@ -23,13 +23,8 @@ from ansible_collections.hpc.stateless.plugins.module_utils import _process
 # mounts_under: the mount points below a container's root, deepest first (the order to unmount them).
 from ansible_collections.hpc.stateless.plugins.module_utils._fs import mounts_below as mounts_under
 from ansible_collections.hpc.stateless.plugins.module_utils._build import rootless
-from ansible_collections.hpc.stateless.plugins.module_utils._build.buildah import (
-    LABEL_PREFIX,
-    Buildah,
-    container_name,
-    container_stem,
-    image_ref,
-)
+from ansible_collections.hpc.stateless.plugins.module_utils._build.buildah import Buildah
+from ansible_collections.hpc.stateless.plugins.module_utils._contract.labels import container_name, container_stem, image_ref
 
 # In-image package cache -> host directory. Bound while roles run so a rebuild, or a
 # sibling layer, finds the packages already downloaded.
@@ -57,20 +52,6 @@ class LayerResult:
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
-
-
-def layer_labels(name: str, key: str, parent: str | None, parent_key: str | None,
-                 git_commit: str | None, extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The labels every layer image carries."""
-    labels = {
-        f"{LABEL_PREFIX}layer": name,
-        f"{LABEL_PREFIX}key": key,
-        f"{LABEL_PREFIX}parent": parent or "",
-        f"{LABEL_PREFIX}parent-key": parent_key or "",
-        f"{LABEL_PREFIX}git-commit": git_commit or "",
-    }
-    labels.update(extra or {})
-    return labels
 
 
 def commit_tmpdir(container: str) -> str:

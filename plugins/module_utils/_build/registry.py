@@ -16,12 +16,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ansible_collections.hpc.stateless.plugins.module_utils._build.buildah import (
-    LABEL_PREFIX,
-    Buildah,
-    BuildahError,
-    image_ref,
-)
+from ansible_collections.hpc.stateless.plugins.module_utils._build.buildah import Buildah, BuildahError
+from ansible_collections.hpc.stateless.plugins.module_utils._contract.labels import KEY_LABEL, LAYER_LABEL, image_ref
 
 _KEY = re.compile(r"^[0-9a-f]{64}$")
 _REGISTRY = re.compile(r"^[A-Za-z0-9.-]+(:[0-9]+)?(/[a-z0-9._/-]+)?$")
@@ -98,12 +94,12 @@ class LayerTransfer:
                 "first (its pipeline job, or playbooks/layer.yml with hpc_stateless_registry)"
             ) from None
         labels = self.buildah.image_labels(image_id or self.remote)
-        found = labels.get(f"{LABEL_PREFIX}key")
-        if found != self.key or labels.get(f"{LABEL_PREFIX}layer") != self.layer:
+        found = labels.get(KEY_LABEL)
+        if found != self.key or labels.get(LAYER_LABEL) != self.layer:
             self.buildah.rmi(self.remote)
             raise TransferError(
                 f"{self.remote} is not layer {self.layer} with key {self.key} (its labels say layer "
-                f"{labels.get(LABEL_PREFIX + 'layer')!r}, key {found!r}); it was removed again. "
+                f"{labels.get(LAYER_LABEL)!r}, key {found!r}); it was removed again. "
                 "Push the right image under that tag"
             )
         self.buildah.tag(image_id or self.remote, self.local)

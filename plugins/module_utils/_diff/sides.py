@@ -37,10 +37,10 @@ from ansible_collections.hpc.stateless.plugins.module_utils._contract.names impo
     check_name,
 )
 from ansible_collections.hpc.stateless.plugins.module_utils._contract.pkgdb import read_package_db
-from ansible_collections.hpc.stateless.plugins.module_utils._build.buildah import (
-    LABEL_PREFIX,
-    Buildah,
-    BuildahError,
+from ansible_collections.hpc.stateless.plugins.module_utils._build.buildah import Buildah, BuildahError
+from ansible_collections.hpc.stateless.plugins.module_utils._contract.labels import (
+    KEY_LABEL,
+    LAYER_LABEL,
     container_name,
     image_prefix_of,
     layer_keys_of,
@@ -49,7 +49,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils._build.buildah impor
 from ansible_collections.hpc.stateless.plugins.module_utils._deploy.bootlink import BootTree
 from ansible_collections.hpc.stateless.plugins.module_utils._pack.kernel import KernelError, find_kernel
 
-# purpose part of the names of the diff's throw-away working containers (see buildah.container_name)
+# purpose part of the names of the diff's throw-away working containers (see _contract/labels.py's container_name)
 CONTAINER_PURPOSE = "diff"
 KEEP = frozenset({RELEASE_PATH})  # files whose content the diff shows
 
@@ -168,9 +168,9 @@ class LayerImages:
         except KernelError:
             kernel = ""
             notes.append(f"{role}_image {ref} has no kernel")
-        layer = labels.get(LABEL_PREFIX + "layer", "")
+        layer = labels.get(LAYER_LABEL, "")
         return Side(label=f"{ref}", members=lambda: list_tree(root, KEEP), image=layer,
-                    version=labels.get(LABEL_PREFIX + "key", "")[:12], source=ref, packages=packages, kernel=kernel,
+                    version=labels.get(KEY_LABEL, "")[:12], source=ref, packages=packages, kernel=kernel,
                     kernel_args=None, layer_keys=layer_keys_of(self.buildah, ref, labels), notes=notes, packed=False)
 
     def close(self) -> None:

@@ -11,12 +11,12 @@ import time
 from typing import Optional
 
 from ansible_collections.hpc.stateless.plugins.module_utils._process import ToolMissing
-from ansible_collections.hpc.stateless.plugins.module_utils._build import buildah as _buildah
+from ansible_collections.hpc.stateless.plugins.module_utils._contract import labels as _labels
 from ansible_collections.hpc.stateless.plugins.module_utils._build.buildah import Buildah, BuildahError
 from ansible_collections.hpc.stateless.plugins.module_utils._nspawn.commands import NspawnError
 from ansible_collections.hpc.stateless.plugins.module_utils._nspawn.spec import SessionSpec
 
-#: The purpose part of the names of verify's working containers (build.buildah's naming scheme).
+#: The purpose part of the names of verify's working containers (the naming scheme of _contract/labels.py).
 PURPOSE = "nspawn"
 
 
@@ -26,7 +26,7 @@ def container_stem(runtime_dir: str) -> str:
     Sessions of different runtime directories (tests, benchmarks, users) never see, or
     clean up, each other's containers.
     """
-    return _buildah.container_stem(os.path.abspath(runtime_dir), PURPOSE)
+    return _labels.container_stem(os.path.abspath(runtime_dir), PURPOSE)
 
 
 def container_name(spec: SessionSpec) -> str:

@@ -34,15 +34,19 @@ from ansible_collections.hpc.stateless.plugins.module_utils._contract import nam
 from ansible_collections.hpc.stateless.plugins.module_utils._contract.release import image_release
 from ansible_collections.hpc.stateless.plugins.module_utils import _imagepath, _process
 from ansible_collections.hpc.stateless.plugins.module_utils._paths import fsync_dir, nearest_existing
-from ansible_collections.hpc.stateless.plugins.module_utils._build.buildah import (
-    LABEL_PREFIX,
-    Buildah,
-    BuildahError,
+from ansible_collections.hpc.stateless.plugins.module_utils._contract.labels import (
+    GIT_COMMIT_LABEL,
+    KEY_LABEL,
+    LAYER_LABEL,
     container_name,
     container_owner,
     image_prefix_of,
     layer_keys_of,
     owner_instance,
+)
+from ansible_collections.hpc.stateless.plugins.module_utils._build.buildah import (
+    Buildah,
+    BuildahError,
 )
 from ansible_collections.hpc.stateless.plugins.module_utils._pack.compress import (
     CompressError,
@@ -99,7 +103,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils._pack.tree import (
     write_cpio,
 )
 
-# purpose part of the names of pack's throw-away working containers (see buildah.container_name)
+# purpose part of the names of pack's throw-away working containers (see _contract/labels.py's container_name)
 CONTAINER_PURPOSE = "pack"
 _DRACUT_OUT = "/run/hpc-stateless-pack-out"
 _DEPMOD_BASE = "/run/hpc-stateless-depmod"
@@ -342,11 +346,11 @@ class Packer:
     def _pack(self, source: Source, image_dir: str, check_mode: bool) -> dict[str, Any]:
         req = self.req
         root = source.root
-        layer = req.layer or source.labels.get(LABEL_PREFIX + "layer") or ""
+        layer = req.layer or source.labels.get(LAYER_LABEL) or ""
         layer_keys = (dict(req.layer_keys) if req.layer_keys
                       else layer_keys_of(self.buildah, req.source_image or "", source.labels))
-        layer_key = layer_keys.get(layer, source.labels.get(LABEL_PREFIX + "key", ""))
-        version = req.version or source.labels.get(LABEL_PREFIX + "git-commit") or (layer_key[:12] if layer_key else "")
+        layer_key = layer_keys.get(layer, source.labels.get(KEY_LABEL, ""))
+        version = req.version or source.labels.get(GIT_COMMIT_LABEL) or (layer_key[:12] if layer_key else "")
         if not version:
             raise PackError("version is not set and the source carries no git commit or layer key: set version")
         try:

@@ -16,10 +16,9 @@ import re
 import pytest
 
 from ansible_collections.hpc.stateless.plugins.module_utils import _process
-from ansible_collections.hpc.stateless.plugins.module_utils._build.buildah import (
+from ansible_collections.hpc.stateless.plugins.module_utils._build.buildah import Buildah, BuildahError
+from ansible_collections.hpc.stateless.plugins.module_utils._contract.labels import (
     LABEL_PREFIX,
-    Buildah,
-    BuildahError,
     container_name,
     container_owner,
     container_stem,

@@ -12,16 +12,12 @@ import pytest
 
 from ansible_collections.hpc.stateless.plugins.module_utils import _process
 from ansible_collections.hpc.stateless.plugins.module_utils._build import layer
-from ansible_collections.hpc.stateless.plugins.module_utils._build.buildah import (
-    Buildah,
-    BuildahError,
-    container_name,
-)
+from ansible_collections.hpc.stateless.plugins.module_utils._build.buildah import Buildah, BuildahError
+from ansible_collections.hpc.stateless.plugins.module_utils._contract.labels import container_name, layer_labels
 from ansible_collections.hpc.stateless.plugins.module_utils._build.layer import (
     LayerBuilder,
     LayerError,
     commit_tmpdir,
-    layer_labels,
     mounts_under,
 )
 

@@ -9,7 +9,8 @@ import subprocess
 import pytest
 
 from ansible_collections.hpc.stateless.plugins.module_utils import _process
-from ansible_collections.hpc.stateless.plugins.module_utils._build.buildah import Buildah, container_name, owner_instance
+from ansible_collections.hpc.stateless.plugins.module_utils._build.buildah import Buildah
+from ansible_collections.hpc.stateless.plugins.module_utils._contract.labels import container_name, owner_instance
 from ansible_collections.hpc.stateless.plugins.module_utils._pack.run import Packer, PackRequest
 
 
