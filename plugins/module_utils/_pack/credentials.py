@@ -1,0 +1,297 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026 hpc.stateless developers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Cloud and service credentials by content, in the forms the tools that use them write.
+
+:func:`credential` looks at a text window (what :mod:`.secrets` read of a file) and says which
+credential it holds and where, or None. Each form is looked for only when a literal that every
+instance of it contains is in the window (``AKIA``, ``AccountKey=``, ...), so that text without
+one costs a few substring searches. What each form must be, beyond its shape, so that
+documentation, templates and prose stay quiet:
+
+* AWS: an access key id (``AKIA``/``ASIA`` and 16 upper-case letters and digits) with a secret
+  access key (40 characters of base64's alphabet, upper and lower case) within 512 bytes of it. An
+  id alone names a key, it is not one; ids and secrets that contain ``EXAMPLE`` are AWS's
+  documentation examples (``AKIAIOSFODNN7EXAMPLE``).
+* A PEM private key as a JSON string (``"-----BEGIN PRIVATE KEY-----\\n..."``: a GCP
+  service-account key file's ``private_key``, a Terraform state): the string, unescaped, must
+  hold a private-key block as :mod:`.secrets` defines it (a template's ``...`` body does not).
+* A PEM private key in base64 (a kubeconfig's ``client-key-data``, a Kubernetes Secret's
+  ``tls.key``): ``LS0tLS1CRUdJTi`` is ``-----BEGIN `` in base64; decoded, the same test.
+* Azure connection strings: ``AccountKey=`` (a storage account key, 64 bytes) or
+  ``SharedAccessKey=`` (32 or 64 bytes) in base64, varied bytes (not a run of ``A``), not the
+  storage emulator's published key.
+* HashiCorp Vault tokens: ``hvs.``/``hvb.``/``hvr.`` and at least 24 characters of mixed case;
+  the legacy ``s.`` + 24 characters only in a file that says ``vault`` or holds the token alone
+  (``~/.vault-token``).
+* ``.pgpass``: every line that is not blank or a comment is ``host:port:database:user:password``
+  (port a number or ``*``) and a password is not a placeholder; ``.netrc``: the file is netrc
+  tokens from its first word on (``machine``/``default``, ``login``, ``password``, ...) and a
+  ``password`` is given. Prose that shows one line of either is not the file.
+* Container registry auths (docker's ``config.json``, podman's ``auth.json``): an ``"auths"``
+  object with an ``"auth"`` that is base64 of ``user:password``, or an ``"identitytoken"``.
+
+Placeholders (``<password>``, ``${PASSWORD}``, ``xxxx``, ``changeme``, the word ``password``) are
+not passwords.
+"""
+
+from __future__ import annotations
+
+import binascii
+import json
+import re
+from typing import Callable
+
+# A private-key test on text: the form found ("PEM RSA private key block at byte 0"), or None.
+KeyTest = Callable[[bytes], "str | None"]
+
+_WINDOW = 512
+_MAX_MATCHES = 64
+
+_AWS_ID = re.compile(rb"(?:AKIA|ASIA)[A-Z0-9]{16}(?![A-Za-z0-9])")
+_AWS_SECRET = re.compile(rb"(?<![A-Za-z0-9/+])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])")
+_EXAMPLE = b"EXAMPLE"
+
+_JSON_PEM = re.compile(rb'"(-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----\\n(?:[^"\\\r\n]|\\.){0,65536})"')
+_SERVICE_ACCOUNT = re.compile(rb'"type"\s*:\s*"service_account"')
+_BASE64_PEM = re.compile(rb"LS0tLS1CRUdJTi[A-Za-z0-9+/]{20,}={0,2}")
+_KUBE_KEY = re.compile(rb"client-key-data\"?\s*:\s*\"?$")
+
+_AZURE = re.compile(rb"(AccountKey|SharedAccessKey)=([A-Za-z0-9+/]{40,}={0,2})")
+_AZURE_SIZES = {b"AccountKey": (64,), b"SharedAccessKey": (32, 64)}
+# The storage emulator's (Azurite's) account key, published in Microsoft's documentation.
+_AZURE_PUBLISHED = {b"Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="}
+
+_VAULT = re.compile(rb"hv[sbr]\.[A-Za-z0-9_-]{24,}(?![A-Za-z0-9_.-])")
+_VAULT_LEGACY = re.compile(rb"s\.[A-Za-z0-9]{24}(?![A-Za-z0-9_.-])")
+_VAULT_CONTEXT = re.compile(rb"vault", re.I)
+_LONE_TOKEN = 64  # a file this short may be a token alone (~/.vault-token)
+_TOKEN_CHAR = re.compile(rb"[A-Za-z0-9_.-]")
+
+_PGPASS_FIELD = rb"(?:[^:\s\\]|\\.)+"
+_PGPASS = re.compile(rb"(?:%s):(?:[0-9]{1,5}|\*):(?:%s):(?:%s):(?P<password>(?:[^:\r\n\\]|\\.)+)"
+                     % (_PGPASS_FIELD, _PGPASS_FIELD, _PGPASS_FIELD))
+_PGPASS_LINES = 4096
+_WORD = re.compile(rb"\S")
+_NETRC_PAIRS = {b"machine", b"login", b"password", b"account", b"port"}
+
+_PRINTABLE = re.compile(rb"[\x20-\x7e]+")
+_REGISTRY_AUTH = re.compile(rb'"(auth|identitytoken)"\s*:\s*"([^"\\]{1,4096})"')
+_REGISTRY_NAME = re.compile(rb'"([^"\\]{1,255})"\s*:\s*\{[^{}]*$')
+
+_PLACEHOLDER = re.compile(rb"(?:<[^>]*>|\$\{?[A-Za-z_][A-Za-z0-9_]*\}?|%[A-Za-z_]+%|\{\{.*\}\}|[xX*.]+|"
+                          rb"(?i:password|passwd|secret|changeme|change_me|your[-_a-z]*|redacted|none|null))")
+
+
+def credential(data: bytes, private_key: KeyTest) -> str | None:
+    """Which credential the text ``data`` holds and where, or None; ``private_key`` tells a PEM
+    private-key block (for the forms that wrap one)."""
+    for literal, finder in _FINDERS:
+        if literal in data:
+            found = finder(data, private_key)
+            if found:
+                return found
+    if len(data) <= _LONE_TOKEN:
+        found = _vault_legacy(data, private_key)
+        if found:
+            return found
+    start = _content_start(data)
+    if data.startswith((b"machine", b"default"), start):
+        return _netrc(data, start)
+    return _pgpass(data, start)
+
+
+def _aws(data: bytes, _private_key: KeyTest) -> str | None:
+    for number, match in enumerate(_AWS_ID.finditer(data)):
+        if number >= _MAX_MATCHES:
+            break
+        start = match.start()
+        if start and data[start - 1:start].isalnum() or _EXAMPLE in match.group():
+            continue
+        window_start = max(0, start - _WINDOW)
+        window = data[window_start:match.end() + _WINDOW]
+        for secret in _AWS_SECRET.finditer(window):
+            value = secret.group()
+            if _EXAMPLE not in value and _mixed_case(value):
+                temporary = " (temporary, ASIA)" if match.group().startswith(b"ASIA") else ""
+                return f"AWS access key id and secret access key{temporary} at byte {start}"
+    return None
+
+
+def _json_pem(data: bytes, private_key: KeyTest) -> str | None:
+    for number, match in enumerate(_JSON_PEM.finditer(data)):
+        if number >= _MAX_MATCHES:
+            break
+        try:
+            text = json.loads(b'"' + match.group(1) + b'"')
+        except ValueError:
+            continue
+        form = private_key(text.encode("utf-8", "replace"))
+        if form:
+            form = _without_offset(form)
+            if _SERVICE_ACCOUNT.search(data):
+                return f"GCP service-account key (private_key: {form}) at byte {match.start()}"
+            return f"{form} in a JSON string at byte {match.start()}"
+    return None
+
+
+def _base64_pem(data: bytes, private_key: KeyTest) -> str | None:
+    for number, match in enumerate(_BASE64_PEM.finditer(data)):
+        if number >= _MAX_MATCHES:
+            break
+        decoded = _b64(match.group())
+        form = private_key(decoded) if decoded else None
+        if form:
+            form = _without_offset(form)
+            if _KUBE_KEY.search(data[max(0, match.start() - 64):match.start()].rstrip(b" \t")):
+                return f"kubeconfig client-key-data (base64 of a {form}) at byte {match.start()}"
+            return f"base64 of a {form} at byte {match.start()}"
+    return None
+
+
+def _azure(data: bytes, _private_key: KeyTest) -> str | None:
+    for number, match in enumerate(_AZURE.finditer(data)):
+        if number >= _MAX_MATCHES:
+            break
+        name, value = match.group(1), match.group(2)
+        decoded = _b64(value)
+        if decoded and len(decoded) in _AZURE_SIZES[name] and value not in _AZURE_PUBLISHED \
+                and len(set(decoded)) >= len(decoded) // 2:
+            what = "storage account key" if name == b"AccountKey" else "shared access key"
+            return f"Azure {what} (connection string {name.decode()}) at byte {match.start()}"
+    return None
+
+
+def _vault(data: bytes, _private_key: KeyTest) -> str | None:
+    for number, match in enumerate(_VAULT.finditer(data)):
+        if number >= _MAX_MATCHES:
+            break
+        start = match.start()
+        body = match.group()[4:]
+        if (start == 0 or not _TOKEN_CHAR.match(data, start - 1)) and _mixed_case(body):
+            return f"HashiCorp Vault token ({match.group()[:4].decode()}) at byte {start}"
+    return None
+
+
+def _vault_legacy(data: bytes, _private_key: KeyTest) -> str | None:
+    for number, match in enumerate(_VAULT_LEGACY.finditer(data)):
+        if number >= _MAX_MATCHES:
+            break
+        start = match.start()
+        body = match.group()[2:]
+        if start and _TOKEN_CHAR.match(data, start - 1) or not _mixed_case(body):
+            continue
+        if data.strip() == match.group() or _VAULT_CONTEXT.search(data):
+            return f"HashiCorp Vault token (legacy s.) at byte {start}"
+    return None
+
+
+def _pgpass(data: bytes, at: int) -> str | None:
+    first = None
+    for _number in range(_PGPASS_LINES):
+        if at >= len(data):
+            break
+        end = data.find(b"\n", at)
+        end = len(data) if end < 0 else end
+        line = data[at:end].rstrip(b"\r")
+        if line.strip() and not line.lstrip().startswith(b"#"):
+            match = _PGPASS.fullmatch(line)
+            if match is None:
+                return None
+            if first is None and not _placeholder(match.group("password")):
+                first = at
+        at = end + 1
+    return None if first is None else f"PostgreSQL password file (.pgpass) entry with a password at byte {first}"
+
+
+def _netrc(data: bytes, _start: int) -> str | None:
+    text = b"\n".join(b"" if line.lstrip().startswith(b"#") else line for line in data.split(b"\n"))
+    tokens = [(m.start(), m.group()) for m in re.finditer(rb"\S+", text)]
+    machine, index = b"", 0
+    while index < len(tokens):
+        word = tokens[index][1]
+        if word == b"default":
+            machine, index = b"default", index + 1
+        elif word == b"macdef":
+            return None  # a macro body follows: not looked into
+        elif word in _NETRC_PAIRS and index + 1 < len(tokens):
+            value = tokens[index + 1][1]
+            if word == b"machine":
+                machine = value
+            elif word == b"password" and not _placeholder(value):
+                host = machine.decode("utf-8", "replace")
+                return f"netrc password (machine {host}) at byte {tokens[index][0]}"
+            index += 2
+        else:
+            return None
+    return None
+
+
+def _registry(data: bytes, _private_key: KeyTest) -> str | None:
+    start = data.find(b'"auths"')
+    for number, match in enumerate(_REGISTRY_AUTH.finditer(data, start)):
+        if number >= _MAX_MATCHES:
+            break
+        kind, value = match.group(1), match.group(2)
+        if kind == b"auth":
+            decoded = _b64(value) or b""
+            user, _colon, password = decoded.partition(b":")
+            if not (user and password and _PRINTABLE.fullmatch(decoded) and not _placeholder(password)):
+                continue
+        elif _placeholder(value):
+            continue
+        registry = _REGISTRY_NAME.search(data[max(0, match.start() - 512):match.start()])
+        name = registry.group(1).decode("utf-8", "replace") if registry else "?"
+        return f"container registry credentials (auths, {name}: {kind.decode()}) at byte {match.start()}"
+    return None
+
+
+def _content_start(data: bytes) -> int:
+    """The offset of the first word that is not blank space or in a ``#`` comment line."""
+    at = 0
+    while at < len(data):
+        word = _WORD.search(data, at)
+        if word is None:
+            return len(data)
+        if data[word.start()] != 0x23:  # '#'
+            return word.start()
+        end = data.find(b"\n", word.start())
+        at = len(data) if end < 0 else end + 1
+    return at
+
+
+def _b64(value: bytes) -> bytes | None:
+    try:
+        return binascii.a2b_base64(value + b"=" * (-len(value) % 4), strict_mode=True)
+    except (binascii.Error, ValueError):
+        return None
+
+
+def _mixed_case(value: bytes) -> bool:
+    """Upper and lower case letters both: random text of 24 characters and more has them, words in capitals
+    and hexadecimal digests do not."""
+    return value.upper() != value and value.lower() != value
+
+
+def _placeholder(value: bytes) -> bool:
+    return _PLACEHOLDER.fullmatch(value) is not None
+
+
+def _without_offset(form: str) -> str:
+    return form.rsplit(" at byte ", 1)[0]
+
+
+# (a literal that every instance of the form contains, finder): in this order. ``.pgpass`` and ``.netrc`` are
+# files of their own format from their first line on, looked at last.
+_FINDERS: tuple[tuple[bytes, Callable[[bytes, KeyTest], str | None]], ...] = (
+    (b"PRIVATE KEY-----\\n", _json_pem),
+    (b"LS0tLS1CRUdJTi", _base64_pem),
+    (b"AKIA", _aws),
+    (b"ASIA", _aws),
+    (b"Key=", _azure),
+    (b"hv", _vault),
+    (b"ault", _vault_legacy),
+    (b"AULT", _vault_legacy),
+    (b'"auths"', _registry),
+)
