@@ -3,19 +3,53 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Path helpers shared by the stages that create output trees (pack's output, deploy's boot root),
-and the one way a file is replaced so that a reader sees the old file or the new one, never a part.
+and the one way a file or a directory is replaced so that a reader sees the old one or the new one, never a part.
+
+What is on its way to a final name, or on its way out, sits next to it under a hidden *staging name*
+``.<name>.<tag>-<token>`` (:func:`staging_name`; :func:`parse_staging_name` reads one back, so that a run
+can clean up after a killed one): ``new`` for a file being written (:func:`replacing`), ``partial`` and
+``old`` for pack's version directories (the token is the pid, whose end tells a leftover apart).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
+import shutil
 import uuid
 from collections.abc import Iterator
+from typing import NamedTuple
 
-# What a temporary name next to a file carries between the file's name and a random suffix:
-# ``.<name>.new-<8 hex>``; the stages that clean up after a killed run look for it.
-TEMP_INFIX = ".new-"
+# The tag of a file being written under a temporary name: ``.<name>.new-<8 hex>``.
+NEW_TAG = "new"
+# What a temporary name next to a file carries between the file's name and its random token; the
+# stages that clean up after a killed run look for it.
+TEMP_INFIX = f".{NEW_TAG}-"
+_STAGING_NAME = re.compile(r"^\.(?P<final>.+)\.(?P<tag>[a-z]+)-(?P<token>[^./]+)$")
+
+
+class StagingName(NamedTuple):
+    """A staging name read back: the final name it stands next to, its tag and its token."""
+
+    final: str
+    tag: str
+    token: str
+
+
+def staging_name(path: str, tag: str, token: str | int | None = None) -> str:
+    """The hidden name ``.<name>.<tag>-<token>`` next to ``path`` (the same file system: a rename is atomic).
+
+    ``token`` defaults to 8 random hex digits; a pid makes the owner's end tell a leftover apart.
+    """
+    directory, name = os.path.split(path)
+    return os.path.join(directory, f".{name}.{tag}-{uuid.uuid4().hex[:8] if token is None else token}")
+
+
+def parse_staging_name(name: str) -> StagingName | None:
+    """What :func:`staging_name` put into the file name ``name``; None for any other name."""
+    match = _STAGING_NAME.match(name)
+    return StagingName(match["final"], match["tag"], match["token"]) if match else None
 
 
 def nearest_existing(path: str) -> str:
@@ -44,8 +78,7 @@ def fsync_dir(path: str) -> None:
 
 def temp_name(path: str) -> str:
     """A fresh hidden name next to ``path``: ``.<name>.new-<8 hex>`` (same file system: a rename is atomic)."""
-    directory, name = os.path.split(path)
-    return os.path.join(directory, f".{name}{TEMP_INFIX}{uuid.uuid4().hex[:8]}")
+    return staging_name(path, NEW_TAG)
 
 
 @contextlib.contextmanager
@@ -80,3 +113,22 @@ def write_atomic(path: str, data: str | bytes, mode: int = 0o644, sync: bool = T
                 handle.flush()
                 os.fsync(handle.fileno())
         os.chmod(temp, mode)
+
+
+def move_into_place(staged: str, final: str, aside: str | None = None) -> None:
+    """Rename the complete directory ``staged`` to ``final`` in one step, then sync their parent directory.
+
+    An existing ``final`` is renamed to ``aside`` first (anything under that name is removed before) and
+    removed once ``staged`` is in place: a reader finds the old tree or the new one, and a run killed
+    between the two renames leaves the old tree whole under ``aside``, for the next run to put back.
+    Without ``aside``, ``final`` must not exist (or be an empty directory, which the rename replaces).
+    """
+    if aside is not None and os.path.lexists(final):
+        shutil.rmtree(aside, ignore_errors=True)
+        os.rename(final, aside)
+    else:
+        aside = None
+    os.rename(staged, final)
+    fsync_dir(os.path.dirname(os.path.abspath(final)))
+    if aside is not None:
+        shutil.rmtree(aside, ignore_errors=True)

@@ -77,6 +77,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils._time import iso_utc
 from ansible_collections.hpc.stateless.plugins.module_utils._paths import (
     TEMP_INFIX,
     fsync_dir,
+    move_into_place,
     nearest_existing,
     replacing,
     write_atomic,
@@ -577,9 +578,8 @@ def publish(tree: BootTree, packed: PackedVersion) -> bool:
         if packed.squashfs:
             os.symlink(packed.squashfs, os.path.join(temp, SQUASHFS_LINK))
         fsync_dir(temp)
-        os.rename(temp, final)  # the version appears complete, or not at all
+        move_into_place(temp, final)  # the version appears complete, or not at all
         os.utime(final)  # publish time orders versions for retention
-        fsync_dir(image_dir)
     except OSError as exc:
         shutil.rmtree(temp, ignore_errors=True)
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):

@@ -33,7 +33,13 @@ from ansible_collections.hpc.stateless.plugins.module_utils._contract import man
 from ansible_collections.hpc.stateless.plugins.module_utils._contract import names, pkgdb, sbom, sums
 from ansible_collections.hpc.stateless.plugins.module_utils._contract.release import image_release
 from ansible_collections.hpc.stateless.plugins.module_utils import _imagepath, _process
-from ansible_collections.hpc.stateless.plugins.module_utils._paths import fsync_dir, nearest_existing
+from ansible_collections.hpc.stateless.plugins.module_utils._paths import (
+    fsync_dir,
+    move_into_place,
+    nearest_existing,
+    parse_staging_name,
+    staging_name,
+)
 from ansible_collections.hpc.stateless.plugins.module_utils._contract.labels import (
     GIT_COMMIT_LABEL,
     KEY_LABEL,
@@ -105,6 +111,10 @@ from ansible_collections.hpc.stateless.plugins.module_utils._pack.tree import (
 
 # purpose part of the names of pack's throw-away working containers (see _contract/labels.py's container_name)
 CONTAINER_PURPOSE = "pack"
+# Tags of the staging names of a version directory: ``.<version>.partial-<pid>`` while it is written,
+# ``.<version>.old-<pid>`` for the version it replaces, between the two renames of the swap.
+PARTIAL_TAG = "partial"
+OLD_TAG = "old"
 _DRACUT_OUT = "/run/hpc-stateless-pack-out"
 _DEPMOD_BASE = "/run/hpc-stateless-depmod"
 # The one directory of the partial version directory that a container writes into (dracut's output):
@@ -283,15 +293,17 @@ class Packer:
                             "choose a writable output_dir or fix its permissions/mount") from exc
         # Leftovers of killed packs (their pid is gone) are removed; a live pack's are left alone.
         for name in sorted(os.listdir(image_dir)):
-            for marker in (".partial-", ".old-"):
-                tail = name.rsplit(marker, 1)[1] if name.startswith(".") and marker in name else ""
-                if tail.isdigit() and not _pid_alive(int(tail)):
-                    path = os.path.join(image_dir, name)
-                    final = os.path.join(image_dir, name[1:].rsplit(marker, 1)[0])
-                    if marker == ".old-" and not os.path.lexists(final):
-                        os.rename(path, final)  # killed between the two renames of _publish: the old one is back
-                    else:
-                        shutil.rmtree(path, ignore_errors=True)
+            staged = parse_staging_name(name)
+            if staged is None or staged.tag not in (PARTIAL_TAG, OLD_TAG) or not staged.token.isdigit():
+                continue
+            if _pid_alive(int(staged.token)):
+                continue  # a running pack's
+            path = os.path.join(image_dir, name)
+            final = os.path.join(image_dir, staged.final)
+            if staged.tag == OLD_TAG and not os.path.lexists(final):
+                os.rename(path, final)  # killed between the two renames of _publish: the old one is back
+            else:
+                shutil.rmtree(path, ignore_errors=True)
 
     # -- source --------------------------------------------------------------------------
     def _open_source(self) -> Source:
@@ -404,7 +416,7 @@ class Packer:
                 would["hardware_profile"] = plan.manifest_entry(profile)
             return self._result(True, final, would, scan, uncompressed)
 
-        self._partial = os.path.join(image_dir, f".{version}.partial-{os.getpid()}")
+        self._partial = staging_name(final, PARTIAL_TAG, os.getpid())
         shutil.rmtree(self._partial, ignore_errors=True)
         os.makedirs(self._partial)
         try:
@@ -786,16 +798,8 @@ class Packer:
 
     def _publish(self, final: str) -> None:
         """Rename the finished partial directory to its version name (replacing an older pack)."""
-        old = None
-        if os.path.lexists(final):
-            old = os.path.join(os.path.dirname(final), f".{os.path.basename(final)}.old-{os.getpid()}")
-            shutil.rmtree(old, ignore_errors=True)
-            os.rename(final, old)
-        os.rename(self._partial, final)
+        move_into_place(self._partial, final, aside=staging_name(final, OLD_TAG, os.getpid()))
         self._partial = None
-        fsync_dir(os.path.dirname(final))
-        if old:
-            shutil.rmtree(old, ignore_errors=True)
 
     def _warn(self, message: str) -> None:
         self.warnings.append(message)

@@ -14,8 +14,13 @@ import pytest
 
 from ansible_collections.hpc.stateless.plugins.module_utils._paths import (
     TEMP_INFIX,
+    StagingName,
+    move_into_place,
     nearest_existing,
+    parse_staging_name,
     replacing,
+    staging_name,
+    temp_name,
     write_atomic,
 )
 
@@ -97,3 +102,75 @@ def test_write_atomic_into_a_missing_directory_names_it_and_makes_nothing(tmp_pa
     with pytest.raises(FileNotFoundError, match="missing"):
         write_atomic(str(tmp_path / "missing" / "f"), "x")
     assert list(tmp_path.iterdir()) == []
+
+
+# staging names: one scheme for what is on its way to a final name, or on its way out.
+
+
+def test_staging_names_stand_next_to_their_final_name_and_read_back(tmp_path):
+    assert staging_name(str(tmp_path / "v1"), "partial", 4242) == str(tmp_path / ".v1.partial-4242")
+    assert parse_staging_name(".v1.partial-4242") == StagingName("v1", "partial", "4242")
+    random = os.path.basename(staging_name(str(tmp_path / "v1"), "old"))
+    assert random.startswith(".v1.old-") and len(random) == len(".v1.old-") + 8
+    assert parse_staging_name(random).token == random[-8:]
+    new = os.path.basename(temp_name(str(tmp_path / "01-aa-bb.ipxe")))
+    assert new.startswith(".01-aa-bb.ipxe" + TEMP_INFIX) and parse_staging_name(new).final == "01-aa-bb.ipxe"
+
+
+@pytest.mark.parametrize("name, expected", [
+    (".x.partial-1.old-2", StagingName("x.partial-1", "old", "2")),  # the last tag counts
+    (".v2.old-12-3", StagingName("v2", "old", "12-3")),
+    ("v1", None),
+    (".hpc-stateless.lock", None),
+    (".v1.partial-", None),
+    ("..partial-1", None),
+])
+def test_what_is_a_staging_name(name, expected):
+    assert parse_staging_name(name) == expected
+
+
+# move_into_place: a directory appears under its final name complete, in one rename.
+
+
+def make_tree(path, text):
+    path.mkdir()
+    (path / "manifest.json").write_text(text)
+    return path
+
+
+def test_a_new_directory_is_renamed_into_place(tmp_path):
+    staged = make_tree(tmp_path / ".v1.partial-1", "v1")
+    move_into_place(str(staged), str(tmp_path / "v1"))
+    assert [p.name for p in tmp_path.iterdir()] == ["v1"]
+    assert (tmp_path / "v1" / "manifest.json").read_text() == "v1"
+
+
+def test_an_existing_directory_goes_aside_then_away(tmp_path):
+    make_tree(tmp_path / "v1", "old")
+    held = open(tmp_path / "v1" / "manifest.json", encoding="utf-8")  # a reader of the old tree
+    try:
+        staged = make_tree(tmp_path / ".v1.partial-1", "new")
+        make_tree(tmp_path / ".v1.old-1", "stale leftover under the aside name")
+        move_into_place(str(staged), str(tmp_path / "v1"), aside=str(tmp_path / ".v1.old-1"))
+        assert held.read() == "old"
+    finally:
+        held.close()
+    assert [p.name for p in tmp_path.iterdir()] == ["v1"]
+    assert (tmp_path / "v1" / "manifest.json").read_text() == "new"
+
+
+def test_a_failed_second_rename_leaves_the_old_tree_whole_aside(tmp_path):
+    """What a run killed between the two renames leaves: the old tree under its aside name, for the next run."""
+    make_tree(tmp_path / "v1", "old")
+    with pytest.raises(FileNotFoundError):
+        move_into_place(str(tmp_path / ".v1.partial-1"), str(tmp_path / "v1"), aside=str(tmp_path / ".v1.old-1"))
+    assert [p.name for p in tmp_path.iterdir()] == [".v1.old-1"]
+    assert (tmp_path / ".v1.old-1" / "manifest.json").read_text() == "old"
+
+
+def test_without_aside_a_complete_final_directory_is_never_replaced(tmp_path):
+    make_tree(tmp_path / "v1", "old")
+    staged = make_tree(tmp_path / ".publish-v1-deadbeef", "new")
+    with pytest.raises(OSError):
+        move_into_place(str(staged), str(tmp_path / "v1"))
+    assert (tmp_path / "v1" / "manifest.json").read_text() == "old" and staged.is_dir()
