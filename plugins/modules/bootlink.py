@@ -105,6 +105,14 @@ options:
         at must carry such a signature (a version published unsigned is refused).
       - Without it, signatures are not checked (a C(SHA256SUMS.asc) in O(src) is still published).
     type: path
+  unverified_ok:
+    description:
+      - The reason to serve a pack of O(src) whose manifest does not record a passed (or at pack time overridden)
+        verification of its layer image - the deploy-time override of the verify gate (C(hpc_stateless_unverified_ok)).
+      - Only changes RV(gate); the module itself never refuses a pack for its verification, the caller does (as
+        C(playbooks/deploy.yml) does in check mode, before the boot tree changes).
+    type: str
+    default: ""
   signers:
     description:
       - Fingerprints (40 hex digits) of the keys that may sign; the signature must be by one of them (primary key or
@@ -222,6 +230,23 @@ verification:
     pack recorded none.
   returned: when O(src) is given
   type: dict
+gate:
+  description:
+    - The verify gate's verdict on the pack of O(src) for deploy, from its checked manifest's RV(verification) and
+      O(unverified_ok) - the rule is in C(module_utils/_verify/record.py).
+  returned: when O(src) is given
+  type: dict
+  contains:
+    servable:
+      description: The pack passed verification, was packed on an override, or O(unverified_ok) gives a reason.
+      type: bool
+    status:
+      description: The manifest's verification status (C(passed), C(overridden), ...), C(none) when it records none.
+      type: str
+    message:
+      description: What the verdict is and why; for a refused pack, what to do.
+      type: str
+  sample: {"servable": true, "status": "passed", "message": "image compute version v2: verification passed"}
 versions:
   description: Published versions after the task, oldest first, with publish time, uncompressed size and the links
     pointing at each.
@@ -236,6 +261,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils._process import Proc
 from ansible_collections.hpc.stateless.plugins.module_utils._contract.names import FORMATS, ArtifactError
 from ansible_collections.hpc.stateless.plugins.module_utils._contract.signature import SignatureError
 from ansible_collections.hpc.stateless.plugins.module_utils._deploy.bootlink import STATES, BootlinkError, apply_state
+from ansible_collections.hpc.stateless.plugins.module_utils._verify.record import serve_gate
 
 
 def main() -> None:
@@ -251,6 +277,7 @@ def main() -> None:
             lock_timeout=dict(type="float", default=60.0),
             keyring=dict(type="path"),
             signers=dict(type="list", elements="str"),
+            unverified_ok=dict(type="str", default=""),
         ),
         required_if=[("state", "present", ("src",)), ("state", "absent", ("version",)),
                      ("state", "switched", ("src", "version"), True)],
@@ -261,6 +288,9 @@ def main() -> None:
         result = apply_state(module.params, check_mode=module.check_mode)
     except (ArtifactError, BootlinkError, SignatureError, ProcessError) as exc:
         module.fail_json(msg=str(exc), image=module.params["image"], boot_root=module.params["boot_root"])
+    if result.get("source"):
+        result["gate"] = serve_gate(result["image"], result["version"], result["source"], result.get("verification"),
+                                    module.params["unverified_ok"]).to_dict()
     if not module._diff:
         result.pop("diff")
     module.exit_json(**result)

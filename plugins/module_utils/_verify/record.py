@@ -229,3 +229,41 @@ def gate(record_dir: str, layer: str, key: str, image_id: str, override_reason: 
         return Verdict(OVERRIDDEN, layer, key, verdict.message, verdict.record, reason)
     raise UnverifiedError(f"refused: {verdict.message}. In an emergency only, set {OVERRIDE_VARIABLE} to the "
                           "reason (it is printed and recorded in the manifest) to pack it anyway.")
+
+
+@dataclass(frozen=True)
+class ServeVerdict:
+    """The gate's answer at deploy: may a pack be served, and the line that says why."""
+
+    servable: bool
+    status: str
+    message: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"servable": self.servable, "status": self.status, "message": self.message}
+
+
+def serve_gate(image: str, version: str, source: str, verification: Any, override_reason: str = "") -> ServeVerdict:
+    """Deploy's gate on a pack's (checked) manifest ``verification`` entry, as pack's :func:`gate` recorded it.
+
+    A pack is served when its layer image passed verify, or was packed on an override (the pack-time reason
+    is named); anything else - a failed or missing verification, a pack made without the gate or by an older
+    release - only on a deploy-time ``override_reason``. ``status`` is the manifest's status, ``none`` when it
+    records no verification.
+    """
+    entry = verification if isinstance(verification, dict) else {}
+    recorded = entry.get("status")
+    status = str(recorded) if recorded else "none"
+    where = f"image {image} version {version}"
+    reason = (override_reason or "").strip()
+    if status in SERVABLE:
+        pack_override = f" - OVERRIDE at pack time: {entry.get('override_reason') or ''}" if status == OVERRIDDEN else ""
+        return ServeVerdict(True, status, f"{where}: verification {status}{pack_override}")
+    if reason:
+        return ServeVerdict(True, status, f"{where}: verification {status} - OVERRIDE at deploy ({OVERRIDE_VARIABLE}): {reason}")
+    found = (f"verification status {status}" if recorded else
+             "no verification (packed without the verify gate, or by an older release)")
+    return ServeVerdict(False, status,
+                        f"{where} ({source}): refused, its manifest records {found}. Verify the layer (ansible-playbook "
+                        "playbooks/verify.yml), pack again (playbooks/pack.yml) and deploy; in an emergency only, set "
+                        f"{OVERRIDE_VARIABLE} to the reason to serve it anyway.")
