@@ -193,7 +193,10 @@ nodes:
   returned: always
   type: int
 images:
-  description: Per image, the format, C(ramdisk_size) (KiB) and the pxelinux kernel arguments.
+  description:
+    - Per image, the format, C(ramdisk_size) (KiB) and the pxelinux kernel arguments.
+    - With O(validate_only), the format alone - the one each image boots, for M(hpc.stateless.bootlink)'s
+      O(hpc.stateless.bootlink#module:format).
   returned: always
   type: dict
 """

@@ -620,6 +620,7 @@ def render(params: Mapping[str, Any], check_mode: bool = False) -> dict[str, Any
     )
     options.check()  # validate early
     nodes = parse_nodes(params.get("nodes") or [], images, default_image)
+    boot_formats: dict[str, str] = {}
     for name in sorted(images):
         spec = images[name] if isinstance(images[name], Mapping) else {}
         _args_text(spec.get("kernel_args"), f"hpc_stateless_images.{name}.kernel_args")
@@ -628,9 +629,12 @@ def render(params: Mapping[str, Any], check_mode: bool = False) -> dict[str, Any
         if first == SQUASHFS_FORMAT and not options.boot_url:
             raise BootConfigError(f"hpc_stateless_images.{name}.formats: squashfs fetches its root at boot; set boot_url "
                                   "(hpc_stateless_boot_url) to the URL of the boot root, e.g. http://10.0.0.1/tftpboot")
+        boot_formats[name] = first
     if params.get("validate_only"):
+        # The format each image boots, so the caller publishes it (bootlink's format) by the rule the entries use.
         return {"changed": False, "boot_root": root, "files": 0, "written": [], "written_count": 0, "removed": [],
-                "removed_count": 0, "unchanged": 0, "nodes": len(nodes), "images": {}, "diff": []}
+                "removed_count": 0, "unchanged": 0, "nodes": len(nodes),
+                "images": {name: {"format": fmt} for name, fmt in boot_formats.items()}, "diff": []}
 
     pending: dict[str, list[dict[str, Any]]] = {}
     for path in params.get("pending_manifests") or []:
