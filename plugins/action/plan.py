@@ -339,6 +339,8 @@ class ActionModule(ActionBase):
                 entry = {
                     "name": name,
                     "parent": parent,
+                    # The root layer of the chain: its bootstrap_image is the layer's distribution as bootstrapped.
+                    "root": (graph.ancestors(name) or [name])[0],
                     "depth": depth,
                     "roles": spec["roles"],
                     # What build_layer.yml includes: the directory the key hashed for a plain name

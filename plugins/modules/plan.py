@@ -217,6 +217,9 @@ layers:
     parent:
       description: Parent layer, null for a root layer.
       type: str
+    root:
+      description: The root layer of the layer's chain (the layer itself for a root layer).
+      type: str
     host_groups:
       description:
         - Inventory groups of the layer's host, C(hpc_stateless_layers) first, then the layer's C(groups).
