@@ -99,4 +99,3 @@ def parse_image_release(text: str | bytes) -> dict[str, str]:
         if match:
             release[match.group(1)] = _unquote(match.group(2))
     return release
-
