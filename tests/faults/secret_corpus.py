@@ -109,8 +109,8 @@ class _Keys:
 
     def pgp(self) -> tuple[bytes, bytes]:
         """An OpenPGP key: (armored secret key, binary public keyring)."""
-        home = Path(tempfile.mkdtemp(prefix="gnupg-", dir=self.scratch))
-        home.chmod(0o700)
+        # In the system's temporary directory: gpg-agent's socket path must stay short (108 bytes).
+        home = Path(tempfile.mkdtemp(prefix="gnupg-"))
         env = {**os.environ, "GNUPGHOME": str(home)}
         batch = ("gpg", "--batch", "--pinentry-mode", "loopback", "--passphrase", "")
         try:
@@ -118,6 +118,7 @@ class _Keys:
             return _run(*batch, "--armor", "--export-secret-keys", env=env), _run("gpg", "--batch", "--export", env=env)
         finally:
             subprocess.run(["gpgconf", "--kill", "gpg-agent"], env=env, check=False, capture_output=True)
+            shutil.rmtree(home, ignore_errors=True)
 
     def pkcs12(self, *options: str) -> bytes:
         """``openssl pkcs12 -export`` of the certificate (and its key unless -nokeys) with ``options``."""

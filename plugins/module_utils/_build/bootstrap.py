@@ -267,14 +267,17 @@ def _as_file_url(location: str) -> str:
     return f"file://{location}" if location.startswith("/") else location
 
 
+def debian_selection_args(spec: BootstrapSpec) -> list[str]:
+    """The options debootstrap and mmdebstrap share, spelled alike: the variant, the packages, the components."""
+    args = [f"--variant={spec.variant}"] if spec.variant else []
+    if spec.packages:
+        args.append("--include=" + ",".join(effective_packages(spec)))
+    return args + ["--components=" + ",".join(spec.components or ("main",))]
+
+
 def debootstrap_argv(spec: BootstrapSpec, binary: str = "debootstrap") -> list[str]:
     """Return the debootstrap command line; options first, since debootstrap stops at the first positional."""
-    argv = [binary]
-    if spec.variant:
-        argv.append(f"--variant={spec.variant}")
-    if spec.packages:
-        argv.append("--include=" + ",".join(effective_packages(spec)))
-    argv.append("--components=" + ",".join(spec.components or ("main",)))
+    argv = [binary, *debian_selection_args(spec)]
     if spec.arch:
         argv += ["--arch", spec.arch]
     argv.append(f"--cache-dir={spec.cache_dir}")
@@ -300,12 +303,7 @@ def mmdebstrap_argv(spec: BootstrapSpec, binary: str = "mmdebstrap") -> list[str
     # mmdebstrap's root mode also works as uid 0 inside a user namespace (it bind-mounts /dev
     # entries where it cannot make them); its own unshare mode maps root to the first
     # subordinate id, which is not how buildah's storage maps it.
-    argv = [binary, "--mode=root"]
-    if spec.variant:
-        argv.append(f"--variant={spec.variant}")
-    if spec.packages:
-        argv.append("--include=" + ",".join(effective_packages(spec)))
-    argv.append("--components=" + ",".join(spec.components or ("main",)))
+    argv = [binary, "--mode=root", *debian_selection_args(spec)]
     if spec.arch:
         argv.append(f"--architectures={spec.arch}")
     if not spec.gpg_check:

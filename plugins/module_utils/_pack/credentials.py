@@ -206,7 +206,7 @@ def _pgpass(data: bytes, at: int) -> str | None:
 
 
 def _netrc(data: bytes, _start: int) -> str | None:
-    text = b"\n".join(b"" if line.lstrip().startswith(b"#") else line for line in data.split(b"\n"))
+    text = b"\n".join(b" " * len(line) if line.lstrip().startswith(b"#") else line for line in data.split(b"\n"))
     tokens = [(m.start(), m.group()) for m in re.finditer(rb"\S+", text)]
     machine, index = b"", 0
     while index < len(tokens):

@@ -53,6 +53,8 @@ import re
 import stat
 from collections import Counter
 
+from ansible_collections.hpc.stateless.plugins.module_utils._pack import der
+
 CONTENT_MAX_SIZE = 1 << 20
 HEAD_BYTES = 16 << 10
 RANDOM_MIN_SIZE = 32  # mungekey's MUNGE_KEY_LEN_MIN_BYTES
@@ -347,50 +349,24 @@ def _structured(data: bytes) -> bool:
     detached .sig), or one DER element spanning the file (a public key, a certificate)."""
     if data[0] & 0x80 and _pgp_packet(data, (2, 6, 14)) is not None:
         return True
-    element = _der(data, 0)
+    element = der.element(data, 0)
     return element is not None and element[0] in (0x30, 0x31) and element[2] == len(data)
-
-
-def _der(data: bytes, at: int) -> tuple[int, int, int] | None:
-    """(tag, content start, content end) of the DER element at ``at``, or None."""
-    if at + 2 > len(data):
-        return None
-    tag, first = data[at], data[at + 1]
-    if first < 0x80:
-        start, length = at + 2, first
-    elif 0x81 <= first <= 0x83:
-        width = first - 0x80
-        start, length = at + 2 + width, int.from_bytes(data[at + 2:at + 2 + width], "big")
-    else:
-        return None
-    return (tag, start, start + length) if start + length <= len(data) else None
-
-
-def _der_children(data: bytes, start: int, end: int, limit: int) -> list[tuple[int, int, int]]:
-    children, at = [], start
-    while at < end and len(children) < limit:
-        element = _der(data, at)
-        if element is None or element[2] > end:
-            break
-        children.append(element)
-        at = element[2]
-    return children
 
 
 def _der_key(data: bytes) -> str | None:
     """A DER private key whose outer SEQUENCE is the whole file."""
-    outer = _der(data, 0)
+    outer = der.element(data, 0)
     if outer is None or outer[2] != len(data):
         return None
-    kids = _der_children(data, outer[1], outer[2], 9)
+    kids = der.children(data, outer[1], outer[2], 9)
     tags = [kid[0] for kid in kids]
     small_int = [data[kid[1]:kid[2]] if kid[0] == 0x02 else None for kid in kids]
     if tags[:3] == [0x02, 0x30, 0x04] and small_int[0] in (b"\x00", b"\x01"):
-        algorithm = _der(data, kids[1][1])
+        algorithm = der.element(data, kids[1][1])
         if algorithm and algorithm[0] == 0x06 and data[algorithm[1]:algorithm[2]] in _KEY_OIDS:
             return "DER private key (PKCS#8) at byte 0"
     if tags[:2] == [0x30, 0x04] and len(kids) == 2:
-        algorithm = _der(data, kids[0][1])
+        algorithm = der.element(data, kids[0][1])
         if algorithm and algorithm[0] == 0x06 and data[algorithm[1]:algorithm[2]].startswith(_PBE_OID_PREFIXES):
             return "DER encrypted private key (PKCS#8) at byte 0"
     if tags == [0x02] * 9 and small_int[0] == b"\x00" and kids[1][2] - kids[1][1] >= 64:
