@@ -29,7 +29,8 @@ from ansible_collections.hpc.stateless.plugins.module_utils._contract.names impo
     check_name,
 )
 # The times of the manifest; parse_iso_utc is named here too for the callers that read them through this module.
-from ansible_collections.hpc.stateless.plugins.module_utils._time import iso_utc, parse_iso_utc  # noqa: F401
+from ansible_collections.hpc.stateless.plugins.module_utils._time import iso_utc
+from ansible_collections.hpc.stateless.plugins.module_utils._time import parse_iso_utc  # noqa: F401  # pylint: disable=unused-import
 
 
 # -- packages (read by _contract/pkgdb.py) ----------------------------------------------------

@@ -16,8 +16,11 @@ import threading
 import time
 from typing import Optional
 
+from ansible_collections.hpc.stateless.plugins.module_utils._process import proc_stat
 # owner_process: the process whose end ends a session (the ansible-playbook run, or the caller outside a worker).
-from ansible_collections.hpc.stateless.plugins.module_utils._process import playbook_pid as owner_process, proc_stat
+from ansible_collections.hpc.stateless.plugins.module_utils._process import (  # noqa: F401  # pylint: disable=unused-import
+    playbook_pid as owner_process,
+)
 
 
 def process_start(pid: int) -> Optional[str]:

@@ -9,7 +9,6 @@ and the lock that serialises starting, stopping and garbage collection of sessio
 from __future__ import annotations
 
 import json
-import os
 from typing import Any, Dict, Optional
 
 from ansible_collections.hpc.stateless.plugins.module_utils._fs import Flock
