@@ -45,6 +45,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils._layers.change_plan 
 from ansible_collections.hpc.stateless.plugins.module_utils._layers.content_key import RoleIndex, compute_keys, layer_key
 from ansible_collections.hpc.stateless.plugins.module_utils._layers.graph import LayerGraph, LayerSpecError
 from ansible_collections.hpc.stateless.plugins.module_utils._layers.render import render_dot, render_table
+from ansible_collections.hpc.stateless.plugins.module_utils._layers.seal import SEAL_ROLE
 from ansible_collections.hpc.stateless.plugins.module_utils._project import project_dir, role_search_paths
 
 # ansible_collections/hpc/stateless/plugins/action/plan.py -> the dir holding ansible_collections
@@ -220,7 +221,8 @@ class ActionModule(ActionBase):
                               "a collection needs the collection in collections_path"))
         keys = {}
         if args["compute_keys"]:
-            keys = compute_keys(graph, role_index, lambda name: self._layer_vars(hosts, name, own_raw, graph))
+            keys = compute_keys(graph, role_index, lambda name: self._layer_vars(hosts, name, own_raw, graph),
+                                seal_role=SEAL_ROLE)
 
         existing: set[str] = set()
         if args["compute_keys"] and args["check_storage"]:

@@ -181,7 +181,8 @@ def layer_facts(
     for name in graph.order():
         spec = graph.spec(name)
         role_dirs: dict[str, str] = {}
-        for role in keys[name].roles:
+        seal = keys[name].seal  # the role of the seal the build runs after the layer's roles is keyed too
+        for role in [*keys[name].roles, *([seal] if seal else [])]:
             real = os.path.realpath(role_path(role))
             if real.startswith(root + os.sep):
                 role_dirs[os.path.relpath(real, root).replace(os.sep, "/")] = role

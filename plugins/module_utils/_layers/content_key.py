@@ -39,6 +39,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils._layers.graph import
     LayerGraph,
     LayerSpecError,
 )
+from ansible_collections.hpc.stateless.plugins.module_utils._layers.seal import SEAL_VARIABLES
 
 #: Bump when the key document changes shape, so every layer rebuilds once.
 KEY_SCHEMA_VERSION = 1
@@ -621,11 +622,13 @@ def layer_key(
     spec: Mapping[str, Any],
     roles: list[tuple[str, str]],
     variable_values: Mapping[str, Any],
+    seal: tuple[str, str] | None = None,
 ) -> str:
     """sha256 hex content key of one layer.
 
     ``spec`` is ``LayerGraph.spec(name)``; ``roles`` is ``[(name, role_digest)]``
-    in application order; ``variable_values`` comes from :func:`resolve_variable_values`.
+    in application order; ``variable_values`` comes from :func:`resolve_variable_values`;
+    ``seal`` is ``(role, role_digest)`` of the seal the build runs after the roles (_layers/seal.py).
     """
     document = {
         "schema": KEY_SCHEMA_VERSION,
@@ -634,6 +637,8 @@ def layer_key(
         "roles": [[name, digest] for name, digest in roles],
         "variables": canonical_value(dict(variable_values)),
     }
+    if seal is not None:
+        document["seal"] = list(seal)
     text = json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
 
@@ -652,6 +657,7 @@ class LayerKey:
     parent_key: str | None
     roles: list[str]
     variables: dict[str, Any]
+    seal: str | None = None  # the role whose seal entry point the key covers (_layers/seal.py)
 
     def as_dict(self) -> dict[str, Any]:
         """Plain-data copy, e.g. for a module's return value."""
@@ -662,16 +668,28 @@ def compute_keys(
     graph: LayerGraph,
     role_index: RoleIndex,
     variables_for: Callable[[str], Mapping[str, Any]],
+    seal_role: str | None = None,
 ) -> dict[str, LayerKey]:
     """Keys of every layer in ``graph``, in build order (dict order).
 
     ``variables_for(layer)`` returns the layer's raw host variables (inventory
-    variables merged with the layer's ``vars``). Raises :class:`LayerSpecError`
-    (a :class:`RoleError` for role problems).
+    variables merged with the layer's ``vars``). ``seal_role`` is the role whose seal the
+    build runs after every layer's roles (_layers/seal.py): the key of each layer with roles then
+    covers its files, the variables it reads and the layer's opt-out settings, opted out or not.
+    Raises :class:`LayerSpecError` (a :class:`RoleError` for role problems).
     """
     digests: dict[str, str] = {}
     role_variables: dict[str, set[str]] = {}
     keys: dict[str, LayerKey] = {}
+
+    def hashed_dir(role: str) -> str:
+        """The role's real directory; its digest and variables are read once per run."""
+        role_dir = os.path.realpath(role_index.path(role))
+        if role_dir not in digests:
+            digests[role_dir] = role_digest(role_dir)
+            role_variables[role_dir] = referenced_variables(role_dir)
+        return role_dir
+
     for name in graph.order():
         spec = graph.spec(name)
         for index, role in enumerate(spec["roles"]):
@@ -684,21 +702,24 @@ def compute_keys(
         referenced = _data_variables(keyed_spec(spec), f"{LAYERS_VAR}.{name}", conditionals=False)
         role_entries: list[tuple[str, str]] = []
         for role in applied:
-            role_dir = os.path.realpath(role_index.path(role))
-            if role_dir not in digests:
-                digests[role_dir] = role_digest(role_dir)
-                role_variables[role_dir] = referenced_variables(role_dir)
+            role_dir = hashed_dir(role)
             role_entries.append((role, digests[role_dir]))
             referenced |= role_variables[role_dir]
+        seal = None
+        if seal_role is not None and applied:  # a layer without roles is committed as it is, unsealed
+            seal_dir = hashed_dir(seal_role)
+            seal = (seal_role, digests[seal_dir])
+            referenced |= role_variables[seal_dir] | SEAL_VARIABLES
         values = resolve_variable_values(referenced, variables_for(name))
         parent = spec["parent"]
         parent_key = keys[parent].key if parent is not None else None
         keys[name] = LayerKey(
             name=name,
-            key=layer_key(parent_key, spec, role_entries, values),
+            key=layer_key(parent_key, spec, role_entries, values, seal),
             parent=parent,
             parent_key=parent_key,
             roles=applied,
             variables=values,
+            seal=seal[0] if seal else None,
         )
     return keys
