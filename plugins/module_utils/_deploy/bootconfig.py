@@ -151,6 +151,12 @@ class Node:
     kernel_args: str
 
 
+def default_boot_image(default_image: str | None, images: Iterable[str]) -> str:
+    """The image a node boots when it names none (the PXE default entry): ``default_image``
+    (hpc_stateless_boot_default_image), else the first image by name; empty without images."""
+    return default_image or min(images, default="")
+
+
 def parse_nodes(raw_nodes: Iterable[Mapping[str, Any]], images: Iterable[str], default_image: str) -> list[Node]:
     """Validate ``nodes`` ({name, mac (str or list), image, kernel_args}); errors name the node and key."""
     known = set(images)
@@ -604,7 +610,7 @@ def render(params: Mapping[str, Any], check_mode: bool = False) -> dict[str, Any
         raise BootConfigError("images: no image definitions (hpc_stateless_images is empty or missing)")
     for name in images:
         check_name("image", name)
-    default_image = params.get("default_image") or sorted(images)[0]
+    default_image = default_boot_image(params.get("default_image"), images)
     if default_image not in images:
         raise BootConfigError(f"default_image: unknown image {default_image!r} (known images: "
                               f"{', '.join(sorted(images))}); fix hpc_stateless_boot_default_image")
