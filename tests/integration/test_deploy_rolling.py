@@ -155,6 +155,18 @@ def test_failed_canary_rolls_links_back_and_stops(tmp_path):
     assert [cluster.release(n) for n in NODES] == ["v1"] * 5
 
 
+def test_failed_canary_without_rollback_leaves_the_links_and_says_so(tmp_path):
+    cluster = Cluster(tmp_path, behaviours={"n1": "fail"},
+                      extra_vars={"hpc_stateless_roll_timeout": 4, "hpc_stateless_roll_rollback": False})
+    proc = cluster.roll()
+    assert proc.returncode != 0
+    assert cluster.reboots() == ["n1"]
+    assert cluster.served() == "images/compute/v2"  # left as they are
+    assert "canary failed - n1: not back in service after 4 s" in proc.stdout, proc.stdout[-3000:]
+    assert "boot links left as they are (hpc_stateless_roll_rollback is false); roll stopped, no further node " \
+        "rebooted" in proc.stdout
+
+
 def test_failed_later_batch_stops_the_roll_without_rollback(tmp_path):
     cluster = Cluster(tmp_path, behaviours={"n3": "wrong-image"})
     proc = cluster.roll()
