@@ -47,7 +47,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
 FLOOR_OF = {unit: level for level, units in enumerate(FLOORS) for unit in units}
 #: What each package is for, for the picture.
 ROLES = {
-    HELPERS: "the one process runner, paths, git, image paths, project dir",
+    HELPERS: "process runner, paths, fs (locks, mounts), time, git, image paths, project dir",
     "_contract": "names, labels, manifest, sums, signature, SBOM, package db, inventory schema",
     "_layers": "DAG, content keys, change plan",
     "_build": "buildah client, bootstrap, layer build, registry, rootless",
