@@ -262,6 +262,8 @@ if yaml is not None:
         """SafeDumper with sh blocks written literally."""
 
     _PipelineDumper.add_representer(str, _str_representer)
+    # Settings from an inventory or role defaults arrive as str subclasses (Ansible's YAML strings).
+    _PipelineDumper.add_multi_representer(str, _str_representer)
 
 
 def pipeline_yaml(pipeline: Mapping[str, Any], plan: ChangePlan) -> str:
