@@ -14,12 +14,8 @@ from typing import Any, Callable
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.hpc.stateless.plugins.module_utils._contract.labels import LABEL_PREFIX
+from ansible_collections.hpc.stateless.plugins.module_utils._contract.labels import SEAL_SKIPPED_LABEL
 from ansible_collections.hpc.stateless.plugins.module_utils._layers.seal import SealError, layer_seal as _layer_seal
-
-#: The image label of a layer the build did not seal; its value is the reason.
-SEAL_SKIPPED_LABEL = f"{LABEL_PREFIX}seal-skipped"
-
 
 def layer_seal(layer: Any, seal: Any = True, skip_reason: Any = None) -> dict[str, Any]:
     """``{layer, sealed, skip_reason, report, labels}`` of layer ``layer``; an error names the layer."""

@@ -30,6 +30,8 @@ KEY_LABEL = LABEL_PREFIX + "key"
 PARENT_LABEL = LABEL_PREFIX + "parent"
 PARENT_KEY_LABEL = LABEL_PREFIX + "parent-key"
 GIT_COMMIT_LABEL = LABEL_PREFIX + "git-commit"
+#: On a layer the build did not seal (hpc_stateless_seal: false); its value is the reason given.
+SEAL_SKIPPED_LABEL = LABEL_PREFIX + "seal-skipped"
 
 #: Where layer images go unless the inventory says otherwise.
 DEFAULT_IMAGE_PREFIX = "localhost/hpc-stateless"
