@@ -12,13 +12,18 @@ is read, and why these bounds:
 * files of 1 MiB or less (:data:`CONTENT_MAX_SIZE`): every key format below is a few KiB
   (an RSA-16384 PEM key is 13 KiB, a keytab with a hundred principals 10 KiB); 99 % of the
   files of a node image are smaller, and the large ones (libraries, firmware, locales) are
-  not keys. A file that is larger is not opened;
+  not keys. Of a larger file, up to 16 MiB, only the first 512 bytes are read, to tell an
+  archive (below);
 * their first 16 KiB (:data:`HEAD_BYTES`): a key file starts with its key, and 16 KiB also
-  covers a key that follows a certificate chain of several certificates in one PEM file. A
-  larger file whose first 16 KiB hold a ``-----BEGIN`` line is a PEM bundle: it is read whole
-  (up to 1 MiB), so that a key appended to a CA bundle is found too;
-* files that start with the magic of a format that cannot be a key (ELF, gzip, xz, zstd,
-  zip, images, compiled Python, ...) are not looked at further.
+  covers a key that follows a certificate chain of several certificates in one PEM file, and
+  the credentials of a configuration file. The rest of the file (up to 1 MiB) is read when
+  the first 16 KiB hold a ``-----BEGIN`` line, a JSON-escaped or base64 PEM header (a key
+  appended to a CA bundle, a kubeconfig of many clusters), when the file is a Java keystore,
+  or when it is one DER structure as long as the file (a PKCS#12 bundle with a long chain);
+* archives (tar, zip, gzip, bzip2, xz) of 16 MiB or less: the first 16 KiB of each member,
+  within the bounds of :mod:`.archives` (1024 members, 32 MiB decompressed, streamed);
+* files that start with the magic of a format that cannot be a key (ELF, zstd, images,
+  compiled Python, ...) are not looked at further.
 
 What is found (a *block* means: the BEGIN line at the start of a line, optionally indented,
 the same indentation on every line, a body that is valid base64 - for DER key labels, of a
@@ -26,49 +31,67 @@ DER structure - and the matching END line; prose, scripts and source code that m
 a header do not have that):
 
 * PEM private-key blocks (``-----BEGIN [RSA |EC |DSA |ENCRYPTED |OPENSSH |]PRIVATE KEY-----``,
-  legacy encrypted ones with ``Proc-Type``/``DEK-Info`` headers), PGP private-key blocks,
-  OpenVPN static and tls-crypt-v2 keys, SSH2 (RFC 4716 style) encrypted private keys;
+  legacy encrypted ones with ``Proc-Type``/``DEK-Info`` headers, CRLF line ends), PGP
+  private-key blocks, OpenVPN static and tls-crypt-v2 keys, SSH2 (RFC 4716 style) encrypted
+  private keys;
 * PuTTY ``.ppk`` files (their first line is the header), age identities (in the first 4 KiB),
   GnuPG ``private-keys-v1.d`` key files, the binary ``openssh-key-v1`` and SSH1 private key
   formats;
+* cloud and service credentials (:mod:`.credentials`): AWS key pairs, PEM keys in JSON strings
+  (GCP service-account keys) and in base64 (kubeconfig ``client-key-data``), Azure connection
+  string keys, Vault tokens, ``.pgpass`` and ``.netrc`` passwords, container registry auths;
 * binary OpenPGP secret keys (a Secret-Key packet first), DER private keys (PKCS#1, SEC1,
   PKCS#8, encrypted PKCS#8) whose outer SEQUENCE spans the whole file;
+* key stores (:mod:`.keystores`): PKCS#12 bundles with a key or secret bag, JKS and JCEKS
+  keystores with a private or secret key entry (trust stores are not reported);
 * Kerberos keytabs: version 0x05 0x01/0x02 and a first entry that parses (realm and principal
   printable, a known encryption type with the key length it implies);
 * random key material the size of a MUNGE key (32 to 1024 bytes: what ``mungekey`` accepts;
-  128 is its default, 1024 the classic ``dd`` recipe), see :func:`looks_random`.
+  128 is its default, 1024 the classic ``dd`` recipe), see :func:`looks_random`;
+* any of the above but random key material in a member of an archive (:mod:`.archives`).
 
-Not found, on purpose: PKCS#12 and Java keystores (a trust store has the same shape as a key
-store, only decrypting tells), WireGuard configurations (the documentation's examples carry
-well-formed keys), keys inside binaries or compressed files, keys in files over 1 MiB,
-and a MUNGE key that is not random bytes (a passphrase typed into the file).
+Not found, on purpose: WireGuard configurations (the documentation's examples carry
+well-formed keys), keys inside binaries, keys in files over 1 MiB and in archives over the
+bounds above, archives inside archives, random key material inside an archive (compressed
+test data would look the same), a key inside an encrypted PKCS#12 SafeContents or an encrypted
+zip member, credentials past the first 16 KiB of a text file, and a MUNGE key that is not
+random bytes (a passphrase typed into the file).
 """
 
 from __future__ import annotations
 
 import binascii
+import io
+import json
 import math
 import os
 import re
 import stat
 from collections import Counter
+from typing import Sequence
 
-from ansible_collections.hpc.stateless.plugins.module_utils._pack import der
+from ansible_collections.hpc.stateless.plugins.module_utils._pack import archives, credentials, der, keystores
 
 CONTENT_MAX_SIZE = 1 << 20
 HEAD_BYTES = 16 << 10
 RANDOM_MIN_SIZE = 32  # mungekey's MUNGE_KEY_LEN_MIN_BYTES
 RANDOM_MAX_SIZE = 1024  # mungekey's MUNGE_KEY_LEN_MAX_BYTES, and the classic dd recipe
+# sniff_many: a share of the files for each of up to this many processes, from this many files on.
+MAX_WORKERS = 4
+PARALLEL_MIN_FILES = 2000
+_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
 
 # Formats that cannot be a key: nothing else is looked for in a file that starts with one.
 _NOT_KEYS = (
-    b"\x7fELF", b"\x1f\x8b", b"\xfd7zXZ\x00", b"\x28\xb5\x2f\xfd", b"BZh", b"\x04\x22\x4d\x18", b"\x89LZO",
-    b"PK\x03\x04", b"\x89PNG", b"\xff\xd8\xff", b"GIF8", b"%PDF", b"\x00asm", b"!<arch>\n", b"070701", b"070702",
+    b"\x7fELF", archives.GZIP, archives.XZ, b"\x28\xb5\x2f\xfd", archives.BZIP2, b"\x04\x22\x4d\x18", b"\x89LZO",
+    archives.ZIP, archives.EMPTY_ZIP, b"\x89PNG", b"\xff\xd8\xff", b"GIF8", b"%PDF", b"\x00asm", b"!<arch>\n", b"070701", b"070702",
     b"hsqs", b"TZif", b"SQLite format 3\x00", b"\xde\x12\x04\x95", b"\x95\x04\x12\xde", b"wOFF", b"wOF2",
     b"OTTO", b"\x00\x01\x00\x00\x00", b"RIFF", b"\xca\xfe\xba\xbe", b"\xed\xab\xee\xdb",
     b"\xf1\xc5\x01",  # NSS library checksums (libfreebl3.chk): a signature, random-looking
 )
 _PEM_MARK = b"-----BEGIN "
+# A first window that holds one of these is followed by the rest of the file: a key may come later.
+_READ_ON = (_PEM_MARK, b"LS0tLS1CRUdJTi", b"PRIVATE KEY-----\\n")
 _PEM = re.compile(
     rb"^(?P<indent>[ \t]*)(?P<begin>-----BEGIN (?P<label>(?:[A-Z0-9]+ )*PRIVATE KEY|PGP PRIVATE KEY BLOCK"
     rb"|OpenVPN Static key V1|OpenVPN tls-crypt-v2 (?:server|client) key)-----)[ \t]*\r?\n"
@@ -126,18 +149,23 @@ def sniff_file(path: str | bytes, size: int) -> str | None:
     Opened with O_NOFOLLOW and O_NONBLOCK and checked with fstat: a file replaced by a symlink,
     a FIFO or a device since it was listed is not read. Unreadable files are None.
     """
-    if not 0 < size <= CONTENT_MAX_SIZE:
+    if not 0 < size <= archives.ARCHIVE_MAX_SIZE:
         return None
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
     try:
-        fd = os.open(path, flags)
+        fd = os.open(path, _OPEN_FLAGS)
     except OSError:
         return None
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return None
-        data = os.read(fd, HEAD_BYTES)
-        if len(data) == HEAD_BYTES and _PEM_MARK in data and not data.startswith(_NOT_KEYS):
+        data = os.read(fd, HEAD_BYTES if size <= CONTENT_MAX_SIZE else 512)
+        kind = archives.kind_of(data)
+        if kind:
+            with open(fd, "rb", closefd=False) as source:
+                return archives.scan_archive(source, kind, size, _sniff_member, HEAD_BYTES)
+        if size > CONTENT_MAX_SIZE:
+            return None
+        if len(data) == HEAD_BYTES and len(data) < size and _read_on(data, size):
             data += _read_rest(fd, CONTENT_MAX_SIZE - len(data))
         whole = len(data) < HEAD_BYTES or len(data) >= size
     except OSError:
@@ -147,15 +175,99 @@ def sniff_file(path: str | bytes, size: int) -> str | None:
     return sniff(data, whole)
 
 
+def sniff_many(files: Sequence[tuple[str | bytes, int]], workers: int = 0) -> dict[int, str]:
+    """:func:`sniff_file` of every ``(path, size)`` of ``files``: ``{index: what was found}`` for the files
+    that hold a secret.
+
+    From :data:`PARALLEL_MIN_FILES` files on, the files are shared out, index modulo the number of
+    processes, between this process and forked children (``workers``, default: the CPUs, at most
+    :data:`MAX_WORKERS`), which send back what they found as JSON through a pipe and ``_exit``; a
+    child that fails has its share sniffed here again. The findings are the same either way.
+    """
+    count = min(workers or os.cpu_count() or 1, MAX_WORKERS)
+    if count < 2 or len(files) < PARALLEL_MIN_FILES:
+        return _sniff_share(files, 0, 1)
+    children = [(share, *_fork_share(files, share, count)) for share in range(1, count)]
+    found = _sniff_share(files, 0, count)
+    for share, pid, pipe in children:
+        result = _collect(pid, pipe)
+        found.update(_sniff_share(files, share, count) if result is None else result)
+    return found
+
+
+def _sniff_share(files: Sequence[tuple[str | bytes, int]], share: int, count: int) -> dict[int, str]:
+    found = {}
+    for index in range(share, len(files), count):
+        reason = sniff_file(*files[index])
+        if reason:
+            found[index] = reason
+    return found
+
+
+def _fork_share(files: Sequence[tuple[str | bytes, int]], share: int, count: int) -> tuple[int, int]:
+    """(pid, read end of its pipe) of a child that sniffs one share and writes ``{index: reason}`` as JSON."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid:
+        os.close(write_end)
+        return pid, read_end
+    status = 1
+    try:  # the child: nothing of the parent's (atexit, finally, buffered output) may run here
+        os.close(read_end)
+        data = memoryview(json.dumps(_sniff_share(files, share, count)).encode())
+        while data:
+            data = data[os.write(write_end, data):]
+        status = 0
+    finally:
+        os._exit(status)  # pylint: disable=protected-access
+
+
+def _collect(pid: int, pipe: int) -> dict[int, str] | None:
+    """What the child ``pid`` found, or None when it did not finish well."""
+    chunks = []
+    try:
+        while True:
+            chunk = os.read(pipe, 1 << 16)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(pipe)
+    _pid, status = os.waitpid(pid, 0)
+    if status != 0:
+        return None
+    try:
+        return {int(index): str(reason) for index, reason in json.loads(b"".join(chunks)).items()}
+    except (ValueError, AttributeError):
+        return None
+
+
 def sniff_bytes(data: bytes) -> str | None:
     """What secret ``data``, the whole content of a file that pack itself adds to an image, holds, or None;
     read within the bounds :func:`sniff_file` reads a file in."""
-    if not 0 < len(data) <= CONTENT_MAX_SIZE:
+    if not 0 < len(data) <= archives.ARCHIVE_MAX_SIZE:
+        return None
+    kind = archives.kind_of(data[:HEAD_BYTES])
+    if kind:
+        return archives.scan_archive(io.BytesIO(data), kind, len(data), _sniff_member, HEAD_BYTES)
+    if len(data) > CONTENT_MAX_SIZE:
         return None
     head = data[:HEAD_BYTES]
-    if len(head) == HEAD_BYTES and _PEM_MARK in head and not head.startswith(_NOT_KEYS):
+    if len(head) == HEAD_BYTES and _read_on(head, len(data)):
         head = data
     return sniff(head, len(head) == len(data))
+
+
+def _read_on(head: bytes, size: int) -> bool:
+    """Whether a file of ``size`` bytes whose first window is ``head`` is read to its end (or 1 MiB)."""
+    if head.startswith(keystores.MAGICS) or der.declared_size(head) == size:
+        return True
+    return not head.startswith(_NOT_KEYS) and any(mark in head for mark in _READ_ON)
+
+
+def _sniff_member(data: bytes, whole: bool) -> str | None:
+    """:func:`sniff` for a member of an archive: every form but random key material."""
+    return sniff(data, whole, member=True)
 
 
 def _read_rest(fd: int, limit: int) -> bytes:
@@ -169,17 +281,19 @@ def _read_rest(fd: int, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def sniff(data: bytes, whole: bool = True) -> str | None:
-    """What secret ``data`` (a file's beginning; ``whole`` when it is all of it) holds, or None."""
+def sniff(data: bytes, whole: bool = True, member: bool = False) -> str | None:
+    """What secret ``data`` (a file's beginning; ``whole`` when it is all of it) holds, or None;
+    ``member``: ``data`` is a member of an archive, where random bytes are not a finding."""
     if not data:
         return None
     found = _binary(data, whole)
-    if found or data.startswith(_NOT_KEYS):
+    if found or data.startswith(_NOT_KEYS) or data.startswith(keystores.MAGICS):
         return found
     found = _text(data)
     if found:
         return found
-    if whole and RANDOM_MIN_SIZE <= len(data) <= RANDOM_MAX_SIZE and not _structured(data) and looks_random(data):
+    if not member and whole and RANDOM_MIN_SIZE <= len(data) <= RANDOM_MAX_SIZE and not _structured(data) \
+            and looks_random(data):
         return f"{len(data)} random bytes with no file format, as in a MUNGE key, at byte 0"
     return None
 
@@ -205,7 +319,7 @@ def _text(data: bytes) -> str | None:
         match = _GNUPG_EXTENDED.search(data)
         if match:
             return f"GnuPG private key (private-keys-v1.d, extended format) at byte {match.start()}"
-    return None
+    return credentials.credential(data, _armored)
 
 
 def _armored(data: bytes) -> str | None:
@@ -268,8 +382,10 @@ def _binary(data: bytes, whole: bool) -> str | None:
         return "Kerberos keytab at byte 0"
     if data[0] & 0x80 and _pgp_packet(data, (5,)) is not None:
         return "OpenPGP secret key (binary) at byte 0"
-    if data[0] == 0x30 and whole:
-        return _der_key(data)
+    if data[0] == der.SEQUENCE and whole:
+        return _der_key(data) or keystores.pkcs12(data)
+    if data.startswith(keystores.MAGICS) and whole:
+        return keystores.java_keystore(data)
     return None
 
 
@@ -350,7 +466,7 @@ def _structured(data: bytes) -> bool:
     if data[0] & 0x80 and _pgp_packet(data, (2, 6, 14)) is not None:
         return True
     element = der.element(data, 0)
-    return element is not None and element[0] in (0x30, 0x31) and element[2] == len(data)
+    return element is not None and element[0] in (der.SEQUENCE, der.SET) and element[2] == len(data)
 
 
 def _der_key(data: bytes) -> str | None:

@@ -29,7 +29,7 @@ from typing import Callable, Iterator
 
 from ansible_collections.hpc.stateless.plugins.module_utils import _imagepath
 from ansible_collections.hpc.stateless.plugins.module_utils._pack.newc import MAX_FILE_SIZE, NewcWriter
-from ansible_collections.hpc.stateless.plugins.module_utils._pack.secrets import sniff_bytes, sniff_file
+from ansible_collections.hpc.stateless.plugins.module_utils._pack.secrets import sniff_bytes, sniff_file, sniff_many
 
 # Runtime trees and caches that never belong in a node image. The directories stay (empty):
 # systemd mounts over /proc, /sys, /run, /tmp; apt and dnf recreate their caches.
@@ -133,13 +133,14 @@ class SecretRules:
 
     def classify(self, rel: str, path: str | bytes, size: int) -> str | None:
         """Why the regular file at ``rel`` (``size`` bytes, by lstat) is a secret, or None."""
-        return self._by_name(rel) or (sniff_file(path, size) if self.by_content else None)
+        return self.by_name(rel) or (sniff_file(path, size) if self.by_content else None)
 
     def classify_data(self, rel: str, data: bytes) -> str | None:
         """Why a file that pack adds at ``rel`` holding ``data`` is a secret, or None."""
-        return self._by_name(rel) or (sniff_bytes(data) if self.by_content else None)
+        return self.by_name(rel) or (sniff_bytes(data) if self.by_content else None)
 
-    def _by_name(self, rel: str) -> str | None:
+    def by_name(self, rel: str) -> str | None:
+        """Why the file at ``rel`` is a secret by its path alone (the name rules), or None."""
         name = rel.rsplit("/", 1)[-1]
         for regex, reason in self._rules:
             if regex.match(rel) and not name.endswith(".pub"):
@@ -314,8 +315,14 @@ class TreeScan:
 
 def scan_tree(root: str | bytes, rules: ExcludeRules, secrets: SecretRules, overlay: Overlay | None = None,
               keep_largest: int = 20) -> TreeScan:
-    """Pass 1: read metadata of everything that will be packed; no byte is written."""
+    """Pass 1: read metadata of everything that will be packed; no byte is written.
+
+    Secrets by name are found during the walk; the files no name rule names are sniffed by content after
+    it, all together (:func:`.secrets.sniff_many`), and every finding is listed in walk order."""
     scan = TreeScan()
+    named: list[tuple[int, str, str]] = []  # (walk order, rel, reason)
+    to_sniff: list[tuple[bytes, int]] = []
+    sniffed: list[tuple[int, str]] = []  # (walk order, rel) of each file of to_sniff
     for entry in walk(root, rules, overlay, on_excluded=scan.excluded.append):
         scan.entries += 1
         scan.newest_mtime = max(scan.newest_mtime, entry.mtime)
@@ -344,10 +351,16 @@ def scan_tree(root: str | bytes, rules: ExcludeRules, secrets: SecretRules, over
         elif size > scan.largest_files[0][0]:
             heapq.heapreplace(scan.largest_files, (size, entry.rel))
         if entry.path is not None:
-            reason = secrets.classify(entry.rel, entry.path, size)
+            reason = secrets.by_name(entry.rel)
             if reason:
-                (scan.allowed_secrets if secrets.allowed(entry.rel) else scan.secrets).append(
-                    Secret(entry.rel, reason))
+                named.append((scan.entries, entry.rel, reason))
+            elif secrets.by_content:
+                to_sniff.append((entry.path, size))
+                sniffed.append((scan.entries, entry.rel))
+    for index, reason in sniff_many(to_sniff).items():
+        named.append((*sniffed[index], reason))
+    for _order, rel, reason in sorted(named):
+        (scan.allowed_secrets if secrets.allowed(rel) else scan.secrets).append(Secret(rel, reason))
     scan.hardlinks = {k: v for k, v in scan.hardlinks.items() if v > 1}
     return scan
 
