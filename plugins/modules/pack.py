@@ -242,8 +242,10 @@ options:
 notes:
   - Runs on the build host as root (it mounts images). Needs buildah for O(source_image), zstd, pigz (or gzip), xz
     and mksquashfs for the formats asked for.
-  - The newc format has no extended attributes, so file capabilities (C(security.capability)) are not in cpio
-    images; squashfs images keep them.
+  - The newc format has no extended attributes. Pack records each file's capabilities (C(security.capability), e.g.
+    C(ping)'s C(cap_net_raw=ep)) in the manifest, and a cpio image restores them at boot with the image's C(setcap),
+    before C(sysinit.target) (C(hpc-stateless-capabilities.service)), for files only root can replace; squashfs
+    images keep every extended attribute. See docs/pack.md.
 seealso:
   - module: hpc.stateless.layer
   - module: hpc.stateless.plan
@@ -347,6 +349,16 @@ allowed_secrets:
   returned: always
   type: list
   elements: str
+capabilities:
+  description:
+    - The file capabilities of the packed tree, the manifest's C(capabilities) - C(path) and C(capabilities) in the
+      text form C(setcap) takes, one entry per file that has a C(security.capability).
+    - C(not_restored_in_cpio) says why a node booted from a cpio artifact does not get them back (a directory a user
+      may write to, no C(setcap) in the image); pack warns about every such file.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{"path": "/usr/bin/ping", "capabilities": "cap_net_raw=ep"}]
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -435,6 +447,7 @@ def main() -> None:
     for warning in packer.warnings:
         module.warn(warning)
     result["verification"] = result["manifest"].get("verification") or {}
+    result["capabilities"] = result["manifest"].get("capabilities") or []
     if result["manifest"].get("hardware_profile"):
         result["hardware_profile"] = result["manifest"]["hardware_profile"]
     module.exit_json(**result)

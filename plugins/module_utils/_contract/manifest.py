@@ -85,9 +85,10 @@ def build_manifest(*, image: str, version: str, created: int, layer: str, layer_
                    packages: list[dict[str, Any]], kernel_args: str = "", initrd: dict[str, Any] | None = None,
                    source: dict[str, Any] | None = None, options: dict[str, Any] | None = None,
                    report: dict[str, Any] | None = None,
-                   hardware_profile: dict[str, Any] | None = None) -> dict[str, Any]:
+                   hardware_profile: dict[str, Any] | None = None,
+                   capabilities: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """The manifest deploy reads (checked by :func:`check_manifest`); keys beyond the shared contract are
-    additions, never renames."""
+    additions, never renames. ``capabilities``: the file capabilities of the packed tree (_pack/capabilities.py)."""
     data: dict[str, Any] = {
         "image": image,
         "version": version,
@@ -109,6 +110,8 @@ def build_manifest(*, image: str, version: str, created: int, layer: str, layer_
         data["size_report"] = report
     if hardware_profile is not None:
         data["hardware_profile"] = hardware_profile
+    if capabilities is not None:
+        data["capabilities"] = capabilities
     return check_manifest(data, "the manifest pack writes")
 
 
@@ -129,7 +132,8 @@ def check_manifest(data: object, where: str) -> dict[str, Any]:
     """``data`` when it holds what deploy reads; ArtifactError naming ``where`` and the key otherwise.
 
     Required: ``image`` and ``version`` (valid names), ``artifacts`` (a list of objects with a plain
-    ``file`` name). Checked when present: ``kernel.file``, ``initrd.file``, ``uncompressed_size``.
+    ``file`` name). Checked when present: ``kernel.file``, ``initrd.file``, ``uncompressed_size``,
+    ``capabilities`` (a list of objects with a ``path`` and ``capabilities`` text).
     """
     if not isinstance(data, dict):
         raise ArtifactError(f"{where}: manifest is not a JSON object; re-run the pack step")
@@ -154,6 +158,12 @@ def check_manifest(data: object, where: str) -> dict[str, Any]:
     size = data.get("uncompressed_size")
     if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size < 0):
         raise ArtifactError(f"{where}: 'uncompressed_size' must be a byte count, got {size!r}")
+    recorded = data.get("capabilities")
+    if recorded is not None and not (isinstance(recorded, list) and all(
+            isinstance(e, dict) and isinstance(e.get("path"), str) and isinstance(e.get("capabilities"), str)
+            for e in recorded)):
+        raise ArtifactError(f"{where}: 'capabilities' must be a list of objects with a path and capabilities; "
+                            "re-run the pack step")
     return data
 
 

@@ -9,8 +9,8 @@ Order of work, so that bad input costs nothing and leaves nothing:
 1. validate the request (names, formats, levels);
 2. open the source: a throw-away buildah working container of the image (the cached
    layer is never written), or a directory;
-3. find the kernel; pass 1 over the tree: sizes, secrets, files too large for cpio;
-   refuse or warn *before* writing a byte;
+3. find the kernel; pass 1 over the tree: sizes, secrets, files too large for cpio, file
+   capabilities (restored at boot from a record in cpio images); refuse or warn *before* writing a byte;
 4. write every artifact into ``.<version>.partial-<pid>/`` next to the final directory,
    manifest, SBOM and sums last, then rename the directory into place (one rename(2));
 5. on any failure remove the partial directory and the working container.
@@ -89,6 +89,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils._pack.hwprofile impo
     stage_modules,
 )
 from ansible_collections.hpc.stateless.plugins.module_utils._pack.newc import MAX_FILE_SIZE, NewcError
+from ansible_collections.hpc.stateless.plugins.module_utils._pack import capabilities
 from ansible_collections.hpc.stateless.plugins.module_utils._verify.record import (
     NOT_CHECKED,
     OVERRIDDEN,
@@ -402,7 +403,11 @@ class Packer:
         if sde is None:
             sde = scan.newest_mtime
         options = self._options_fingerprint(kernel, sde)
-        overlay = self._overlay(root, req.image, version, layer, layer_key, sde, depmod_files)
+        caps = capabilities.plan(root, scan.capabilities, rules, cpio=any(f in names.CPIO_FORMATS for f in req.formats))
+        lost = caps.warning()
+        if lost:
+            self._warn(lost)
+        overlay = self._overlay(root, req.image, version, layer, layer_key, sde, depmod_files, caps.overlay())
         scan_overlay(overlay, secrets, scan)
         uncompressed = scan.total_bytes + sum(len(f.data) for f in overlay.files.values()
                                               if stat.S_ISREG(f.mode))
@@ -411,7 +416,7 @@ class Packer:
             would = {"image": req.image, "version": version, "layer": layer, "layer_keys": layer_keys,
                      "artifacts": [{"file": names.artifact_file(req.image, fmt), "format": fmt} for fmt in req.formats],
                      "kernel": {"file": names.KERNEL_FILE, "version": kernel.version},
-                     "verification": verification}
+                     "verification": verification, "capabilities": caps.manifest()}
             if plan and profile:
                 would["hardware_profile"] = plan.manifest_entry(profile)
             return self._result(True, final, would, scan, uncompressed)
@@ -437,7 +442,8 @@ class Packer:
                                      kernel=kernel_entry, artifacts=artifacts, uncompressed_size=uncompressed,
                                      packages=packages, kernel_args=req.kernel_args, initrd=initrd_entry,
                                      source=source_info, options=options, report=report,
-                                     hardware_profile=plan.manifest_entry(profile) if plan and profile else None)
+                                     hardware_profile=plan.manifest_entry(profile) if plan and profile else None,
+                                     capabilities=caps.manifest())
             data["verification"] = verification
             self._write_small(names.MANIFEST_FILE, pm.manifest_bytes(data))
             files[names.MANIFEST_FILE] = sums.sha256_bytes(pm.manifest_bytes(data))
@@ -519,7 +525,9 @@ class Packer:
             shutil.rmtree(staging, ignore_errors=True)
 
     def _overlay(self, root: str, image: str, version: str, layer: str, layer_key: str, sde: int,
-                 extra: dict[str, bytes]) -> Overlay:
+                 extra: dict[str, bytes], restore: list[OverlayFile]) -> Overlay:
+        """What pack adds to the packed copy: the release file, ``extra`` (regenerated depmod data), ``restore``
+        (the capability restore of cpio images), a fresh machine-id and, for cpio, what an initramfs root needs."""
         try:
             release = image_release(image, version, layer, layer_key, sde, self.req.release_extra)
         except ValueError as exc:
@@ -528,6 +536,7 @@ class Packer:
         files += [OverlayFile(rel, stat.S_IFREG | 0o644, data) for rel, data in sorted(extra.items())]
         if extra:
             files.append(OverlayFile(NODE_CHECK_PATH, stat.S_IFREG | 0o755, NODE_CHECK_SCRIPT.encode()))
+        files += restore
         if self.req.reset_machine_id:
             # Every node must make its own machine-id at first boot (systemd does when the file is empty).
             files.append(OverlayFile("etc/machine-id", stat.S_IFREG | 0o444, b""))
@@ -608,6 +617,8 @@ class Packer:
             return False
         if current.get("source") != source_info or current.get("options") != options:
             return False
+        if "capabilities" not in current:
+            return False  # packed before file capabilities were recorded (and restored in cpio images)
         recorded = current.get("verification") or {}
         if (recorded.get("status"), recorded.get("override_reason")) != (verification.get("status"),
                                                                          verification.get("override_reason")):

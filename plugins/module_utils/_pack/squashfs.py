@@ -74,7 +74,8 @@ def mksquashfs_argv(binary: str, source: str, output: str, compression: str, lev
         raise SquashfsError(f"unknown squashfs compression {compression!r} "
                             f"(supported: {', '.join(SQUASHFS_COMPRESSION)})")
     default, lowest, highest = SQUASHFS_COMPRESSION[compression]
-    argv = [binary, source, output, "-noappend", "-no-progress", "-quiet", "-comp", compression, "-mem", memory]
+    # -xattrs: keep extended attributes (file capabilities among them), whatever this mksquashfs defaults to
+    argv = [binary, source, output, "-noappend", "-no-progress", "-quiet", "-xattrs", "-comp", compression, "-mem", memory]
     if compression == "xz":
         if level is not None:
             raise SquashfsError("mksquashfs' xz compressor has no level; leave the squashfs level unset for xz")

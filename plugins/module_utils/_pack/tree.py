@@ -9,7 +9,8 @@
 * :func:`walk` - the one sorted, depth-first walk both passes use: parents before children,
   names sorted bytewise, excluded subtrees pruned, overlay entries merged in.
 * :func:`scan_tree` - pass 1, before any byte is written: sizes, hard links, secrets (by name,
-  and by content through :mod:`.secrets`), files too large for cpio, prune points (for mksquashfs).
+  and by content through :mod:`.secrets`), files too large for cpio, prune points (for mksquashfs),
+  file capabilities (``security.capability``, which cpio cannot carry: see :mod:`.capabilities`).
 * :func:`write_cpio` - pass 2: the newc stream, with normalised inode numbers and mtimes
   clamped to SOURCE_DATE_EPOCH, so packing the same tree twice gives the same bytes.
 
@@ -19,6 +20,7 @@ the current path only.
 
 from __future__ import annotations
 
+import errno
 import fnmatch
 import heapq
 import os
@@ -69,8 +71,24 @@ SECRET_RULES = (
 )
 
 
+# The extended attribute that holds a file's capabilities (struct vfs_cap_data, see _pack/capabilities.py).
+CAPABILITY_XATTR = "security.capability"
+# What getxattr says of a file without the attribute, or on a file system without extended attributes.
+_NO_XATTR = frozenset({errno.ENODATA, errno.ENOTSUP, errno.EOPNOTSUPP})
+
+
 class PackTreeError(Exception):
     """The tree cannot be packed as asked; the message names the path at fault."""
+
+
+def read_capability(path: bytes) -> bytes | None:
+    """The raw ``security.capability`` of the file at ``path`` (never through a link), None when it has none."""
+    try:
+        return os.getxattr(path, CAPABILITY_XATTR, follow_symlinks=False)
+    except OSError as exc:
+        if exc.errno in _NO_XATTR:
+            return None
+        raise PackTreeError(f"{os.fsdecode(path)}: cannot read its {CAPABILITY_XATTR}: {exc.strerror}") from exc
 
 
 def _normalise_pattern(pattern: str) -> str:
@@ -301,6 +319,8 @@ class TreeScan:
     excluded: list[str] = field(default_factory=list)
     dir_bytes: dict[str, int] = field(default_factory=dict)
     largest_files: list[tuple[int, str]] = field(default_factory=list)
+    # (path, raw security.capability) of every packed regular file that has one, in walk order
+    capabilities: list[tuple[str, bytes]] = field(default_factory=list)
 
     def largest_directories(self, count: int = 20) -> list[dict[str, object]]:
         """Directories by cumulative size of what is packed below them (the root left out)."""
@@ -335,6 +355,9 @@ def scan_tree(root: str | bytes, rules: ExcludeRules, secrets: SecretRules, over
             scan.total_bytes += size
             scan.dir_bytes[parent] = scan.dir_bytes.get(parent, 0) + size
             continue
+        capability = read_capability(entry.path) if entry.path is not None else None
+        if capability is not None:
+            scan.capabilities.append((entry.rel, capability))  # every name of a hard-linked file
         key = (entry.dev, entry.ino)
         if entry.path is not None and entry.nlink > 1:
             seen = scan.hardlinks.get(key, 0)

@@ -43,7 +43,7 @@ def test_gzip_without_pigz_and_errors():
 
 def test_mksquashfs_argv():
     argv = mksquashfs_argv("/usr/bin/mksquashfs", "/src", "/out.sqfs", "zstd", None, 0, "/ef", "/pf")
-    assert argv == ["/usr/bin/mksquashfs", "/src", "/out.sqfs", "-noappend", "-no-progress", "-quiet", "-comp", "zstd",
+    assert argv == ["/usr/bin/mksquashfs", "/src", "/out.sqfs", "-noappend", "-no-progress", "-quiet", "-xattrs", "-comp", "zstd",
                     "-mem", "96M", "-Xcompression-level", "3", "-ef", "/ef", "-pf", "/pf"]
     assert "-processors" in mksquashfs_argv("m", "s", "o", "gzip", 9, 2, None, None)
     assert "-Xcompression-level" not in mksquashfs_argv("m", "s", "o", "xz", None, 0, None, None)
