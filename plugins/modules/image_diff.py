@@ -127,7 +127,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 differs:
-  description: Whether the two versions differ in packages, files, kernel, kernel command line or layers.
+  description: Whether the two versions differ in packages, files, file capabilities, kernel, kernel command line or layers.
   type: bool
   returned: success
 summary:
@@ -136,7 +136,7 @@ summary:
   returned: success
   sample: {packages_added: 1, packages_removed: 0, packages_upgraded: 2, packages_downgraded: 0,
            packages_changed: 0, files_added: 14, files_removed: 0, files_changed: 31, bytes_delta: 1048576,
-           layers_rebuilt: 1}
+           capabilities_added: 1, capabilities_removed: 0, capabilities_changed: 0, layers_rebuilt: 1}
 old:
   description: What the old version is (label, image, version, source read, kernel, kernel_args, layer_keys,
     number of packages or null when unknown).
@@ -159,6 +159,13 @@ files:
       C(changed) - a list of content, type, mode, owner, target, device - with C(old_size), C(new_size), C(delta),
       and the old and new mode, owner or target when those changed).
     - C(largest_growths) (C(path), C(delta), C(old_size), C(new_size)); C(old) and C(new) (entries, bytes); C(delta).
+  type: dict
+  returned: success
+capabilities:
+  description:
+    - File capabilities (C(security.capability)) as each side records them (a pack's manifest, a layer image's files);
+      C(added) and C(removed) (C(path), C(capabilities)), C(changed) (C(path), C(old), C(new)).
+    - C(known) is false when one side is a pack made before pack recorded them; the lists are empty then.
   type: dict
   returned: success
 kernel:

@@ -2,14 +2,15 @@
 # Copyright (c) 2026 hpc.stateless developers
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""What changed between two versions of an image: packages, files, kernel, layers, image-release.
+"""What changed between two versions of an image: packages, files, file capabilities, kernel, layers, image-release.
 
 A :class:`Side` is one version, whatever it came from (a pack version directory, a version
 published in a boot tree, a layer image): its manifest facts and a listing of its entries
 (_diff/listing.py). :func:`diff_sides` reads both listings at once (two threads: hashing
 and the decompressors run outside the GIL) and compares entries by type, permission bits,
 owner, size and content digest (or link target / device numbers). Modification times are
-not compared: pack clamps them to SOURCE_DATE_EPOCH.
+not compared: pack clamps them to SOURCE_DATE_EPOCH. File capabilities, which a cpio artifact
+cannot carry, are compared as the sides record them (a pack's manifest, a layer image's files).
 
 Renderings of the result: :func:`render_table` (text lines a person reads),
 :func:`render_markdown` (a short summary for a merge-request comment); the result itself is
@@ -31,12 +32,13 @@ from ansible_collections.hpc.stateless.plugins.module_utils._diff.listing import
 from ansible_collections.hpc.stateless.plugins.module_utils._contract.manifest import human_size
 from ansible_collections.hpc.stateless.plugins.module_utils._contract.names import RELEASE_PATH
 from ansible_collections.hpc.stateless.plugins.module_utils._contract.release import parse_image_release
+from ansible_collections.hpc.stateless.plugins.module_utils._pack.capabilities import PACK_ADDED as RESTORE_ADDED
 
 DEFAULT_TOP = 10
 # What pack puts into every packed copy (the release file, an empty machine-id and its dbus link,
-# and for cpio /dev/console and /init): not compared between a pack and a layer image, which has
-# not been through pack.
-PACK_ADDED = frozenset({RELEASE_PATH, "etc/machine-id", "var/lib/dbus/machine-id", "dev/console", "init"})
+# and for cpio /dev/console, /init and the restore of file capabilities): not compared between a
+# pack and a layer image, which has not been through pack.
+PACK_ADDED = frozenset({RELEASE_PATH, "etc/machine-id", "var/lib/dbus/machine-id", "dev/console", "init"}) | RESTORE_ADDED
 
 
 @dataclass
@@ -54,6 +56,8 @@ class Side:
     layer_keys: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     packed: bool = True  # False for a layer image (no pack overlay, see PACK_ADDED)
+    # {"/path": capabilities}, read with the members; None: unknown (a pack from before they were recorded)
+    capabilities: Callable[[], dict[str, str] | None] = lambda: None
 
 
 # -- versions --------------------------------------------------------------------------------------
@@ -125,6 +129,22 @@ def diff_packages(old: list[dict[str, Any]] | None, new: list[dict[str, Any]] | 
                 result["changed"].append(entry)
             else:
                 result["upgraded" if compare_versions(was, now) < 0 else "downgraded"].append(entry)
+    return result
+
+
+def diff_capabilities(old: dict[str, str] | None, new: dict[str, str] | None) -> dict[str, Any]:
+    """added / removed / changed file capabilities (``{path, capabilities}``, ``{path, old, new}``)."""
+    result: dict[str, Any] = {"known": old is not None and new is not None, "added": [], "removed": [], "changed": []}
+    if old is None or new is None:
+        return result
+    for path in sorted(set(old) | set(new)):
+        was, now = old.get(path), new.get(path)
+        if was is None:
+            result["added"].append({"path": path, "capabilities": now})
+        elif now is None:
+            result["removed"].append({"path": path, "capabilities": was})
+        elif was != now:
+            result["changed"].append({"path": path, "old": was, "new": now})
     return result
 
 
@@ -207,8 +227,8 @@ def _changed(old: Any, new: Any) -> dict[str, Any]:
     return {"old": old, "new": new, "changed": old is not None and new is not None and old != new}
 
 
-def _read(side: Side, keep: frozenset[str]) -> tuple[dict[str, Member], dict[str, bytes]]:
-    return _collect(side.members(), keep)
+def _read(side: Side, keep: frozenset[str]) -> tuple[dict[str, Member], dict[str, bytes], dict[str, str] | None]:
+    return (*_collect(side.members(), keep), side.capabilities())
 
 
 def diff_sides(old: Side, new: Side, top: int = DEFAULT_TOP) -> dict[str, Any]:
@@ -216,7 +236,7 @@ def diff_sides(old: Side, new: Side, top: int = DEFAULT_TOP) -> dict[str, Any]:
     keep = frozenset({RELEASE_PATH})
     with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
         futures = [pool.submit(_read, side, keep) for side in (old, new)]
-        (old_members, old_kept), (new_members, new_kept) = [f.result() for f in futures]
+        (old_members, old_kept, old_caps), (new_members, new_kept, new_caps) = [f.result() for f in futures]
     notes = old.notes + [n for n in new.notes if n not in old.notes]
     if old.packed != new.packed:
         for table in (old_members, new_members):
@@ -231,6 +251,7 @@ def diff_sides(old: Side, new: Side, top: int = DEFAULT_TOP) -> dict[str, Any]:
         "old": _side_facts(old), "new": _side_facts(new),
         "packages": diff_packages(old.packages, new.packages),
         "files": files,
+        "capabilities": diff_capabilities(old_caps, new_caps),
         "kernel": _changed(old.kernel or None, new.kernel or None),
         "kernel_args": _changed(old.kernel_args, new.kernel_args),
         "layers": diff_layers(old.layer_keys, new.layer_keys),
@@ -238,9 +259,12 @@ def diff_sides(old: Side, new: Side, top: int = DEFAULT_TOP) -> dict[str, Any]:
                     "changed": [k for k in release_keys if (release_old or {}).get(k) != (release_new or {}).get(k)]},
         "notes": notes,
     }
-    packages = result["packages"]
+    if not result["capabilities"]["known"]:
+        notes.append("file capabilities: not compared (a pack from before pack recorded them in its manifest)")
+    packages, capabilities = result["packages"], result["capabilities"]
     result["differs"] = bool(
         files["added"] or files["removed"] or files["changed"] or result["kernel"]["changed"]
+        or capabilities["added"] or capabilities["removed"] or capabilities["changed"]
         or result["kernel_args"]["changed"] or result["layers"]["rebuilt"] or result["layers"]["added"]
         or result["layers"]["removed"] or any(packages[k] for k in ("added", "removed", "upgraded", "downgraded",
                                                                     "changed")))
@@ -262,6 +286,9 @@ def summary_counts(result: dict[str, Any]) -> dict[str, int]:
         "packages_changed": len(packages["changed"]),
         "files_added": len(files["added"]), "files_removed": len(files["removed"]),
         "files_changed": len(files["changed"]), "bytes_delta": files["delta"],
+        "capabilities_added": len(result["capabilities"]["added"]),
+        "capabilities_removed": len(result["capabilities"]["removed"]),
+        "capabilities_changed": len(result["capabilities"]["changed"]),
         "layers_rebuilt": len(result["layers"]["rebuilt"]),
     }
 
@@ -289,6 +316,17 @@ def _package_lines(packages: dict[str, Any], limit: int) -> Iterator[str]:
         if packages[kind] or kind != "changed":
             yield f"packages {kind}: {len(packages[kind])}"
             yield from _limited(packages[kind], limit, lambda p: f"  {p['name']} {p['old']} -> {p['new']}")
+
+
+def _capability_lines(capabilities: dict[str, Any], limit: int) -> Iterator[str]:
+    """Changed file capabilities; nothing when none changed (or they are unknown: a note says so)."""
+    for kind, sign in (("added", "+"), ("removed", "-")):
+        if capabilities[kind]:
+            yield f"file capabilities {kind}: {len(capabilities[kind])}"
+            yield from _limited(capabilities[kind], limit, lambda c, s=sign: f"{s} {c['path']} {c['capabilities']}")
+    if capabilities["changed"]:
+        yield f"file capabilities changed: {len(capabilities['changed'])}"
+        yield from _limited(capabilities["changed"], limit, lambda c: f"~ {c['path']} {c['old']} -> {c['new']}")
 
 
 def _file_line(entry: dict[str, Any], sign: str) -> str:
@@ -328,6 +366,7 @@ def render_table(result: dict[str, Any], limit: int = 50) -> list[str]:
     if files["largest_growths"]:
         lines.append("largest growths:")
         lines += [f"  {signed_size(g['delta']):>12}  {g['path']}" for g in files["largest_growths"]]
+    lines += _capability_lines(result["capabilities"], limit)
     for key, title in (("kernel", "kernel"), ("kernel_args", "kernel command line")):
         item = result[key]
         same = item["old"] == item["new"]
@@ -362,6 +401,14 @@ def _shown(value: object) -> str:
     return "unknown" if value is None else str(value)
 
 
+def _capability_items(capabilities: dict[str, Any]) -> list[str]:
+    """Markdown list items of the changed file capabilities: added, removed, then changed."""
+    items = [f"added {_code(c['path'])} {_code(c['capabilities'])}" for c in capabilities["added"]]
+    items += [f"removed {_code(c['path'])} {_code(c['capabilities'])}" for c in capabilities["removed"]]
+    items += [f"{_code(c['path'])} {_code(c['old'])} → {_code(c['new'])}" for c in capabilities["changed"]]
+    return items
+
+
 def render_markdown(result: dict[str, Any], limit: int = 20) -> str:
     """A short Markdown summary (counts, then the first ``limit`` entries of each list) for a merge request."""
     old, new, files, packages, counts = result["old"], result["new"], result["files"], result["packages"], \
@@ -376,6 +423,9 @@ def render_markdown(result: dict[str, Any], limit: int = 20) -> str:
     else:
         out.append("| packages | n/a | n/a | n/a | n/a | n/a |")
     out.append(f"| files | {counts['files_added']} | {counts['files_removed']} | | | {counts['files_changed']} |")
+    if result["capabilities"]["known"]:
+        out.append(f"| file capabilities | {counts['capabilities_added']} | {counts['capabilities_removed']} | | | "
+                   f"{counts['capabilities_changed']} |")
     out += ["", f"Size: {human_size(files['old']['bytes'])} → {human_size(files['new']['bytes'])} "
                 f"(**{signed_size(files['delta'])}**)"]
     for key, title in (("kernel", "Kernel"), ("kernel_args", "Kernel command line")):
@@ -397,6 +447,7 @@ def render_markdown(result: dict[str, Any], limit: int = 20) -> str:
                                  for p in packages["downgraded"]]),
         ("Largest growths", [f"{_code(g['path'])} {signed_size(g['delta'])}"
                              for g in files["largest_growths"]]),
+        ("File capabilities", _capability_items(result["capabilities"])),
     ]
     for title, items in sections:
         if items:

@@ -5,13 +5,13 @@
 """Where the two versions an image diff compares come from (see _diff/diff.py :class:`Side`).
 
 * a pack version directory ``<output_dir>/<image>/<version>/``: its manifest.json (packages,
-  kernel, kernel command line, layer keys) and one of its artifacts;
+  kernel, kernel command line, layer keys, file capabilities) and one of its artifacts;
 * a version published in a boot tree: the same, in ``<boot_root>/images/<image>/<version>/``;
   the default old version is the one the served link points at;
 * a layer image in containers-storage: mounted read-only through a working container of our
   buildah client that is always removed again; packages from the tree's package database,
-  kernel from the tree, layer keys from the image labels. A layer image has no kernel command
-  line (pack adds it), which the result says.
+  kernel and file capabilities from the tree, layer keys from the image labels. A layer image
+  has no kernel command line (pack adds it), which the result says.
 """
 
 from __future__ import annotations
@@ -47,7 +47,9 @@ from ansible_collections.hpc.stateless.plugins.module_utils._contract.labels imp
     owner_instance,
 )
 from ansible_collections.hpc.stateless.plugins.module_utils._deploy.bootlink import BootTree
+from ansible_collections.hpc.stateless.plugins.module_utils._pack.capabilities import recorded, tree_capabilities
 from ansible_collections.hpc.stateless.plugins.module_utils._pack.kernel import KernelError, find_kernel
+from ansible_collections.hpc.stateless.plugins.module_utils._pack.tree import DEFAULT_EXCLUDES, ExcludeRules
 
 # purpose part of the names of the diff's throw-away working containers (see _contract/labels.py's container_name)
 CONTAINER_PURPOSE = "diff"
@@ -98,7 +100,8 @@ def version_dir_side(version_dir: str, label: str = "", fmt: str | None = None) 
                 packages=packages if isinstance(packages, list) else None,
                 kernel=str(kernel.get("version") or kernel_file(manifest)),
                 kernel_args=manifest.get("kernel_args"),
-                layer_keys=dict(manifest.get("layer_keys") or {}), notes=notes)
+                layer_keys=dict(manifest.get("layer_keys") or {}), notes=notes,
+                capabilities=lambda: recorded(manifest))
 
 
 def newest_pack(output_dir: str, image: str) -> str:
@@ -171,7 +174,8 @@ class LayerImages:
         layer = labels.get(LAYER_LABEL, "")
         return Side(label=f"{ref}", members=lambda: list_tree(root, KEEP), image=layer,
                     version=labels.get(KEY_LABEL, "")[:12], source=ref, packages=packages, kernel=kernel,
-                    kernel_args=None, layer_keys=layer_keys_of(self.buildah, ref, labels), notes=notes, packed=False)
+                    kernel_args=None, layer_keys=layer_keys_of(self.buildah, ref, labels), notes=notes, packed=False,
+                    capabilities=lambda: tree_capabilities(root, ExcludeRules(DEFAULT_EXCLUDES)))
 
     def close(self) -> None:
         for name in self.containers:

@@ -293,6 +293,7 @@ def test_diff_sides_json(result):
     assert result["summary"] == {"packages_added": 1, "packages_removed": 1, "packages_upgraded": 1,
                                  "packages_downgraded": 0, "packages_changed": 0, "files_added": 1,
                                  "files_removed": 1, "files_changed": 8, "bytes_delta": 991,
+                                 "capabilities_added": 0, "capabilities_removed": 0, "capabilities_changed": 0,
                                  "layers_rebuilt": 1}
     assert result["kernel"] == {"old": "6.1.0-9-amd64", "new": "6.1.0-10-amd64", "changed": True}
     assert result["kernel_args"]["changed"] is True
