@@ -158,7 +158,7 @@ def dot(edges: list[Edge], title: str = "module_utils imports") -> str:
     looped = {u for pair in mutual_pairs(edges) for u in pair}
     bad = {(s, d) for (s, d) in graph
            if (s in looped and d in looped) or (s in FLOOR_OF and d in FLOOR_OF and FLOOR_OF[d] >= FLOOR_OF[s])}
-    lines = ["digraph imports {", f'  label="{title}"; labelloc=t; rankdir=BT;',
+    lines = ["digraph imports {", f'  label="{title}"; labelloc=t; rankdir=TB; newrank=true;',
              '  node [shape=box, style="rounded,filled", fillcolor="#eef3fb", fontname="Helvetica", fontsize=11];',
              '  edge [color="#555555"];']
     for level, floor in enumerate(FLOORS):
@@ -169,6 +169,11 @@ def dot(edges: list[Edge], title: str = "module_utils imports") -> str:
         role = ROLES.get(unit, "on no floor")
         fill = "" if unit in FLOOR_OF else ', fillcolor="#fde2e2"'
         lines.append(f'  "{unit}" [label="{unit}\\n{role}"{fill}];')
+    # One rank per floor, the bottom floor at the bottom: an invisible edge from each unit to the floor below.
+    floors = [[u for u in floor if u in units] for floor in FLOORS]
+    floors = [floor for floor in floors if floor]
+    for upper, lower in zip(floors[1:], floors):
+        lines += [f'  "{u}" -> "{lower[0]}" [style=invis];' for u in upper]
     for (src, dst), found in sorted(graph.items()):
         style = ', color="#c0392b", penwidth=2' if (src, dst) in bad else ""
         lines.append(f'  "{src}" -> "{dst}" [label="{len(found)}", fontsize=9{style}];')
