@@ -223,8 +223,8 @@ def test_the_plan_restores_trusted_files_and_says_which_are_not(tmp_path):
     overlay = {f.rel: f for f in plan.overlay()}
     assert set(overlay) == {caps.RECORD_PATH, caps.SCRIPT_PATH, caps.UNIT_PATH, caps.WANTS_PATH}
     assert all(f.cpio_only and f.uid == 0 and f.gid == 0 for f in overlay.values())
-    assert overlay[caps.RECORD_PATH].data.decode().splitlines()[-2:] == ["cap_net_raw=ep /usr/bin/ns",
-                                                                           "cap_net_raw=ep /usr/bin/ping"]
+    record = overlay[caps.RECORD_PATH].data.decode().splitlines()
+    assert record[-2:] == ["cap_net_raw=ep /usr/bin/ns", "cap_net_raw=ep /usr/bin/ping"]
     assert stat.S_IMODE(overlay[caps.SCRIPT_PATH].mode) == 0o755
     assert overlay[caps.WANTS_PATH].data == f"../{caps.UNIT_NAME}".encode()
     # squashfs keeps the attributes itself: the same record, nothing to restore, nothing to warn about
