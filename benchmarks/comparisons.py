@@ -15,6 +15,10 @@ B, and the goal is ``ratio >= goal_min_ratio``. Two kinds:
 * ``reported`` rows carry ``goal_min_ratio: null`` and ``met: null``: both sides are shown,
   nothing is judged (the issue asks to report them side by side).
 
+A score where more is better (recall, the share of decoys left quiet) is compared the other way
+round, ``ratio = B median / A median`` (``higher_is_better``), so that a higher ratio is better
+for B in every row.
+
 ``also`` holds the extra yes/no conditions of a goal (0 layers built, output no larger, same
 verdict on every check); a goal is met when the ratio reaches its minimum and every condition
 holds.
@@ -47,12 +51,14 @@ def judge(ratio: Optional[float], goal_min_ratio: Optional[float], also: Optiona
 def comparison(name: str, a_label: str, a_median: float, b_label: str, b_median: float, goal: str,
                goal_min_ratio: Optional[float], *, kind: str = RATIO, unit: str = "s",
                a_samples: Optional[Iterable[float]] = None, b_samples: Optional[Iterable[float]] = None,
-               also: Optional[dict] = None, note: str = "") -> dict[str, Any]:
-    """One row of the block; ``ratio`` and ``met`` are computed here, never by hand."""
+               also: Optional[dict] = None, note: str = "", higher_is_better: bool = False) -> dict[str, Any]:
+    """One row of the block; ``ratio`` and ``met`` are computed here, never by hand. ``higher_is_better``:
+    the figures are scores (more is better), ``ratio = B / A``."""
     if goal_min_ratio is None:
         kind = REPORTED
     a_median, b_median = float(a_median), float(b_median)
-    ratio = round(a_median / b_median, 3) if b_median > 0 else None
+    top, bottom = (b_median, a_median) if higher_is_better else (a_median, b_median)
+    ratio = round(top / bottom, 3) if bottom > 0 else None
     row: dict[str, Any] = {
         "name": name, "kind": kind, "unit": unit,
         "a_label": a_label, "a_median": round(a_median, 4),
@@ -60,6 +66,8 @@ def comparison(name: str, a_label: str, a_median: float, b_label: str, b_median:
         "ratio": ratio, "goal": goal, "goal_min_ratio": goal_min_ratio,
         "also": dict(also or {}), "met": judge(ratio, goal_min_ratio, also), "note": note,
     }
+    if higher_is_better:
+        row["higher_is_better"] = True
     if a_samples is not None:
         row["a_samples"] = [round(float(s), 4) for s in a_samples]
     if b_samples is not None:

@@ -9,7 +9,7 @@ This runner first makes sure the default images are built and packed (``ansible-
 inventory site.yml``: seconds when they are cached), starts the benchmarks one after another on
 those images with a step log (``[n/N] name``, elapsed time, the benchmark's own output as it
 comes), then writes bench/results.json and bench/results.md. Figures are judged as ratios only
-(A median / B median, higher is better for B); see docs/bench.md.
+(A median / B median, or B / A for scores such as recall: higher is better for B); see docs/bench.md.
 
     python benchmarks/run_all.py [--only pack,plan] [--report-only] [--no-run] [--quick]
                                  [--no-images] [--dry-run] [--output-dir bench]
@@ -120,6 +120,8 @@ BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in (
     Benchmark("nspawn", "~10 min", lambda d: ["--image", d.root_ref],
               ["--boots", "2", "--rounds", "1"], True, lambda d: [d.root_ref]),
     Benchmark("pack", "~26 min", lambda d: ["--image", d.image_ref], ["--runs", "1"], True, lambda d: [d.image_ref]),
+    Benchmark("secret_scan", "~3 min", lambda d: ["--image", d.image_ref], ["--runs", "1"], True,
+              lambda d: [d.image_ref]),
     Benchmark("deploy", "~3 min", _deploy_args, ["--runs", "1"], True),
     Benchmark("plan", "~30 s", lambda d: [], ["--quick", "--runs", "3"]),
     Benchmark("diff", "~2 min", _deploy_args, ["--runs", "1"], True),
@@ -133,8 +135,8 @@ BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in (
               ["--inventory", "tests/integration/rootless_inventory"]),
     Benchmark("rollout", "~8 min", lambda d: ["--nodes", "2,4,8"], ["--nodes", "2"]),
 )}
-RUN_ORDER = ["plan", "deploy", "diff", "boot", "hwprofile", "nspawn", "connection", "rollout", "compliance", "peer",
-             "rootless", "build", "pack"]
+RUN_ORDER = ["plan", "secret_scan", "deploy", "diff", "boot", "hwprofile", "nspawn", "connection", "rollout", "compliance",
+             "peer", "rootless", "build", "pack"]
 
 
 @dataclass
@@ -299,7 +301,8 @@ def render_markdown(report: dict[str, Any]) -> str:
     lines = [title, "",
              (f"{report['created']}, {host['cpus']} CPUs, load {host['loadavg_start']:.1f} at start. " if report["ran"]
               else f"{report['created']}: tabulated from recorded results (nothing run; see when each was written). ")
-             + "A is the baseline or budget, B ours; ratio = A median / B median (higher is better for B), "
+             + "A is the baseline or budget, B ours; ratio = A median / B median, B / A for scores such as recall "
+             "(higher is better for B), "
              "judged against the goal's minimum ratio. `budget` goals are the issues' absolute limits "
              "(A = the budget). See docs/bench.md.", "",
              "| benchmark | comparison | A median | B median | ratio | goal | met |",

@@ -85,7 +85,7 @@ def _run(*argv: str, data: bytes | None = None, env: dict[str, str] | None = Non
 
 
 def _random_text(alphabet: str, length: int) -> str:
-    return "".join(random_source.choice(alphabet) for _ in range(length))
+    return "".join(random_source.choice(alphabet) for _index in range(length))
 
 
 class _Keys:

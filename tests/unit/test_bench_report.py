@@ -6,7 +6,9 @@ deploy and plan from runs through run_all.py (with the block), diff from a run o
 boot from a run of boot_bench.py, hwprofile from a run of hwprofile_bench.py (which missed its size goal),
 peer from a run of peer_bench.py (mkosi and ansible-bender side by side), rootless from a run of rootless_bench.py
 (the default DAG as root, rootless on overlay and on vfs). connection from a run of connection_bench.py
-(2 rounds at a load average of ~4: the per-task budget missed). The end-to-end test runs the real
+(2 rounds at a load average of ~4: the per-task budget missed). secret_scan from a run of secret_scan_bench.py
+through run_all.py (the planted corpus against detect-secrets 1.5.0, pack with and without the content scan at a
+load average of ~4). The end-to-end test runs the real
 plan benchmark through the runner; the exit-status tests use stand-in benchmark scripts (a test
 double of a benchmark process: the runner's contract is only an exit status and a JSON file,
 and a real benchmark cannot be made to fail on demand).
@@ -29,7 +31,7 @@ import comparisons  # noqa: E402  pylint: disable=wrong-import-position,import-e
 import peer_bench  # noqa: E402  pylint: disable=wrong-import-position,import-error
 import run_all  # noqa: E402  pylint: disable=wrong-import-position,import-error
 
-NAMES = ["build", "compliance", "nspawn", "pack", "deploy", "plan", "diff", "boot", "hwprofile", "peer", "connection",
+NAMES = ["build", "compliance", "nspawn", "pack", "secret_scan", "deploy", "plan", "diff", "boot", "hwprofile", "peer", "connection",
          "rootless", "rollout"]
 
 
@@ -37,6 +39,8 @@ ROOTLESS_ROWS = 3  # root vs rootless build, vfs vs overlay commit time and disk
 # The rollout runs (2 and 4 nodes, then 8): five rolls, batch 1 vs N/2 at 4 and 8 nodes, one node's reboot (reported).
 ROLLOUT_ROWS = 8
 BOOT_ROWS = 3  # transfer (judged), qemu start to kernel, boot to multi-user (reported)
+# Recall and decoys left quiet against detect-secrets, pack with and without the scan (judged); pass 1, /etc (reported).
+SECRET_SCAN_ROWS, SECRET_SCAN_JUDGED = 5, 3
 # The recorded connection run (load average ~4) missed the per-task budget: 0.348 s against 0.25 s.
 CONNECTION_MISSED = "connection: per task, 50 module tasks on one working container"
 
@@ -138,6 +142,32 @@ def test_rollout_rows_from_the_real_run():
     assert (eight["a_median"], eight["b_median"], eight["ratio"]) == (77.61, 47.73, 1.626)
 
 
+def test_secret_scan_rows_recall_and_decoys_are_scores_pack_time_a_ratio():
+    data = fixture("secret_scan")
+    rows = {row["name"].split(":")[0].split(" (")[0]: row for row in data["comparisons"]}
+    recall, quiet = rows["recall on the planted corpus"], rows["decoys left quiet on the planted corpus"]
+    corpus = data["corpus"]
+    assert recall["higher_is_better"] and recall["unit"] == "%"
+    assert (recall["a_median"], recall["b_median"]) == (corpus["detect_secrets"]["recall_percent"], 100.0)
+    assert recall["ratio"] == round(100.0 / corpus["detect_secrets"]["recall_percent"], 3) > 1 and recall["met"] is True
+    assert quiet["b_median"] == 100.0 and quiet["ratio"] > 1 and quiet["met"] is True
+    assert corpus["ours"]["missed"] == [] and corpus["ours"]["false_positives"] == []
+    assert len(corpus["detect_secrets"]["false_positives"]) > 0 and corpus["detect_secrets"]["missed"]
+    pack = rows["pack cpio.zst of localhost/hpc-stateless/slurm"]
+    assert pack["goal_min_ratio"] == round(1 / 1.1, 4) and "higher_is_better" not in pack
+    assert pack["ratio"] == round(pack["a_median"] / pack["b_median"], 3)
+    # The same rows derived again from the fields: the block is the benchmark's own function of them.
+    import secret_scan_bench  # pylint: disable=import-outside-toplevel,import-error
+    assert [row["ratio"] for row in secret_scan_bench.result_rows(data)] == [row["ratio"] for row in data["comparisons"]]
+
+
+def test_a_score_row_with_a_zero_baseline_has_no_ratio_and_is_not_met():
+    row = comparisons.comparison("recall", "them", 0.0, "us", 100.0, "ahead", 1.0, unit="%", higher_is_better=True)
+    assert (row["ratio"], row["met"]) == (None, False)
+    better = comparisons.comparison("recall", "them", 50.0, "us", 100.0, "ahead", 1.0, unit="%", higher_is_better=True)
+    assert (better["ratio"], better["met"]) == (2.0, True)
+
+
 def test_a_missing_field_names_itself():
     data = fixture("pack")
     del data["results"]["squashfs"]["ours_median"]
@@ -178,20 +208,21 @@ def test_report_of_every_benchmark(results_dir, tmp_path):
     # The recorded hwprofile run missed its size goal (pruned cpio.zst 48.5 % of the full one, goal <= 40 %).
     assert status == run_all.EXIT_GOAL_NOT_MET
     assert [o["name"] for o in report["benchmarks"]] == NAMES
-    assert [o["derived"] for o in report["benchmarks"]] == [True] * 4 + [False] * 9
+    assert [o["derived"] for o in report["benchmarks"]] == [True] * 4 + [False] * 10
     rows = report["comparisons"]
     peer = fixture("peer")["comparisons"]
     peer_judged = sum(row["goal_min_ratio"] is not None for row in peer)
     peer_met = sum(row["met"] is True for row in peer)
     peer_missed = [f"peer: {row['name']}" for row in peer if row["met"] is False]
     assert [row["benchmark"] for row in rows] == ["build"] * 2 + ["compliance"] + ["nspawn"] * 3 + ["pack"] * 4 \
-        + ["deploy"] * 4 + ["plan"] + ["diff"] * 3 + ["boot"] * BOOT_ROWS + ["hwprofile"] * 4 + ["peer"] * len(peer) \
+        + ["secret_scan"] * SECRET_SCAN_ROWS + ["deploy"] * 4 + ["plan"] + ["diff"] * 3 + ["boot"] * BOOT_ROWS + ["hwprofile"] * 4 + ["peer"] * len(peer) \
         + ["connection"] * 3 + ["rootless"] * ROOTLESS_ROWS + ["rollout"] * ROLLOUT_ROWS
     for row in rows:
         assert {"benchmark", "name", "a_label", "a_median", "b_label", "b_median", "ratio", "goal", "goal_min_ratio",
                 "met", "unit", "results_written"} <= set(row)
-    assert report["summary"] == {"comparisons": 25 + BOOT_ROWS + ROOTLESS_ROWS + ROLLOUT_ROWS + len(peer), "judged": 16 + peer_judged,
-                                 "met": 14 + peer_met, "not_met": 2 + len(peer_missed),
+    assert report["summary"] == {"comparisons": 25 + BOOT_ROWS + SECRET_SCAN_ROWS + ROOTLESS_ROWS + ROLLOUT_ROWS + len(peer),
+                                 "judged": 16 + SECRET_SCAN_JUDGED + peer_judged,
+                                 "met": 14 + SECRET_SCAN_JUDGED + peer_met, "not_met": 2 + len(peer_missed),
                                  "not_met_names": ["hwprofile: cpio.zst of the compute image", *peer_missed,
                                                    CONNECTION_MISSED],
                                  "benchmarks_failed": [], "exit_status": run_all.EXIT_GOAL_NOT_MET}
@@ -208,8 +239,9 @@ def test_report_of_every_benchmark(results_dir, tmp_path):
     assert ("| hwprofile | cpio.zst of the compute image | full: 160 MiB | pruned to the qemu profile: 77.5 MiB | "
             "2.06x | pruned <= 40 % of full | **NO** |") in table
     missed = ", ".join(["hwprofile: cpio.zst of the compute image", *peer_missed, CONNECTION_MISSED])
-    assert markdown.rstrip().endswith(f"{25 + BOOT_ROWS + ROOTLESS_ROWS + ROLLOUT_ROWS + len(peer)} comparisons, {16 + peer_judged} judged: "
-                                      f"{14 + peer_met} goals met, {2 + len(peer_missed)} not met "
+    total = 25 + BOOT_ROWS + SECRET_SCAN_ROWS + ROOTLESS_ROWS + ROLLOUT_ROWS + len(peer)
+    assert markdown.rstrip().endswith(f"{total} comparisons, {16 + SECRET_SCAN_JUDGED + peer_judged} judged: "
+                                      f"{14 + SECRET_SCAN_JUDGED + peer_met} goals met, {2 + len(peer_missed)} not met "
                                       f"({missed}); 0 benchmark(s) failed")
 
 

@@ -42,7 +42,7 @@ def run(*argv: str, data: bytes | None = None) -> bytes:
 
 
 def token(alphabet: str, length: int) -> str:
-    return "".join(random_source.choice(alphabet) for _ in range(length))
+    return "".join(random_source.choice(alphabet) for _index in range(length))
 
 
 @pytest.fixture(scope="module", name="key")
