@@ -4,8 +4,9 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Lifecycle of one layer's buildah working container.
 
-started   -> ``buildah from`` parent (or scratch), mount, bind the host package caches
-committed -> release the binds, label, ``buildah commit`` to ``<prefix>/<layer>:<key>`` (and any further
+started   -> ``buildah from`` parent (or scratch), mount, bind the build's own views of the host package
+             caches (_build/caches.py: two builds on one host never share a package manager's lock)
+committed -> release the binds, merge what the build downloaded into the caches, label, ``buildah commit`` to ``<prefix>/<layer>:<key>`` (and any further
              references, so one commit serves a root layer's bootstrap image and the layer), remove
 absent    -> release the binds, unmount and remove the layer's working containers
 
@@ -22,17 +23,22 @@ from typing import Any
 from ansible_collections.hpc.stateless.plugins.module_utils import _process
 # mounts_under: the mount points below a container's root, deepest first (the order to unmount them).
 from ansible_collections.hpc.stateless.plugins.module_utils._fs import mounts_below as mounts_under
-from ansible_collections.hpc.stateless.plugins.module_utils._build import rootless
+from ansible_collections.hpc.stateless.plugins.module_utils._build import caches, rootless
 from ansible_collections.hpc.stateless.plugins.module_utils._build.buildah import Buildah
 from ansible_collections.hpc.stateless.plugins.module_utils._contract.labels import container_name, container_stem, image_ref
 
-# In-image package cache -> host directory. Bound while roles run so a rebuild, or a
-# sibling layer, finds the packages already downloaded.
+# In-image package cache -> host directory (the pool). A view of it is bound while roles run so a
+# rebuild, a sibling layer or another project's build finds the packages already downloaded.
 DEFAULT_PACKAGE_CACHES = [
     {"path": "/var/cache/apt/archives", "host_path": "/var/cache/hpc-stateless/apt"},
     {"path": "/var/cache/dnf", "host_path": "/var/cache/hpc-stateless/dnf"},
     {"path": "/var/cache/zypp/packages", "host_path": "/var/cache/hpc-stateless/zypp"},
 ]
+
+
+def views_cache_root() -> str:
+    """The cache root whose ``.builds`` holds the working containers' views (per user for a rootless build)."""
+    return rootless.host_cache_path(rootless.HOST_CACHE_ROOT)
 
 
 class LayerError(Exception):
@@ -90,16 +96,18 @@ class LayerBuilder:
             if not _process.run(["umount", target], check=False).ok:
                 _process.run(["umount", "-l", target])
 
-    def _bind_caches(self, mountpoint: str, caches: list[dict[str, str]]) -> list[str]:
+    def _bind_caches(self, mountpoint: str, package_caches: list[dict[str, str]]) -> list[str]:
+        """Bind a view of each host cache (seeded from it) over its in-image directory, where that exists."""
         bound = []
         already = set(mounts_under(mountpoint))
-        for cache in caches:
+        for index, cache in enumerate(package_caches):
             inside = os.path.join(mountpoint, cache["path"].lstrip("/"))
             if not os.path.isdir(inside) or inside in already:
                 continue
-            host_path = rootless.host_cache_path(cache["host_path"])
-            os.makedirs(host_path, mode=0o755, exist_ok=True)
-            _process.run(["mount", "--bind", host_path, inside])
+            pool = rootless.host_cache_path(cache["host_path"])
+            os.makedirs(pool, mode=0o755, exist_ok=True)
+            view = caches.open_view(views_cache_root(), self.container, index, pool)
+            _process.run(["mount", "--bind", view, inside])
             bound.append(cache["path"])
         return bound
 
@@ -109,6 +117,7 @@ class LayerBuilder:
             self._release_binds(mountpoint)
         self.buildah.remove(container)
         shutil.rmtree(commit_tmpdir(container), ignore_errors=True)
+        caches.remove_views(views_cache_root(), container)
 
     def _stale_commit_tmpdirs(self) -> list[str]:
         """Commit temp directories of this layer and prefix whose working container is gone."""
@@ -119,6 +128,10 @@ class LayerBuilder:
             return []
         wanted = (lambda n: n == self.container) if self.container else (lambda n: n.startswith(self.container_stem))
         return [os.path.join(parent, n) for n in sorted(names) if wanted(n)]
+
+    def _tag_refs(self, tags: list[str]) -> list[str]:
+        """The references ``tags`` give in the layer image's repository (``<prefix>/<layer>:<tag>``)."""
+        return [f"{self.image.rsplit(':', 1)[0]}:{tag}" for tag in tags]
 
     # states -----------------------------------------------------------------
     def start(self, parent_image: str, caches: list[dict[str, str]], check_mode: bool) -> LayerResult:
@@ -158,6 +171,11 @@ class LayerBuilder:
             result.cached = True
             if not check_mode:
                 missing = [ref for ref in also_tag or [] if not self.buildah.image_exists(ref)]
+                # extra_tags (:latest) name the image of the current configuration, cached or built: moved here
+                # when they name another image (a build of an earlier configuration, before a revert).
+                image_id = self.buildah.image_id(self.image)
+                missing += [ref for ref in self._tag_refs(extra_tags)
+                            if not self.buildah.image_exists(ref) or self.buildah.image_id(ref) != image_id]
                 if missing:
                     self.buildah.tag(self.image, *missing)
                     result.changed = True
@@ -178,6 +196,8 @@ class LayerBuilder:
             self.buildah.config_labels(self.container, labels)
             os.makedirs(tmpdir, mode=0o700, exist_ok=True)
             result.image_id = self.buildah.commit(self.container, self.image, tmpdir=tmpdir)
+            caches.merge_views(views_cache_root(), self.container)
+            caches.remove_views(views_cache_root(), self.container)
             for tag in extra_tags:
                 self.buildah.tag(self.image, f"{self.image.rsplit(':', 1)[0]}:{tag}")
             if also_tag:
@@ -202,4 +222,7 @@ class LayerBuilder:
             # A commit killed after buildah removed its container (or a container removed by hand).
             for leftover in self._stale_commit_tmpdirs():
                 shutil.rmtree(leftover, ignore_errors=True)
+            for leftover in caches.stale_views(views_cache_root(), self.container or self.container_stem):
+                if not self.buildah.container_exists(leftover):
+                    caches.remove_views(views_cache_root(), leftover)
         return result

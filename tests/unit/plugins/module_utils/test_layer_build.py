@@ -52,6 +52,14 @@ def host(monkeypatch):
     _process.set_executor(old)
 
 
+@pytest.fixture(autouse=True)
+def cache_root(monkeypatch, tmp_path):
+    """The views of the package caches go below the test's directory, never the host's cache root."""
+    root = tmp_path / "cache-root"
+    monkeypatch.setattr(layer, "views_cache_root", lambda: str(root))
+    return root
+
+
 def builder(key: str | None = KEY) -> LayerBuilder:
     return LayerBuilder(Buildah(), "compute", key, "localhost/p")
 
@@ -82,7 +90,7 @@ def test_a_missing_parent_is_refused_before_anything_is_created(host):
     assert not [c for c in host.calls if c[1] == "from"]
 
 
-def test_a_failed_cache_bind_removes_the_working_container(host, tmp_path):
+def test_a_failed_cache_bind_removes_the_working_container(host, tmp_path, cache_root):
     root = tmp_path / "merged"
     (root / "var" / "cache" / "apt" / "archives").mkdir(parents=True)
     name = container_name("localhost/p", "compute", KEY)
@@ -95,8 +103,55 @@ def test_a_failed_cache_bind_removes_the_working_container(host, tmp_path):
     caches = [{"path": "/var/cache/apt/archives", "host_path": str(tmp_path / "apt")}]
     with pytest.raises(_process.ProcessError, match="permission denied"):
         builder().start("scratch", caches, False)
-    assert ["mount", "--bind", str(tmp_path / "apt"), str(root / "var/cache/apt/archives")] in host.calls
+    view = cache_root / ".builds" / name / "0-apt"
+    assert ["mount", "--bind", str(view), str(root / "var/cache/apt/archives")] in host.calls
     assert [BUILDAH, "rm", name] in host.calls
+    assert not (cache_root / ".builds" / name).exists()  # the view went with its container
+
+
+def test_a_build_binds_a_view_of_the_cache_and_merges_its_downloads_at_commit(host, tmp_path, cache_root):
+    """Two builds never share apt's lock: each binds its own view, seeded from the pool by hard links."""
+    pool = tmp_path / "apt"
+    (pool / "partial").mkdir(parents=True)
+    (pool / "old_1_amd64.deb").write_text("old")
+    (pool / "lock").write_text("")
+    (pool / "partial" / "half_1_amd64.deb").write_text("ha")
+    root = tmp_path / "merged"
+    (root / "var" / "cache" / "apt" / "archives").mkdir(parents=True)
+    (root / "var" / "cache" / "dnf").mkdir(parents=True)
+    name = container_name("localhost/p", "compute", KEY)
+    host.replies = {
+        (BUILDAH, "inspect"): (1, "", "no such image"),
+        (BUILDAH, "containers"): (0, "[]", ""),
+        (BUILDAH, "mount"): (0, f"{root}\n", ""),
+    }
+    package_caches = [{"path": "/var/cache/apt/archives", "host_path": str(pool)},
+                      {"path": "/var/cache/zypp/packages", "host_path": str(tmp_path / "zypp")}]  # not in the image
+    builder().start("scratch", package_caches, False)
+    view = cache_root / ".builds" / name / "0-apt"
+    assert ["mount", "--bind", str(view), str(root / "var/cache/apt/archives")] in host.calls
+    assert sorted(p.name for p in view.iterdir()) == ["old_1_amd64.deb"]  # no lock file, no partial download
+    assert (view / "old_1_amd64.deb").stat().st_ino == (pool / "old_1_amd64.deb").stat().st_ino
+    assert not (cache_root / ".builds" / name / "1-zypp").exists()
+
+    (view / "new_2_amd64.deb").write_text("new")  # what apt downloaded in the build
+    host.replies[(BUILDAH, "containers")] = (0, json.dumps([{"containername": name}]), "")
+    builder().commit(layer_labels("compute", KEY, "base", "b", "abc"), [], False)
+    assert (pool / "new_2_amd64.deb").read_text() == "new"
+    assert sorted(p.name for p in pool.iterdir() if not p.name.startswith(".")) == [
+        "lock", "new_2_amd64.deb", "old_1_amd64.deb", "partial"]
+    assert not (cache_root / ".builds" / name).exists()
+
+
+def test_absent_removes_the_views_a_killed_build_left(host, cache_root):
+    live = container_name("localhost/p", "compute", "1" * 64)
+    gone = container_name("localhost/p", "compute", "2" * 64)  # killed: its container was removed by hand
+    other = container_name("localhost/q", "compute", "1" * 64)
+    for name in (live, gone, other):
+        (cache_root / ".builds" / name / "0-apt").mkdir(parents=True)
+    host.replies = {(BUILDAH, "containers"): (0, json.dumps([{"containername": live}]), "")}
+    builder(None).absent(False)
+    assert sorted(p.name for p in (cache_root / ".builds").iterdir()) == [other]
 
 
 def test_commit_failure_removes_the_working_container(host, tmp_path, monkeypatch):
