@@ -323,3 +323,39 @@ def test_an_archive_over_the_size_bound_is_not_read(tmp_path, key):
 def test_files_pack_adds_are_scanned_the_same_way(key):
     assert secrets.sniff_bytes(gzip.compress(key["rsa"])) == "PEM RSA private key block at byte 0 in gzip-compressed content"
     assert secrets.sniff_bytes(gzip.compress(b"alias ahci ahci\n" * 1000)) is None
+
+
+# -- the scan in several processes -------------------------------------------------------------------------------------
+def planted_files(tmp_path: Path, key: dict[str, bytes]) -> tuple[list[tuple[str, int]], dict[int, str]]:
+    """40 files, every fifth a key: ([(path, size)], {index: what is found})."""
+    files, expected = [], {}
+    for index in range(40):
+        path = tmp_path / f"f{index:02d}"
+        path.write_bytes(key["rsa"] if index % 5 == 0 else f"line {index}\n".encode())
+        files.append((str(path), path.stat().st_size))
+        if index % 5 == 0:
+            expected[index] = "PEM RSA private key block at byte 0"
+    return files, expected
+
+
+def test_sniff_many_in_processes_finds_what_one_process_finds(tmp_path, key, monkeypatch):
+    files, expected = planted_files(tmp_path, key)
+    monkeypatch.setattr(secrets, "PARALLEL_MIN_FILES", 1)
+    assert secrets.sniff_many(files, 1) == expected
+    assert secrets.sniff_many(files, 3) == expected
+
+
+def test_a_child_that_fails_has_its_share_sniffed_again(tmp_path, key, monkeypatch):
+    files, expected = planted_files(tmp_path, key)
+
+    def failing_child(_files, _share, _count):
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os._exit(3)  # pylint: disable=protected-access
+        os.close(write_end)
+        return pid, read_end
+
+    monkeypatch.setattr(secrets, "PARALLEL_MIN_FILES", 1)
+    monkeypatch.setattr(secrets, "_fork_share", failing_child)
+    assert secrets.sniff_many(files, 2) == expected
