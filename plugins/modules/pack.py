@@ -24,9 +24,14 @@ description:
     C(LAYER_KEY=), C(BUILD_TIME=) lines."
   - Reproducible - packing the same image twice gives byte-identical artifacts. Entries are sorted,
     inode numbers renumbered, and modification times newer than C(SOURCE_DATE_EPOCH) clamped to it.
-  - Before any byte is written the tree is checked - secrets (SSH host and private keys, the MUNGE key,
-    files named in O(secret_patterns)) are refused and named unless allowed, files of 4 GiB or more are
-    refused for cpio formats, and the uncompressed size is held against O(size_ceiling).
+  - Before any byte is written the tree is checked - secrets are refused and named with the form found unless
+    allowed - by name (SSH host and private keys, the MUNGE and Slurm keys, files named in O(secret_patterns)) and
+    by content at any path (private keys in PEM, OpenSSH, PGP, DER and other formats, keytabs, MUNGE-sized
+    random keys, cloud and service credentials such as AWS key pairs, GCP service-account keys, Azure
+    connection strings, kubeconfig client keys, Vault tokens, .pgpass, .netrc and registry auths, PKCS#12
+    and Java keystores holding a key, and keys inside tar, zip, gzip, bzip2 and xz files, within bounds).
+    Files of 4 GiB or more are refused for cpio formats, and the uncompressed size is held against
+    O(size_ceiling).
   - Artifacts are written into a hidden C(.<version>.partial-<pid>) directory that is renamed into place
     at the end; a failed or killed pack leaves no file under a final name.
   - The image is untrusted input. Its paths are resolved inside it (an absolute symlink is the image's own
