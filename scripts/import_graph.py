@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # Copyright (c) 2026 hpc.stateless developers
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
@@ -9,8 +8,8 @@ never up or across to another package of the same floor. :data:`FLOORS` is the o
 order: tests/unit/test_imports.py fails on any import that breaks it, and this script draws the graph
 (docs/images/imports.svg) so the picture always matches the code::
 
-    scripts/import_graph.py                  # the package graph as text, violations last
-    scripts/import_graph.py --dot FILE.dot   # Graphviz source; --svg FILE.svg renders it with dot
+    python3 scripts/import_graph.py          # the package graph as text, violations last
+    python3 scripts/import_graph.py --dot FILE.dot   # Graphviz source; --svg FILE.svg renders it with dot
 """
 
 from __future__ import annotations
@@ -18,7 +17,6 @@ from __future__ import annotations
 import argparse
 import ast
 import collections
-import os
 import subprocess
 import sys
 from dataclasses import dataclass

@@ -17,6 +17,7 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.hpc.stateless.plugins.module_utils._contract.labels import SEAL_SKIPPED_LABEL
 from ansible_collections.hpc.stateless.plugins.module_utils._layers.seal import SealError, layer_seal as _layer_seal
 
+
 def layer_seal(layer: Any, seal: Any = True, skip_reason: Any = None) -> dict[str, Any]:
     """``{layer, sealed, skip_reason, report, labels}`` of layer ``layer``; an error names the layer."""
     if not isinstance(layer, str) or not layer:

@@ -55,7 +55,7 @@ class LockBusy(TimeoutError):
         super().__init__(errno.EWOULDBLOCK, f"{self.path} is locked by {holder} (waited {waited:g} s)")
 
     def __str__(self) -> str:
-        return self.strerror
+        return str(self.strerror)
 
 
 class Flock:

@@ -16,7 +16,6 @@ from ansible_collections.hpc.stateless.plugins.module_utils._ci.gitlab import (
     STORAGE_SETUP,
     VARS_FILE,
     Expand,
-    diff_argv,
     diff_vars,
     gitlab_pipeline,
     job_vars_setup,
@@ -100,7 +99,7 @@ def test_job_variables_are_one_string_each_and_never_templated(tmp_path: Path):
     marked unsafe: with -e "k=$VAR" Ansible would split it into more variables and render the template."""
     hostile = "r.example.org/hpc x=1 '\"{{ lookup('pipe', 'id') }}\" $(reboot) `id` \\"
     script = [job_vars_setup(playbook_vars(False)), sh_line(playbook_argv([]))]
-    _, variables = run_job(script, tmp_path, **{**JOB_VARIABLES, "HPC_STATELESS_REGISTRY": hostile})
+    _argv, variables = run_job(script, tmp_path, **{**JOB_VARIABLES, "HPC_STATELESS_REGISTRY": hostile})
     assert variables["hpc_stateless_registry"] == hostile
     assert isinstance(variables["hpc_stateless_registry"], AnsibleUnsafeText)
     assert set(variables) == {"hpc_stateless_build_layer", "hpc_stateless_registry", "hpc_stateless_registry_tls_verify"}

@@ -137,13 +137,13 @@ def test_a_stopped_child_a_zombie_and_a_reaped_pid():
         started = proc.proc_stat(child.pid)
         assert started.ppid == os.getpid() and started.start_time != proc.proc_stat(os.getpid()).start_time
         os.kill(child.pid, signal.SIGSTOP)
-        for _ in range(100):
+        for _attempt in range(100):
             if proc.proc_stat(child.pid).state == "T":
                 break
             time.sleep(0.02)
         assert proc.proc_stat(child.pid).state == "T" and proc.proc_stat(child.pid).running
         child.kill()
-        for _ in range(100):  # killed, not yet reaped: a zombie, which counts as gone
+        for _attempt in range(100):  # killed, not yet reaped: a zombie, which counts as gone
             if proc.proc_stat(child.pid).state == "Z":
                 break
             time.sleep(0.02)

@@ -78,8 +78,9 @@ def test_reader_edge_cases_of_the_old_rules():
             "EMPTY=\n"
             "lower=ok\n"
             "VERSION=3\n")                  # a key given twice keeps its last value, as in a shell
-    assert parse_image_release(text) == {"IMAGE": "c", "VERSION": "3", "LAYER_KEY": "abc", "SITE": "Lab 2",
-                                          "QUOTED": "a b", "HALF": "'open", "EMPTY": "", "lower": "ok"}
+    expected = {"IMAGE": "c", "VERSION": "3", "LAYER_KEY": "abc", "SITE": "Lab 2",
+                "QUOTED": "a b", "HALF": "'open", "EMPTY": "", "lower": "ok"}
+    assert parse_image_release(text) == expected
 
 
 def test_reader_takes_bytes_and_nothing():
