@@ -6,8 +6,9 @@
 
 :func:`sniff_file` opens one regular file (never through a symlink, never a device or FIFO),
 reads its beginning and says what secret it holds and where (``"OpenSSH private key block at
-byte 0"``), or None; :func:`sniff_bytes` does the same for the content of a file pack adds. What
-is read, and why these bounds:
+byte 0"``), or None; :func:`sniff_many` does it for all the files of a tree, shared between
+processes; :func:`sniff_bytes` does it for the content of a file pack adds. What is read, and why
+these bounds:
 
 * files of 1 MiB or less (:data:`CONTENT_MAX_SIZE`): every key format below is a few KiB
   (an RSA-16384 PEM key is 13 KiB, a keytab with a hundred principals 10 KiB); 99 % of the
