@@ -19,11 +19,13 @@ from ansible import context
 from ansible.errors import AnsibleError
 from ansible.inventory.manager import InventoryManager
 from ansible.plugins.action import ActionBase
+from ansible.utils.vars import load_extra_vars
 from ansible.vars.manager import VariableManager
 from jinja2 import Undefined
 
 from ansible_collections.hpc.stateless.plugins.module_utils._contract.labels import (
     DEFAULT_IMAGE_PREFIX,
+    LATEST_TAG,
     container_name,
     image_ref,
 )
@@ -32,6 +34,12 @@ from ansible_collections.hpc.stateless.plugins.module_utils._git import (
     GitRepository,
     GitRevisionReader,
     describe_work_tree,
+    version_facts,
+)
+from ansible_collections.hpc.stateless.plugins.module_utils._contract.versions import (
+    VersionFacts,
+    default_version,
+    version_note,
 )
 from ansible_collections.hpc.stateless.plugins.module_utils._ci.gitlab import gitlab_pipeline, pipeline_yaml
 from ansible_collections.hpc.stateless.plugins.module_utils._layers.change_plan import (
@@ -167,6 +175,10 @@ class LayerHosts:
             self._added.add(layer)
         return self._fresh_vars(inventory, inventory.get_host(layer))
 
+    def source_paths(self) -> list[str]:
+        """The inventory sources that are paths (not host lists): inputs of every layer key."""
+        return [s for s in self._sources if "," not in s]
+
     def _private_inventory(self) -> InventoryManager:
         if self._private is None:
             missing = [s for s in self._sources if "," not in s and not os.path.exists(s)]
@@ -225,24 +237,54 @@ class ActionModule(ActionBase):
                                 seal_role=SEAL_ROLE)
 
         existing: set[str] = set()
+        image_ids: dict[str, str] = {}
         if args["compute_keys"] and args["check_storage"]:
             info = self._execute_module(module_name="hpc.stateless.layer_info", module_args={},
                                         task_vars=task_vars)
             if info.get("failed"):
                 raise PlanError(f"could not list layer images: {info.get('msg')}")
-            existing = {name for image in info.get("images", []) for name in image.get("names", [])}
+            image_ids = {name: image.get("id") or "" for image in info.get("images", []) for name in image.get("names", [])}
+            existing = set(image_ids)
 
         planned = self._plan(graph, keys, existing, prefix, args["check_storage"], role_index)
+        for entry in planned["layers"].values():
+            if "cached" in entry:
+                # Whether <prefix>/<layer>:latest names the image of the current configuration (build.yml moves it).
+                entry["latest"] = image_ref(prefix, entry["name"], LATEST_TAG)
+                entry["latest_current"] = bool(entry["cached"] and image_ids.get(entry["latest"]) == image_ids[entry["image"]])
         if args["since"] is not None or args["changed_files"] is not None:
             if not args["compute_keys"]:
                 raise PlanError("since/changed_files need compute_keys=true: changes are mapped "
                                 "through the variables each layer's key covers")
             planned["changes"] = self._changes(args, graph, keys, role_index, task_vars)
         planned["git_commit"] = describe_work_tree(project)
+        if keys:
+            planned.update(self._versions(graph, keys, role_index, hosts, project))
         planned["project_dir"] = project
         planned["image_prefix"] = prefix
         planned["changed"] = False
         return planned
+
+    def _versions(self, graph: LayerGraph, keys: dict[str, Any], role_index: RoleIndex, hosts: LayerHosts,
+                  project: str) -> dict[str, Any]:
+        """Each image's default version (_contract/versions.py) and why it is named so."""
+        extra = set(load_extra_vars(self._loader))
+        versions, notes = {}, {}
+        for image, spec in graph.images.items():
+            chain = [*graph.ancestors(spec["layer"]), spec["layer"]]
+            # A collection's role (FQCN) is versioned by the collection's release, pinned by the project (a
+            # requirements file): not an input that must lie in the repository. Had it changed under the same
+            # commit, pack would refuse the version's other build, loudly.
+            roles = {role_index.path(role) for layer in chain for role in keys[layer].roles
+                     if _role_ref(role, role_index) != role}
+            describe, inexact = version_facts(project, [*hosts.source_paths(), *roles])
+            covered = sorted(name for name in extra if any(name in keys[layer].variables for layer in chain))
+            if not inexact and covered:
+                inexact = f"extra variables set {', '.join(covered)}, which the layer keys cover"
+            facts = VersionFacts(describe, inexact)
+            versions[image] = default_version(facts, keys[spec["layer"]].key)
+            notes[image] = version_note(facts)
+        return {"versions": versions, "version_notes": notes}
 
     def _project_roles(self, args: dict[str, Any], task_vars: dict[str, Any]) -> tuple[str, RoleIndex]:
         """The project directory (module_utils/_project.py, as the hpc.stateless.project_dir lookup

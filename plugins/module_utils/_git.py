@@ -31,6 +31,40 @@ def describe_work_tree(path: str, executable: str = "git") -> str:
     return result.stdout.strip() if result.rc == 0 else ""
 
 
+def version_facts(path: str, inputs: list[str], executable: str = "git") -> tuple[str, str]:
+    """``(describe, inexact)`` for the default version (_contract/versions.py): ``git describe --always``
+    of HEAD at ``path`` ('' outside git), and '' when HEAD's tree is what the work tree builds from, or why
+    it is not: a modified, staged or untracked file, an input path of ``inputs`` (inventory sources, role
+    directories) outside the repository, or an ignored file below one of them."""
+    base = [executable, "-C", path]
+    described = _process.run([*base, "describe", "--always", "--abbrev=12"], check=False, env=_GIT_ENV, timeout=30)
+    if described.rc != 0:
+        return "", "the project is not a git work tree"
+    describe = described.stdout.strip()
+    top = _process.run([*base, "rev-parse", "--show-toplevel"], check=False, env=_GIT_ENV, timeout=30)
+    root = os.path.realpath(top.stdout.strip())
+    status = _process.run([*base, "status", "--porcelain", "--untracked-files=all"], check=False, env=_GIT_ENV,
+                          timeout=120)
+    if status.rc != 0:
+        return describe, f"git status failed: {status.stderr.strip()}"
+    changed = [line[3:] for line in status.stdout.splitlines() if line.strip()]
+    if changed:
+        more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
+        return describe, f"the work tree differs from {describe} ({', '.join(changed[:3])}{more})"
+    inside = []
+    for item in sorted({os.path.realpath(i) for i in inputs if i}):
+        if item != root and not item.startswith(root + os.sep):
+            return describe, f"{item} is outside the repository {root}"
+        inside.append(os.path.relpath(item, root))
+    if inside:
+        ignored = _process.run([*base, "-C", root, "ls-files", "--others", "--ignored", "--exclude-standard", "--",
+                                *inside], check=False, env=_GIT_ENV, timeout=120)
+        names = [n for n in ignored.stdout.splitlines() if n]
+        if ignored.rc != 0 or names:
+            return describe, f"ignored files are inputs of the image ({', '.join(names[:3]) or ignored.stderr.strip()})"
+    return describe, ""
+
+
 class GitRepository:
     """Read-only access to one work tree and its history."""
 

@@ -74,7 +74,10 @@ options:
     type: dict
     default: {}
   extra_tags:
-    description: Further tags given to the committed image, for example C(latest).
+    description:
+      - Further tags given to the committed image, for example C(latest).
+      - On a cache hit, O(state=committed) moves a tag that names another image to this one (the image of the
+        current configuration), and reports a change.
     type: list
     elements: str
     default: [latest]

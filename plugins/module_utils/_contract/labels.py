@@ -35,6 +35,9 @@ SEAL_SKIPPED_LABEL = LABEL_PREFIX + "seal-skipped"
 
 #: Where layer images go unless the inventory says otherwise.
 DEFAULT_IMAGE_PREFIX = "localhost/hpc-stateless"
+#: The tag that names the image of the current configuration of a layer (``<prefix>/<layer>:latest``), moved by
+#: every build run, cached layers included (build.yml).
+LATEST_TAG = "latest"
 #: The start of every working container's name.
 CONTAINER_PREFIX = "hpc-stateless-"
 #: Characters of the instance part of a container name (a content key is cut to this length).

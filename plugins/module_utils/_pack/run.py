@@ -32,6 +32,7 @@ from typing import Any
 from ansible_collections.hpc.stateless.plugins.module_utils._contract import manifest as pm
 from ansible_collections.hpc.stateless.plugins.module_utils._contract import names, pkgdb, sbom, sums
 from ansible_collections.hpc.stateless.plugins.module_utils._contract.release import image_release
+from ansible_collections.hpc.stateless.plugins.module_utils._contract.versions import build_difference
 from ansible_collections.hpc.stateless.plugins.module_utils import _imagepath, _process
 from ansible_collections.hpc.stateless.plugins.module_utils._paths import (
     fsync_dir,
@@ -392,6 +393,8 @@ class Packer:
             with open(os.path.join(final, names.MANIFEST_FILE), "rb") as handle:
                 current = json.load(handle)
             return self._result(False, final, current, None, current.get("uncompressed_size", 0), up_to_date=True)
+        if sde is not None:
+            self._refuse_other_build(final, version, source_info, self._options_fingerprint(kernel, sde), layer_key)
 
         plan = self._plan_pruning(root, kernel.version, profile) if profile else None
         depmod_files = self._depmod(source, plan) if plan else {}
@@ -632,6 +635,26 @@ class Packer:
             if not os.path.isfile(path) or sums.sha256_file(path) != digest:
                 return False
         return True
+
+    def _refuse_other_build(self, final: str, version: str, source_info: dict[str, Any], options: dict[str, Any],
+                            layer_key: str) -> None:
+        """PackError when version directory ``final`` holds another build: a version never names two builds
+        (a repack of the same image with the same options, e.g. with force, replaces it)."""
+        try:
+            with open(os.path.join(final, names.MANIFEST_FILE), "rb") as handle:
+                current = json.load(handle)
+        except FileNotFoundError:
+            return
+        except (OSError, ValueError):
+            return  # an unreadable pack is no build: packed again
+        differences = build_difference(current, source_info, options, layer_key)
+        if not differences:
+            return
+        raise PackError(
+            f"version {version!r} of image {self.req.image} already holds a different build ({'; '.join(differences)}) "
+            f"in {final}; versions are immutable, pack never replaces one: name a new version "
+            "(-e hpc_stateless_pack_version=<name>; without it the version names the content unless that "
+            f"version was set), or, if {version!r} was never deployed, remove {final} and pack again")
 
     def _write_artifacts(self, root: str, rules: ExcludeRules, overlay: Overlay, scan: TreeScan,
                          sde: int) -> list[dict[str, Any]]:
