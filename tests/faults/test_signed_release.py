@@ -106,3 +106,39 @@ def test_bad_signature_is_refused_before_the_tree_changes(case, keys, small_pack
         assert (site["root"] / ".hpc-stateless.lock").read_bytes() == lock
     assert served(site["root"]) == "v1" and boot_tree_problems(site["root"]) == []
     assert gpgv(site_key.binary, site["root"] / FAULTS_IMAGE).returncode == 0
+
+
+@pytest.mark.parametrize("how", ["rollback", "re-switch", "deploy-by-version"])
+def test_switching_back_to_a_version_altered_after_publishing_is_refused(how, keys, small_packs, tmp_path):
+    """Issue 30: v1 and v2 are signed and served in turn; then v1's published copy in the boot tree gets another
+    artifact and a SHA256SUMS to match (its signature no longer covers it). A rollback (bootlink state=rollback,
+    as the rolling update's failed canary runs it) and a re-switch (bootlink state=switched version=v1) check v1's
+    signature again and refuse; deploy.yml with hpc_stateless_deploy_version=v1 refuses too (the published copy
+    is no longer the signed pack). Each time the boot tree is unchanged and v2 is still served."""
+    site_key = keys["site"]
+    site = deploy_site(tmp_path, hpc_stateless_boot_keyring=str(site_key.armored))
+    for version in ("v1", "v2"):
+        rc, signed = run_module("hpc.stateless.sign", version_dir=str(copy_version(small_packs, version, site["out"])),
+                                key=site_key.fingerprint, gnupghome=str(site_key.home))
+        assert rc == 0 and signed["changed"], signed.get("msg")
+        proc = deploy(site, version)
+        assert proc.returncode == 0, proc.stdout[-3000:]
+    assert served(site["root"]) == "v2"
+    published_v1 = site["root"] / "images" / FAULTS_IMAGE / "v1"
+    replace_artifact(published_v1)
+    before = tree_snapshot(site["root"])
+
+    if how == "deploy-by-version":
+        proc = deploy(site, "v1")
+        assert proc.returncode != 0, "deploy switched back to an altered v1"
+        failure = " ".join(failure_of(proc.stdout).split())
+        assert f"{published_v1} already holds a different build of version 'v1'" in failure, failure[:3000]
+    else:
+        state = {"rollback": {"state": "rollback"}, "re-switch": {"state": "switched", "version": "v1"}}[how]
+        rc, result = run_module("hpc.stateless.bootlink", boot_root=str(site["root"]), image=FAULTS_IMAGE,
+                                lock_timeout=0, keyring=str(site_key.armored), **state)
+        assert rc != 0 and not result.get("changed"), result
+        assert f"signature check of {published_v1}/SHA256SUMS failed: BAD signature" in result["msg"], result["msg"]
+    assert tree_snapshot(site["root"]) == before, f"{how}: a refused switch changed the boot tree"
+    assert served(site["root"]) == "v2"
+    assert gpgv(site_key.binary, site["root"] / FAULTS_IMAGE).returncode == 0
