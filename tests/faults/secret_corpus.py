@@ -52,14 +52,16 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from ansible_collections.hpc.stateless.plugins.module_utils._pack.credentials import AZURE_EMULATOR_KEY
+
 TOOLS = ("ssh-keygen", "openssl", "gpg", "gpgconf", "keytool")
 STOREPASS = "changeit"
 
 # AWS's documented example key pair (docs.aws.amazon.com, "Managing access keys"): a decoy.
 AWS_EXAMPLE_ID = "AKIAIOSFODNN7EXAMPLE"
 AWS_EXAMPLE_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
-# The Azure storage emulator's (Azurite's) account key, published by Microsoft: a decoy.
-AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+# The Azure storage emulator's (Azurite's) published account key: a decoy.
+AZURITE_KEY = AZURE_EMULATOR_KEY.decode()
 
 
 @dataclass(frozen=True)

@@ -61,7 +61,7 @@ _KUBE_KEY = re.compile(rb"client-key-data\"?\s*:\s*\"?$")
 _AZURE = re.compile(rb"(AccountKey|SharedAccessKey)=([A-Za-z0-9+/]{40,}={0,2})")
 _AZURE_SIZES = {b"AccountKey": (64,), b"SharedAccessKey": (32, 64)}
 # The storage emulator's (Azurite's) account key, published in Microsoft's documentation.
-_AZURE_PUBLISHED = {b"Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="}
+AZURE_EMULATOR_KEY = b"Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 
 _VAULT = re.compile(rb"hv[sbr]\.[A-Za-z0-9_-]{24,}(?![A-Za-z0-9_.-])")
 _VAULT_LEGACY = re.compile(rb"s\.[A-Za-z0-9]{24}(?![A-Za-z0-9_.-])")
@@ -156,7 +156,7 @@ def _azure(data: bytes, _private_key: KeyTest) -> str | None:
             break
         name, value = match.group(1), match.group(2)
         decoded = _b64(value)
-        if decoded and len(decoded) in _AZURE_SIZES[name] and value not in _AZURE_PUBLISHED \
+        if decoded and len(decoded) in _AZURE_SIZES[name] and value != AZURE_EMULATOR_KEY \
                 and len(set(decoded)) >= len(decoded) // 2:
             what = "storage account key" if name == b"AccountKey" else "shared access key"
             return f"Azure {what} (connection string {name.decode()}) at byte {match.start()}"
