@@ -7,8 +7,9 @@
 * :func:`mounts_below` - the mount points strictly below a directory, deepest first: what a wipe must
   not cross and what a teardown unmounts, in that order.
 * :class:`Flock` - an exclusive ``flock(2)`` on a file or a directory: a package cache, the boot root,
-  a runtime directory. A lock file may record who holds it (pid, what for, since when); a waiter that
-  gives up after its timeout raises :class:`LockBusy` naming that holder.
+  a runtime directory. A lock file may record who holds it (pid, what for, since when); a waiter is
+  told once who it waits for (:func:`wait_message`), and one that gives up after its timeout raises
+  :class:`LockBusy` naming that holder.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import fcntl
 import os
 import re
 import time
-from typing import Union
+from typing import Callable, Optional, Union
 
 from ansible_collections.hpc.stateless.plugins.module_utils._time import iso_utc
 
@@ -43,6 +44,11 @@ def mounts_below(path: str, mounts_file: str = MOUNTS_FILE) -> list[str]:
         points = {_MOUNT_ESCAPE.sub(lambda m: chr(int(m.group(1), 8)), fields[1])
                   for fields in (line.split() for line in handle) if len(fields) > 1}
     return sorted((point for point in points if point.startswith(prefix)), key=lambda p: (-len(p), p))
+
+
+def wait_message(what: str, holder: str) -> str:
+    """What a build that must wait says: ``waiting for <what>, held by <holder>``."""
+    return f"waiting for {what}, held by {holder}"
 
 
 class LockBusy(TimeoutError):
@@ -76,8 +82,11 @@ class Flock:
         self.directory = directory
         self.fd: int | None = None
 
-    def acquire(self, timeout: float | None = None) -> None:
+    def acquire(self, timeout: float | None = None, on_wait: Optional[Callable[[str], None]] = None) -> None:
         """Wait for the lock; with ``timeout`` (seconds) raise :class:`LockBusy` once that has passed.
+
+        When the lock is held, ``on_wait`` is called once, before the wait, with what its holder wrote
+        (:meth:`holder`): the caller says whom it waits for.
 
         Raises OSError when ``path`` cannot be opened or created (the caller names what to fix).
         """
@@ -88,7 +97,7 @@ class Flock:
         else:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
-            self._wait(fd, timeout)
+            self._wait(fd, timeout, on_wait)
             if self.purpose:
                 os.ftruncate(fd, 0)
                 os.pwrite(fd, f"pid {os.getpid()} {self.purpose} since {iso_utc()}".encode("utf-8"), 0)
@@ -97,7 +106,13 @@ class Flock:
             raise
         self.fd = fd
 
-    def _wait(self, fd: int, timeout: float | None) -> None:
+    def _wait(self, fd: int, timeout: float | None, on_wait: Optional[Callable[[str], None]] = None) -> None:
+        if on_wait is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                on_wait(self.holder(fd))
         if timeout is None:
             fcntl.flock(fd, fcntl.LOCK_EX)
             return

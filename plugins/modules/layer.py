@@ -97,7 +97,10 @@ options:
     type: str
   package_caches:
     description:
-      - Host directories bind-mounted over in-image package caches while the container is started.
+      - Host directories (pools) of package caches for the in-image package cache directories.
+      - The working container gets a view of each pool of its own, bound over the in-image directory, that holds a
+        hard link of every package file of the pool; what the build downloads is linked into the pool when the
+        layer is committed. Builds that run at once never share a package manager's lock.
       - Only caches whose in-image directory exists are bound.
     type: list
     elements: dict

@@ -32,7 +32,7 @@ from typing import Any, NoReturn
 
 from ansible_collections.hpc.stateless.plugins.module_utils._process import INITIAL_ID_MAP, parse_id_map
 from ansible_collections.hpc.stateless.plugins.module_utils import _process
-from ansible_collections.hpc.stateless.plugins.module_utils._fs import Flock, mounts_below
+from ansible_collections.hpc.stateless.plugins.module_utils._fs import Flock, LockBusy, mounts_below, wait_message
 from ansible_collections.hpc.stateless.plugins.module_utils._paths import write_atomic
 from ansible_collections.hpc.stateless.plugins.module_utils._build.rootless import HOST_CACHE_ROOT, host_cache_path
 from ansible_collections.hpc.stateless.plugins.module_utils._contract.inventory import (
@@ -497,6 +497,8 @@ def bootstrap_options(required: bool = True) -> dict[str, dict[str, Any]]:
 # -- the rootfs module's job ----------------------------------------------------------------------
 OUTPUT_TAIL_LINES = 40
 CACHE_LOCK_NAME = ".hpc-stateless-rootfs.lock"
+#: How long a bootstrap waits for another one that holds its package cache (a cold debootstrap takes minutes).
+CACHE_LOCK_TIMEOUT = 1800.0
 C_LOCALE = _process.locale_env("C", language=True)
 IGNORED_ENTRIES = frozenset({"lost+found"})
 
@@ -581,14 +583,15 @@ def unknown_entries(path: str) -> list[str]:
     return sorted(entry for entry in os.listdir(path) if entry not in IGNORED_ENTRIES)
 
 
-def cache_lock(cache_dir: str) -> Flock:
-    """The exclusive lock on the package cache while one bootstrap uses it (for a ``with``).
+def cache_lock(cache_dir: str, root: str = "") -> Flock:
+    """The exclusive lock on the package cache while one bootstrap uses it.
 
-    Two root layers (or two builds) may bootstrap at once: apt refuses a package cache whose lock
-    another apt holds, and dnf's and zypper's caches take no second writer either; the second
-    bootstrap waits here instead of failing. The lock file says which process holds it.
+    Two root layers (or two builds, of two projects) may bootstrap at once: apt refuses a package cache
+    whose lock another apt holds, and dnf's and zypper's caches take no second writer either; the second
+    bootstrap waits here instead of failing (:meth:`RootfsBootstrap.locked_cache`). The lock file says
+    which process holds it, and for which root.
     """
-    return Flock(os.path.join(cache_dir, CACHE_LOCK_NAME), "rootfs bootstrap")
+    return Flock(os.path.join(cache_dir, CACHE_LOCK_NAME), f"rootfs bootstrap of {root}" if root else "rootfs bootstrap")
 
 
 class RootfsBootstrap:
@@ -770,10 +773,13 @@ class RootfsBootstrap:
                 self.result.update(cmd=commands[-1], commands=commands)
             version = self.tool_version(binaries[spec.tool], environ)
             out = ""
-            with cache_lock(spec.cache_dir):
+            lock = self.locked_cache()
+            try:
                 for argv in commands:
                     stdout, stderr = self.run(argv, environ)
                     out = stdout or stderr  # mmdebstrap reports on stderr
+            finally:
+                lock.release()
         self.remove_cache_state()
         for package_file in downloaded_packages_in_root(spec):
             os.unlink(package_file)
@@ -781,6 +787,19 @@ class RootfsBootstrap:
         self.write_record(record)
         self.result.update(record=record, stdout_lines=tail(out), diff={"before": existing or {}, "after": record})
         return self.result
+
+    def locked_cache(self, timeout: float = CACHE_LOCK_TIMEOUT) -> Flock:
+        """Take the package cache's lock (:func:`cache_lock`); a wait is a warning naming the holder, and a
+        holder that keeps it past ``timeout`` seconds fails the bootstrap with its name."""
+        spec = self.spec
+        what = f"the {spec.family} package cache {spec.cache_dir}"
+        lock = cache_lock(spec.cache_dir, spec.path)
+        try:
+            lock.acquire(timeout=timeout, on_wait=lambda holder: self.warn(wait_message(what, holder)))
+        except LockBusy as exc:
+            self.fail(f"{what} is still held by {exc.holder} after {exc.waited:g} s; wait for that bootstrap "
+                      f"to finish (or end it) and run again")
+        return lock
 
     def environment(self, home: str) -> dict[str, str]:
         """Return the environment for the tools: C locale, no initramfs; for rpm tools a private HOME with our rpm macros."""

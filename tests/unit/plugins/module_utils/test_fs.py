@@ -127,6 +127,24 @@ def test_a_waiter_without_timeout_gets_the_lock_when_the_holder_lets_go(tmp_path
     assert took == ["held\n"]
 
 
+def test_a_waiter_is_told_once_whom_it_waits_for(tmp_path):
+    path = tmp_path / "cache.lock"
+    holder = Holder(path, "build of layer compute")
+    told = []
+    try:
+        with pytest.raises(LockBusy):
+            Flock(path).acquire(timeout=0.3, on_wait=told.append)
+    finally:
+        holder.release()
+    assert len(told) == 1 and told[0].startswith(f"pid {holder.proc.pid} build of layer compute since ")
+    assert _fs.wait_message("the apt cache", told[0]) == f"waiting for the apt cache, held by {told[0]}"
+    with Flock(path) as lock:  # free: nobody is waited for
+        assert lock.fd is not None
+    lock.acquire(on_wait=told.append)
+    lock.release()
+    assert len(told) == 1
+
+
 def test_a_holder_that_left_no_note_is_an_unknown_process(tmp_path):
     path = tmp_path / "lock"
     holder = Holder(path)

@@ -5,10 +5,14 @@ The real runs of these command lines are in tests/integration/test_rootfs_rpm.py
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from ansible_collections.hpc.stateless.plugins.module_utils._layers import graph as layer_graph
 from ansible_collections.hpc.stateless.plugins.module_utils._build.bootstrap import (
+    BOOTSTRAP_KEYS,
+    CACHE_LOCK_NAME,
     DISTRO_FAMILIES,
     FAMILY_TOOLS,
     MODE_ROOT,
@@ -17,8 +21,12 @@ from ansible_collections.hpc.stateless.plugins.module_utils._build.bootstrap imp
     MMDEBSTRAP_FILE_MIRROR_HOOKS,
     REPO_ID,
     BootstrapSpec,
+    RootfsBootstrap,
+    RootfsError,
+    RootfsRequest,
     bootstrap_commands,
     bootstrap_record,
+    cache_lock,
     cache_state_in_root,
     debootstrap_argv,
     distro_family,
@@ -422,3 +430,25 @@ def test_record_comparison_missing_key_counts_as_different():
 ])
 def test_parse_tool_version(output, version):
     assert parse_tool_version(output) == version
+
+
+def test_a_bootstrap_that_waits_for_the_cache_says_whom_it_waits_for(tmp_path):
+    """Two builds bootstrap at once: the second warns, naming the holder, and fails with its name past the timeout."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    keys = {key: None for key in BOOTSTRAP_KEYS}
+    keys.update(distro="debian", release="bookworm")
+    warnings: list[str] = []
+    job = RootfsBootstrap(RootfsRequest(path=str(tmp_path / "root"), bootstrap=keys, cache_dir=str(cache)),
+                          warn=warnings.append, mode="root")
+    held = cache_lock(str(cache), "/other/root")
+    held.acquire()
+    try:
+        with pytest.raises(RootfsError, match=r"still held by pid \d+ rootfs bootstrap of /other/root since .* after 0.2 s"):
+            job.locked_cache(timeout=0.2)
+    finally:
+        held.release()
+    assert len(warnings) == 1 and warnings[0].startswith(
+        f"waiting for the debootstrap package cache {cache}, held by pid {os.getpid()} rootfs bootstrap of /other/root")
+    job.locked_cache(timeout=0).release()
+    assert (cache / CACHE_LOCK_NAME).read_text().startswith(f"pid {os.getpid()} rootfs bootstrap of {tmp_path / 'root'}")
