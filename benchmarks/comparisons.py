@@ -196,6 +196,14 @@ def _plan(data: dict[str, Any]) -> list[dict[str, Any]]:
                    f"<= {goal['max_seconds']:g} s", b_samples=row.get("full_samples_s"), note=note)]
 
 
+def edit_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """The row of benchmarks/edit_bench.py (written into its result file, like the newer benchmarks' rows)."""
+    steps = data.get("steps_median_s", {})
+    note = "median per step: " + ", ".join(f"{k} {fmt_value(v)}" for k, v in steps.items())
+    return [budget("edit -> served (leaf variable, whole site.yml)", data["goal"]["max_seconds"], "site.yml",
+                   data["median_s"], f"<= {data['goal']['max_seconds']:g} s", b_samples=data.get("samples_s"), note=note)]
+
+
 def subject(benchmark: str, data: dict[str, Any]) -> str:
     """What a result file measured on (image, tree, inventory), for the report."""
     if benchmark == "build":

@@ -134,9 +134,10 @@ BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in (
     Benchmark("rootless", "~5 min", lambda d: ["--inventory", INVENTORY],
               ["--inventory", "tests/integration/rootless_inventory"]),
     Benchmark("rollout", "~8 min", lambda d: ["--nodes", "2,4,8"], ["--nodes", "2"]),
+    Benchmark("edit", "~4 min", lambda d: [], ["--runs", "1"], True, lambda d: [d.image_ref]),
 )}
 RUN_ORDER = ["plan", "secret_scan", "deploy", "diff", "boot", "hwprofile", "nspawn", "connection", "rollout", "compliance",
-             "peer", "rootless", "build", "pack"]
+             "peer", "rootless", "edit", "build", "pack"]
 
 
 @dataclass
