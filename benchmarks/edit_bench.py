@@ -179,8 +179,8 @@ def main() -> int:
     output.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     print(f"edit -> served: median {median:.1f} s (goal <= {GOAL_SECONDS:g} s: {'met' if median <= GOAL_SECONDS else 'MISSED'})")
     print("median per step: " + ", ".join(f"{k} {v:.1f} s" for k, v in steps.items()))
-    print("slowest tasks of the last run: " + "; ".join(f"{task} ({play}) {sec:.1f} s"
-                                                         for play, task, sec in runs[-1]["slowest_tasks"]))
+    slowest = "; ".join(f"{task} ({play}) {sec:.1f} s" for play, task, sec in runs[-1]["slowest_tasks"])
+    print(f"slowest tasks of the last run: {slowest}")
     print("\n" + comparisons.text_table(report["comparisons"]))
     print(f"written to {output}")
     return 0 if median <= GOAL_SECONDS else 1
