@@ -282,8 +282,12 @@ class ActionModule(ActionBase):
             if not inexact and covered:
                 inexact = f"extra variables set {', '.join(covered)}, which the layer keys cover"
             facts = VersionFacts(describe, inexact)
-            versions[image] = default_version(facts, keys[spec["layer"]].key)
-            notes[image] = version_note(facts)
+            try:
+                versions[image] = default_version(facts, keys[spec["layer"]].key)
+                notes[image] = version_note(facts)
+            except ValueError as exc:  # a tag name that is no version name: the build goes on, pack names it
+                versions[image] = None
+                notes[image] = f"image {image}: {exc}; set hpc_stateless_pack_version"
         return {"versions": versions, "version_notes": notes}
 
     def _project_roles(self, args: dict[str, Any], task_vars: dict[str, Any]) -> tuple[str, RoleIndex]:

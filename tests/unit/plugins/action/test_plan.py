@@ -245,3 +245,24 @@ def test_a_role_found_nowhere_names_the_setting_to_add(site, tmp_path, monkeypat
     assert result["failed"] is True
     assert "role 'marker' not found" in result["msg"]
     assert f"put the role in {elsewhere}/roles or add its directory to roles_path" in result["msg"]
+
+
+def test_the_default_version_is_the_describe_of_a_clean_tree_else_it_carries_the_leaf_key(site):
+    images = site / "inventory/group_vars/all/layers.yml"
+    images.write_text(images.read_text().replace("hpc_stateless_images: {}", "hpc_stateless_images: {gpu: {layer: accel}}"))
+    git = ["git", "-C", str(site), "-c", "user.name=t", "-c", "user.email=t@example.org"]
+    subprocess.run(["git", "init", "-q", str(site)], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "site"], check=True)
+    subprocess.run([*git, "tag", "-a", "v7", "-m", "v7"], check=True)
+    run = Run(site / "inventory", site)
+    run.add_layer_host("accel", ["hpc_stateless_layers", "gpu"])
+    clean = run.plan()
+    assert clean["versions"] == {"gpu": "v7"}, clean.get("version_notes")
+    (site / "inventory/group_vars/gpu/marker.yml").write_text("marker_text: edited, not committed\n")
+    edited = Run(site / "inventory", site)
+    edited.add_layer_host("accel", ["hpc_stateless_layers", "gpu"])
+    result = edited.plan()
+    assert result["versions"] == {"gpu": f"v7+{accel_key(result)[:12]}"}
+    assert accel_key(result) != accel_key(clean)
+    assert "the work tree differs from v7 (inventory/group_vars/gpu/marker.yml)" in result["version_notes"]["gpu"]
