@@ -74,8 +74,10 @@ options:
     required: true
   version:
     description:
-      - Version directory name and C(VERSION=) of C(/etc/image-release), typically C(git describe) of the
-        inventory repository.
+      - Version directory name and C(VERSION=) of C(/etc/image-release); C(pack.yml) passes the version the plan
+        names for the content (C(git describe) of a clean project, else C(<describe>+<leaf layer key>)).
+      - A version directory that holds another build (another source image, or other pack options) is never
+        replaced; the module fails naming both builds. A repack of the same build (O(force)) replaces it.
       - Defaults to the image's C(hpc.stateless.git-commit) label, else the first 12 characters of its layer key.
       - "Image and version names: letters, digits and C(._+~-), starting with a letter or digit (Debian-style
         C(1.0~rc1), C(2026.11.23+site1)), at most 128 characters, not C(images), C(previous), C(pxelinux.cfg),
