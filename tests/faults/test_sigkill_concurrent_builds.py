@@ -15,13 +15,11 @@ import uuid
 from pathlib import Path
 
 import pytest
-import yaml
 
-from faults_site import REPO, buildah, layer_images, our_containers, our_mounts, run_site, start_playbook
+from faults_site import (apt_leaf_inventory, layer_images, our_containers, our_mounts, remove_prefix_images,
+                         run_site, start_playbook, tag_default_layers)
 from faults_support import group_processes, kill_group, stop_group_when
 
-DEFAULT_INVENTORY = REPO / "inventory"
-DEFAULT_PREFIX = "localhost/hpc-stateless"
 VIEWS = Path("/var/cache/hpc-stateless/.builds")
 APT_PROGRAMS = ("apt-get", "dpkg", "dpkg-deb")
 
@@ -30,31 +28,9 @@ APT_PROGRAMS = ("apt-get", "dpkg", "dpkg-deb")
 def fixture_prefix():
     """A prefix of the test's own holding the default build's base layer (tagged by content key)."""
     prefix = f"localhost/hpc-stateless-killapt-{uuid.uuid4().hex[:6]}"
-    for ref in layer_images(DEFAULT_PREFIX):
-        name, _sep, tag = ref[len(DEFAULT_PREFIX) + 1:].rpartition(":")
-        if name in ("base", "bootstrap/base") and len(tag) == 64:
-            buildah("tag", ref, f"{prefix}/{name}:{tag}")
+    tag_default_layers(prefix)
     yield prefix
-    refs = list(layer_images(prefix))
-    if refs:
-        buildah("rmi", "--force", *refs, check=False)
-
-
-def project(root: Path, leaf: str, run: str) -> Path:
-    """A project's inventory: the default base layer and its own leaf layer ``leaf`` with apt in its role."""
-    default = yaml.safe_load((DEFAULT_INVENTORY / "group_vars/all/layers.yml").read_text(encoding="utf-8"))
-    spec = {
-        "hpc_stateless_layers": {
-            "base": default["hpc_stateless_layers"]["base"],
-            leaf: {"parent": "base", "roles": ["site_apt_leaf"], "vars": {"site_apt_leaf_project": f"{leaf}-{run}"}},
-        },
-        "hpc_stateless_images": {leaf: {"layer": leaf, "formats": ["cpio.zst"]}},
-    }
-    inventory = root / leaf / "inventory"
-    (inventory / "group_vars/all").mkdir(parents=True, exist_ok=True)
-    (inventory / "hosts.yml").write_text((DEFAULT_INVENTORY / "hosts.yml").read_text(encoding="utf-8"))
-    (inventory / "group_vars/all/layers.yml").write_text(yaml.safe_dump(spec), encoding="utf-8")
-    return inventory
+    remove_prefix_images(prefix)
 
 
 def leaf_images(prefix: str, leaf: str) -> list[str]:
@@ -65,11 +41,11 @@ def test_sigkill_of_one_of_two_concurrent_builds_while_its_apt_holds_the_cache_l
     run = uuid.uuid4().hex[:8]
     killed_leaf, other_leaf = "killedapt", "survivingapt"
     extra = ("-e", f"hpc_stateless_image_prefix={prefix}")
-    killed_inventory = project(tmp_path, killed_leaf, run)
+    killed_inventory = apt_leaf_inventory(tmp_path, killed_leaf, run)
     env = {"ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-local")}
     killed = start_playbook(*extra, inventory=killed_inventory, playbook="playbooks/build.yml",
                             log=tmp_path / "killed.log", env=env)
-    other = start_playbook(*extra, inventory=project(tmp_path, other_leaf, run), playbook="playbooks/build.yml",
+    other = start_playbook(*extra, inventory=apt_leaf_inventory(tmp_path, other_leaf, run), playbook="playbooks/build.yml",
                            log=tmp_path / "other.log", env=env)
 
     def apt_at_work(pgid: int) -> list[int]:

@@ -11,6 +11,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 TEST_INVENTORY = REPO / "tests" / "integration" / "inventory"
@@ -66,6 +67,43 @@ def layer_images(prefix: str) -> dict[str, str]:
             if name.startswith(prefix + "/"):
                 found[name] = image["id"]
     return found
+
+
+DEFAULT_PREFIX = "localhost/hpc-stateless"
+
+
+def tag_default_layers(prefix: str, names: tuple[str, ...] = ("base", "bootstrap/base")) -> None:
+    """Tag the default build's content-keyed images of layers ``names`` into the test's own ``prefix``, so a
+    test's plan finds them cached under their content keys and builds only its own layers."""
+    for ref in layer_images(DEFAULT_PREFIX):
+        name, _sep, tag = ref[len(DEFAULT_PREFIX) + 1:].rpartition(":")
+        if name in names and len(tag) == 64:
+            buildah("tag", ref, f"{prefix}/{name}:{tag}")
+
+
+def remove_prefix_images(prefix: str) -> None:
+    """Remove every image under ``prefix`` (the test's own; the default build's images stay)."""
+    refs = list(layer_images(prefix))
+    if refs:
+        buildah("rmi", "--force", *refs, check=False)
+
+
+def apt_leaf_inventory(root: Path, leaf: str, run: str) -> Path:
+    """A project's inventory: the default base layer and its own leaf layer ``leaf``, whose role (tests/roles/site_apt_leaf)
+    installs a package with apt; ``run`` makes the leaf's content key the run's own."""
+    default = yaml.safe_load((REPO / "inventory" / "group_vars/all/layers.yml").read_text(encoding="utf-8"))
+    spec = {
+        "hpc_stateless_layers": {
+            "base": default["hpc_stateless_layers"]["base"],
+            leaf: {"parent": "base", "roles": ["site_apt_leaf"], "vars": {"site_apt_leaf_project": f"{leaf}-{run}"}},
+        },
+        "hpc_stateless_images": {leaf: {"layer": leaf, "formats": ["cpio.zst"]}},
+    }
+    inventory = root / leaf / "inventory"
+    (inventory / "group_vars/all").mkdir(parents=True, exist_ok=True)
+    (inventory / "hosts.yml").write_text((REPO / "inventory" / "hosts.yml").read_text(encoding="utf-8"))
+    (inventory / "group_vars/all/layers.yml").write_text(yaml.safe_dump(spec), encoding="utf-8")
+    return inventory
 
 
 def image_labels(ref: str) -> dict[str, str]:

@@ -20,13 +20,11 @@ import uuid
 from pathlib import Path
 
 import pytest
-import yaml
 
-from conftest import REPO, buildah, layer_images, our_containers, our_mounts, playbook_command
+from conftest import (REPO, apt_leaf_inventory, layer_images, our_containers, our_mounts, playbook_command,
+                      remove_prefix_images, tag_default_layers)
 from pack_support import mounted_image
 
-DEFAULT_INVENTORY = REPO / "inventory"
-DEFAULT_PREFIX = "localhost/hpc-stateless"
 CACHE_ROOT = Path("/var/cache/hpc-stateless")
 TIMEOUT = 600
 
@@ -34,31 +32,9 @@ TIMEOUT = 600
 @pytest.fixture(scope="module", name="prefix")
 def fixture_prefix():
     prefix = f"localhost/hpc-stateless-concurrent-{uuid.uuid4().hex[:6]}"
-    for ref in layer_images(DEFAULT_PREFIX):
-        name, _sep, tag = ref[len(DEFAULT_PREFIX) + 1:].rpartition(":")
-        if name in ("base", "bootstrap/base") and len(tag) == 64:
-            buildah("tag", ref, f"{prefix}/{name}:{tag}")
+    tag_default_layers(prefix)
     yield prefix
-    refs = list(layer_images(prefix))
-    if refs:
-        buildah("rmi", "--force", *refs, check=False)
-
-
-def write_project(root: Path, leaf: str, run: str) -> Path:
-    """A project's inventory: the default base layer and its own leaf layer ``leaf`` with apt in its role."""
-    default = yaml.safe_load((DEFAULT_INVENTORY / "group_vars/all/layers.yml").read_text(encoding="utf-8"))
-    spec = {
-        "hpc_stateless_layers": {
-            "base": default["hpc_stateless_layers"]["base"],
-            leaf: {"parent": "base", "roles": ["site_apt_leaf"], "vars": {"site_apt_leaf_project": f"{leaf}-{run}"}},
-        },
-        "hpc_stateless_images": {leaf: {"layer": leaf, "formats": ["cpio.zst"]}},
-    }
-    inventory = root / leaf / "inventory"
-    (inventory / "group_vars/all").mkdir(parents=True, exist_ok=True)
-    (inventory / "hosts.yml").write_text((DEFAULT_INVENTORY / "hosts.yml").read_text(encoding="utf-8"))
-    (inventory / "group_vars/all/layers.yml").write_text(yaml.safe_dump(spec), encoding="utf-8")
-    return inventory
+    remove_prefix_images(prefix)
 
 
 def build_at_once(tmp_path: Path, prefix: str, count: int) -> tuple[dict[str, tuple[int, str]], float]:
@@ -68,7 +44,7 @@ def build_at_once(tmp_path: Path, prefix: str, count: int) -> tuple[dict[str, tu
     for index in range(count):
         leaf = f"aptleaf{count}x{index}"
         argv, env = playbook_command(("-e", f"hpc_stateless_image_prefix={prefix}"),
-                                     write_project(tmp_path, leaf, run), "playbooks/build.yml")
+                                     apt_leaf_inventory(tmp_path, leaf, run), "playbooks/build.yml")
         log = tmp_path / f"{leaf}.log"
         with open(log, "wb") as out:
             procs[leaf] = (subprocess.Popen(argv, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT,

@@ -21,11 +21,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO, buildah, image_labels, layer_images, our_containers, run_site
+from conftest import REPO, image_labels, layer_images, our_containers, remove_prefix_images, run_site, tag_default_layers
 from pack_support import mounted_image
 
 DEFAULT_INVENTORY = REPO / "inventory"
-DEFAULT_PREFIX = "localhost/hpc-stateless"
 LAYER = "sshsite"
 REASON = "site test: login nodes share one host key (ticket 42)"
 UNVERIFIED_OK = {"hpc_stateless_unverified_ok": "seal test: a site layer verify never booted"}
@@ -35,14 +34,9 @@ UNVERIFIED_OK = {"hpc_stateless_unverified_ok": "seal test: a site layer verify 
 def fixture_prefix():
     prefix = f"localhost/hpc-stateless-seal-{uuid.uuid4().hex[:6]}"
     # The default build's base (and its bootstrapped root): cached under their content keys.
-    for ref in layer_images(DEFAULT_PREFIX):
-        name, _sep, tag = ref[len(DEFAULT_PREFIX) + 1:].rpartition(":")
-        if name in ("base", "bootstrap/base") and len(tag) == 64:
-            buildah("tag", ref, f"{prefix}/{name}:{tag}")
+    tag_default_layers(prefix)
     yield prefix
-    refs = list(layer_images(prefix))
-    if refs:
-        buildah("rmi", "--force", *refs, check=False)
+    remove_prefix_images(prefix)
 
 
 def write_inventory(root: Path, layer_vars: dict | None = None) -> Path:
