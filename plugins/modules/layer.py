@@ -19,6 +19,11 @@ description:
     C(containers.podman.buildah) connection do not download packages twice.
   - O(state=committed) releases the binds, labels the container, commits it to
     C(<image_prefix>/<name>:<key>) and removes the working container.
+  - The labels record what the image holds, read from its tree before the commit - C(hpc.stateless.packages),
+    every installed package and its version (dpkg status, or the rpm database read with the build host's rpm),
+    and C(hpc.stateless.repositories), the state (URI, suite, date, sha256 of the InRelease or Release file) of
+    each repository in apt's lists - and C(hpc.stateless.inputs-key), O(inputs_key). The plan compares the
+    packages with the archive (docs/freshness.md).
   - O(state=absent) unmounts and removes working containers of the layer.
   - When an image with the layer's key already exists (a cache hit), O(state=started) and
     O(state=committed) create nothing and report C(changed=false).
@@ -68,6 +73,12 @@ options:
     type: str
   git_commit:
     description: Commit of the configuration repository, recorded as a label (not part of the key).
+    type: str
+  inputs_key:
+    description:
+      - Content key of the layer's inputs, recorded as the label C(hpc.stateless.inputs-key). It differs from
+        O(key) when the plan rebuilds the layer for updates in the archive (O(key) is then that key hashed with
+        the updates). Defaults to O(key).
     type: str
   labels:
     description: Extra image labels.
@@ -217,6 +228,7 @@ def main() -> None:
             parent=dict(type="str"),
             parent_key=dict(type="str", no_log=False),
             git_commit=dict(type="str"),
+            inputs_key=dict(type="str", no_log=False),
             labels=dict(type="dict", default={}),
             extra_tags=dict(type="list", elements="str", default=["latest"]),
             also_tag=dict(type="list", elements="str", default=[]),
@@ -240,7 +252,7 @@ def main() -> None:
                                    module.check_mode)
         elif params["state"] == "committed":
             labels = layer_labels(params["name"], params["key"], params["parent"], params["parent_key"],
-                                  params["git_commit"], params["labels"])
+                                  params["git_commit"], params["labels"], params["inputs_key"])
             result = builder.commit(labels, params["extra_tags"], module.check_mode, params["also_tag"])
         else:
             result = builder.absent(module.check_mode)

@@ -6,7 +6,8 @@
 
 started   -> ``buildah from`` parent (or scratch), mount, bind the build's own views of the host package
              caches (_build/caches.py: two builds on one host never share a package manager's lock)
-committed -> release the binds, merge what the build downloaded into the caches, label, ``buildah commit`` to ``<prefix>/<layer>:<key>`` (and any further
+committed -> release the binds, record the packages and repository states of the tree (_build/records.py), merge
+             what the build downloaded into the caches, label, ``buildah commit`` to ``<prefix>/<layer>:<key>`` (and any further
              references, so one commit serves a root layer's bootstrap image and the layer), remove
 absent    -> release the binds, unmount and remove the layer's working containers
 
@@ -23,7 +24,7 @@ from typing import Any
 from ansible_collections.hpc.stateless.plugins.module_utils import _process
 # mounts_under: the mount points below a container's root, deepest first (the order to unmount them).
 from ansible_collections.hpc.stateless.plugins.module_utils._fs import mounts_below as mounts_under
-from ansible_collections.hpc.stateless.plugins.module_utils._build import caches, rootless
+from ansible_collections.hpc.stateless.plugins.module_utils._build import caches, records, rootless
 from ansible_collections.hpc.stateless.plugins.module_utils._build.buildah import Buildah
 from ansible_collections.hpc.stateless.plugins.module_utils._contract.labels import container_name, container_stem, image_ref
 
@@ -192,7 +193,15 @@ class LayerBuilder:
             return result
         tmpdir = commit_tmpdir(self.container)
         try:
-            self._release_binds(self.buildah.mount(self.container))
+            mountpoint = self.buildah.mount(self.container)
+            self._release_binds(mountpoint)
+            # What the image holds, read from its tree as committed: the plan's freshness check compares it
+            # with the archive (_layers/freshness.py), the release records it.
+            try:
+                result.labels = labels = {**labels, **records.read_records(mountpoint)}
+            except records.RecordError as exc:
+                self._remove(self.container)
+                raise LayerError(f"layer {self.name}: {exc}") from exc
             self.buildah.config_labels(self.container, labels)
             os.makedirs(tmpdir, mode=0o700, exist_ok=True)
             result.image_id = self.buildah.commit(self.container, self.image, tmpdir=tmpdir)

@@ -10,6 +10,10 @@ takes it as an argument):
 * every label we write starts with :data:`LABEL_PREFIX`; a layer image carries :func:`layer_labels`
   (:data:`LAYER_LABEL`, :data:`KEY_LABEL`, :data:`PARENT_LABEL`, :data:`PARENT_KEY_LABEL`,
   :data:`GIT_COMMIT_LABEL`), and :func:`layer_keys_of` walks them up to the root layer;
+* a layer image records what it holds (:func:`record_labels`): :data:`PACKAGES_LABEL` (every installed package and
+  its version, :func:`packages_of`), :data:`REPOSITORIES_LABEL` (the repository states apt saw while it was
+  built, :func:`repositories_of`) and :data:`INPUTS_KEY_LABEL` (the content key of its inputs, which differs from
+  its own key when the plan rebuilt it for archive updates: _layers/freshness.py);
 * a layer image is ``<prefix>/<layer>:<content key>`` (:func:`image_ref`, :func:`image_prefix_of`);
 * every working container is ``hpc-stateless-<purpose>-<scope tag>-<instance>`` (:func:`container_name`).
 """
@@ -17,6 +21,7 @@ takes it as an argument):
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from typing import Mapping, Protocol
 
@@ -30,6 +35,15 @@ KEY_LABEL = LABEL_PREFIX + "key"
 PARENT_LABEL = LABEL_PREFIX + "parent"
 PARENT_KEY_LABEL = LABEL_PREFIX + "parent-key"
 GIT_COMMIT_LABEL = LABEL_PREFIX + "git-commit"
+#: What a layer image holds: JSON ``{package: version}`` of every installed package (dpkg's "install ok installed",
+#: rpm's database), JSON ``[{uri, suite, date, sha256}]`` of the repository states (InRelease/Release files) apt
+#: had in its lists at commit, and the content key of the layer's inputs (its tag is that key, or that key hashed
+#: with the archive updates it was rebuilt for).
+PACKAGES_LABEL = LABEL_PREFIX + "packages"
+REPOSITORIES_LABEL = LABEL_PREFIX + "repositories"
+INPUTS_KEY_LABEL = LABEL_PREFIX + "inputs-key"
+#: The fields of each entry of :data:`REPOSITORIES_LABEL`.
+REPOSITORY_FIELDS = ("uri", "suite", "date", "sha256")
 #: On a layer the build did not seal (hpc_stateless_seal: false); its value is the reason given.
 SEAL_SKIPPED_LABEL = LABEL_PREFIX + "seal-skipped"
 
@@ -55,17 +69,78 @@ class LabelReader(Protocol):
 
 # -- labels ------------------------------------------------------------------------------------
 def layer_labels(name: str, key: str, parent: str | None, parent_key: str | None,
-                 git_commit: str | None, extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The labels every layer image carries (a root layer's parent and parent key are empty)."""
+                 git_commit: str | None, extra: dict[str, str] | None = None,
+                 inputs_key: str | None = None) -> dict[str, str]:
+    """The labels every layer image carries (a root layer's parent and parent key are empty; the inputs key is
+    the key itself unless the plan gave another)."""
     labels = {
         LAYER_LABEL: name,
         KEY_LABEL: key,
+        INPUTS_KEY_LABEL: inputs_key or key,
         PARENT_LABEL: parent or "",
         PARENT_KEY_LABEL: parent_key or "",
         GIT_COMMIT_LABEL: git_commit or "",
     }
     labels.update(extra or {})
     return labels
+
+
+def record_labels(packages: Mapping[str, str], repositories: list[Mapping[str, str]]) -> dict[str, str]:
+    """The labels recording an image's packages and repository states (compact, sorted JSON)."""
+    states = [{field: str(state.get(field) or "") for field in REPOSITORY_FIELDS} for state in repositories]
+    states.sort(key=lambda state: (state["uri"], state["suite"]))
+    return {
+        PACKAGES_LABEL: json.dumps(dict(sorted(packages.items())), separators=(",", ":")),
+        REPOSITORIES_LABEL: json.dumps(states, separators=(",", ":")),
+    }
+
+
+def has_package_record(labels: Mapping[str, str]) -> bool:
+    """True when the image records its packages (images built before the record have no such label)."""
+    return PACKAGES_LABEL in labels
+
+
+def _json_label(labels: Mapping[str, str], name: str, kind: type) -> object:
+    text = labels.get(name)
+    if text is None or text == "":
+        return kind()
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise ValueError(f"image label {name} is not JSON ({exc}); rebuild the layer (run site.yml)") from exc
+    if not isinstance(value, kind):
+        raise ValueError(f"image label {name} holds a JSON {type(value).__name__}, not a {kind.__name__}; "
+                         "rebuild the layer (run site.yml)")
+    return value
+
+
+def packages_of(labels: Mapping[str, str]) -> dict[str, str]:
+    """``{package: version}`` of an image's :data:`PACKAGES_LABEL` (empty without one: see
+    :func:`has_package_record`); ValueError naming the label when it is malformed."""
+    value = _json_label(labels, PACKAGES_LABEL, dict)
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):  # type: ignore[union-attr]
+        raise ValueError(f"image label {PACKAGES_LABEL} must map package names to version strings; "
+                         "rebuild the layer (run site.yml)")
+    return dict(value)  # type: ignore[arg-type]
+
+
+def repositories_of(labels: Mapping[str, str]) -> list[dict[str, str]]:
+    """``[{uri, suite, date, sha256}]`` of an image's :data:`REPOSITORIES_LABEL` (empty without one);
+    ValueError naming the label when it is malformed."""
+    value = _json_label(labels, REPOSITORIES_LABEL, list)
+    if not all(isinstance(entry, dict) for entry in value):  # type: ignore[union-attr]
+        raise ValueError(f"image label {REPOSITORIES_LABEL} must be a list of objects; rebuild the layer (run site.yml)")
+    return [{field: str(entry.get(field) or "") for field in REPOSITORY_FIELDS} for entry in value]  # type: ignore[union-attr]
+
+
+def inputs_key_of(labels: Mapping[str, str]) -> str:
+    """The content key of the image's inputs: its :data:`INPUTS_KEY_LABEL`, else (built before that label) its key."""
+    return labels.get(INPUTS_KEY_LABEL) or labels.get(KEY_LABEL, "")
+
+
+def installed_by_layer(packages: Mapping[str, str], parent_packages: Mapping[str, str]) -> dict[str, str]:
+    """The packages a layer installed: those of its record missing from its parent's record, or at another version."""
+    return {name: version for name, version in packages.items() if parent_packages.get(name) != version}
 
 
 def layer_keys_of(reader: LabelReader | None, ref: str, labels: Mapping[str, str]) -> dict[str, str]:

@@ -15,7 +15,8 @@ def test_the_label_names_are_those_of_the_images_in_storage():
 
 def test_a_root_layer_has_empty_parent_labels_and_extra_labels_are_kept():
     assert labels.layer_labels("base", "k1", None, None, "abc", {"org.example": "x"}) == {
-        "hpc.stateless.layer": "base", "hpc.stateless.key": "k1", "hpc.stateless.parent": "",
+        "hpc.stateless.layer": "base", "hpc.stateless.key": "k1", "hpc.stateless.inputs-key": "k1",
+        "hpc.stateless.parent": "",
         "hpc.stateless.parent-key": "", "hpc.stateless.git-commit": "abc", "org.example": "x"}
 
 
