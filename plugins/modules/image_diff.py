@@ -135,7 +135,7 @@ summary:
   type: dict
   returned: success
   sample: {packages_added: 1, packages_removed: 0, packages_upgraded: 2, packages_downgraded: 0,
-           packages_changed: 0, files_added: 14, files_removed: 0, files_changed: 31, bytes_delta: 1048576,
+           packages_changed: 0, security_updates: 1, files_added: 14, files_removed: 0, files_changed: 31, bytes_delta: 1048576,
            capabilities_added: 1, capabilities_removed: 0, capabilities_changed: 0, layers_rebuilt: 1}
 old:
   description: What the old version is (label, image, version, source read, kernel, kernel_args, layer_keys,
@@ -151,6 +151,10 @@ packages:
     - C(added) and C(removed) (C(name), C(version)); C(upgraded) and C(downgraded) (C(name), C(old), C(new)) as
       dpkg orders versions; C(changed) for names installed in several versions on one side.
     - C(known) is false when one side has no package list; the lists are empty then.
+    - C(security) - the security updates - the upgraded, downgraded or changed packages whose new version's origin
+      is a security suite (C(name), C(old), C(new), C(origin)), as the new side's pack manifest records each package's
+      origin (C(pack) with C(layers)). C(security_known) is false when the new side records no origins (a layer image,
+      an older pack); C(security) is empty then and the table says so.
   type: dict
   returned: success
 files:

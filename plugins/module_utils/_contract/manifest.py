@@ -86,9 +86,13 @@ def build_manifest(*, image: str, version: str, created: int, layer: str, layer_
                    source: dict[str, Any] | None = None, options: dict[str, Any] | None = None,
                    report: dict[str, Any] | None = None,
                    hardware_profile: dict[str, Any] | None = None,
-                   capabilities: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+                   capabilities: list[dict[str, Any]] | None = None,
+                   origins: dict[str, dict[str, Any]] | None = None,
+                   freshness: dict[str, Any] | None = None) -> dict[str, Any]:
     """The manifest deploy reads (checked by :func:`check_manifest`); keys beyond the shared contract are
-    additions, never renames. ``capabilities``: the file capabilities of the packed tree (_pack/capabilities.py)."""
+    additions, never renames. ``capabilities``: the file capabilities of the packed tree (_pack/capabilities.py).
+    ``origins``: ``{package: {suite, uri, security}}`` of the installed versions the archive serves, and
+    ``freshness``: the repository states and pending updates at pack time (both _verify/freshness.py)."""
     data: dict[str, Any] = {
         "image": image,
         "version": version,
@@ -98,7 +102,7 @@ def build_manifest(*, image: str, version: str, created: int, layer: str, layer_
         "kernel": kernel,
         "artifacts": artifacts,
         "uncompressed_size": uncompressed_size,
-        "packages": [package_entry(p) for p in packages],
+        "packages": [package_entry(p, (origins or {}).get(p["name"])) for p in packages],
         "kernel_args": kernel_args,
         "initrd": initrd,
     }
@@ -112,15 +116,21 @@ def build_manifest(*, image: str, version: str, created: int, layer: str, layer_
         data["hardware_profile"] = hardware_profile
     if capabilities is not None:
         data["capabilities"] = capabilities
+    if freshness is not None:
+        data["freshness"] = freshness
     return check_manifest(data, "the manifest pack writes")
 
 
-def package_entry(package: dict[str, Any]) -> dict[str, Any]:
+def package_entry(package: dict[str, Any], origin: dict[str, Any] | None = None) -> dict[str, Any]:
     """A ``packages`` entry: name, version and, when known, architecture (multi-arch images list a
-    package once per architecture)."""
-    entry = {"name": package["name"], "version": package["version"]}
+    package once per architecture) and ``origin``, the suite of the source that serves that version, with
+    ``security`` true when it is a security suite (image_diff's security updates)."""
+    entry: dict[str, Any] = {"name": package["name"], "version": package["version"]}
     if package.get("architecture"):
         entry["architecture"] = package["architecture"]
+    if origin:
+        entry["origin"] = origin["suite"]
+        entry["security"] = bool(origin.get("security"))
     return entry
 
 
@@ -133,7 +143,8 @@ def check_manifest(data: object, where: str) -> dict[str, Any]:
 
     Required: ``image`` and ``version`` (valid names), ``artifacts`` (a list of objects with a plain
     ``file`` name). Checked when present: ``kernel.file``, ``initrd.file``, ``uncompressed_size``,
-    ``capabilities`` (a list of objects with a ``path`` and ``capabilities`` text).
+    ``capabilities`` (a list of objects with a ``path`` and ``capabilities`` text), ``freshness`` (an object
+    of lists).
     """
     if not isinstance(data, dict):
         raise ArtifactError(f"{where}: manifest is not a JSON object; re-run the pack step")
@@ -164,6 +175,11 @@ def check_manifest(data: object, where: str) -> dict[str, Any]:
             for e in recorded)):
         raise ArtifactError(f"{where}: 'capabilities' must be a list of objects with a path and capabilities; "
                             "re-run the pack step")
+    freshness = data.get("freshness")
+    if freshness is not None and not (isinstance(freshness, dict) and all(
+            isinstance(freshness.get(key, []), list) for key in ("repositories", "archive", "pending_updates"))):
+        raise ArtifactError(f"{where}: 'freshness' must be an object whose repositories, archive and pending_updates "
+                            "are lists; re-run the pack step")
     return data
 
 

@@ -11,9 +11,14 @@ with cyclonedx-python-lib's JSON schema validator.
 * ``metadata.component``: the image (name, version) with the layer, the key of every layer, the
   source image and its ID (or the source directory), the package database read and, without one,
   why there is none - all as ``hpc.stateless:*`` properties;
+* its freshness (issue 27), when pack checked the archive: the repository states the image was built
+  against and those read at pack time, and each pending update, as ``hpc.stateless:repository``,
+  ``hpc.stateless:archive`` and ``hpc.stateless:pending_update`` properties (CycloneDX has no field for them);
 * one ``library`` component per installed package: name, version, purl, declared licenses (rpm
   ``License`` tag, Debian machine-readable copyright ``License:`` names, as free-text names since
-  neither is always an SPDX id), architecture, source package and source version, installed size;
+  neither is always an SPDX id), architecture, source package and source version, installed size, and
+  the suite and URI of the source that serves that version (``origin_suite``, ``origin_uri``,
+  ``origin_security``) when known;
 * one ``file`` component for the kernel published beside the image (version, SHA-256).
 
 Reproducible: the timestamp is SOURCE_DATE_EPOCH (the manifest's ``created``), the serial number a
@@ -93,8 +98,11 @@ def _properties(values: dict[str, str]) -> list[dict[str, str]]:
     return [{"name": PROPERTY + key, "value": values[key]} for key in sorted(values) if values[key] != ""]
 
 
-def package_component(kind: str, package: Package, distro: Distro) -> dict[str, Any]:
+def package_component(kind: str, package: Package, distro: Distro,
+                      origin: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``origin``: ``{suite, uri, security}`` of the source that serves the installed version, when known."""
     ref = package_purl(kind, package, distro)
+    origin = origin or {}
     component: dict[str, Any] = {
         "type": "library",
         "bom-ref": ref,
@@ -106,6 +114,9 @@ def package_component(kind: str, package: Package, distro: Distro) -> dict[str, 
             "source_package": package.source,
             "source_version": package.source_version if package.source_version != package.version else "",
             "installed_size": str(package.size) if package.size else "",
+            "origin_suite": str(origin.get("suite") or ""),
+            "origin_uri": str(origin.get("uri") or ""),
+            "origin_security": "true" if origin.get("security") else "",
         }),
     }
     if package.licenses:
@@ -144,12 +155,36 @@ def image_properties(*, layer: str, layer_keys: dict[str, str], source: dict[str
     return values
 
 
+def freshness_properties(freshness: dict[str, Any] | None) -> list[dict[str, str]]:
+    """The image's freshness (_verify/freshness.py's manifest entry) as properties, one per repository state
+    (``hpc.stateless:repository`` built against, ``hpc.stateless:archive`` read at pack time, each
+    ``<uri> <suite> <date> sha256:<hash>``) and per pending update (``hpc.stateless:pending_update``,
+    ``<package> <installed> -> <candidate> <suite>[ security]``), and their count; none without a check."""
+    if freshness is None:
+        return []
+    found = []
+    for name in ("repositories", "archive"):
+        for state in freshness.get(name) or []:
+            value = f"{state.get('uri', '')} {state.get('suite', '')} {state.get('date', '')} sha256:{state.get('sha256', '')}"
+            found.append({"name": PROPERTY + ("repository" if name == "repositories" else "archive"), "value": value})
+    pending = freshness.get("pending_updates") or []
+    for update in pending:
+        value = (f"{update['package']} {update['installed']} -> {update['candidate']} {update.get('suite', '')}"
+                 + (" security" if update.get("security") else ""))
+        found.append({"name": PROPERTY + "pending_update", "value": value})
+    found.append({"name": PROPERTY + "pending_updates", "value": str(len(pending))})
+    return sorted(found, key=lambda p: (p["name"], p["value"]))
+
+
 def build_sbom(*, image: str, version: str, created: int, layer: str, layer_keys: dict[str, str],
-               kernel: dict[str, Any], db: PackageDb, source: dict[str, Any]) -> dict[str, Any]:
-    """The SBOM document of one pack (see the module doc); :func:`sbom_bytes` serializes it."""
+               kernel: dict[str, Any], db: PackageDb, source: dict[str, Any],
+               origins: dict[str, dict[str, Any]] | None = None,
+               freshness: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The SBOM document of one pack (see the module doc); :func:`sbom_bytes` serializes it. ``origins`` and
+    ``freshness`` are the manifest's (pack's archive check, _verify/freshness.py), absent without one."""
     components: dict[str, dict[str, Any]] = {}
     for package in db.packages:
-        component = package_component(db.kind, package, db.distro)
+        component = package_component(db.kind, package, db.distro, (origins or {}).get(package.name))
         components.setdefault(component["bom-ref"], component)  # one entry per purl
     components[KERNEL_REF] = kernel_component(kernel)
     ordered = sorted(components.values(), key=lambda c: (c["name"], c["version"], c["bom-ref"]))
@@ -167,7 +202,7 @@ def build_sbom(*, image: str, version: str, created: int, layer: str, layer_keys
                 "name": image,
                 "version": version,
                 "properties": _properties(image_properties(layer=layer, layer_keys=layer_keys, source=source,
-                                                           db=db)),
+                                                           db=db)) + freshness_properties(freshness),
             },
         },
         "components": ordered,

@@ -111,9 +111,11 @@ def _versions_by_name(packages: Iterable[dict[str, Any]]) -> dict[str, str]:
 
 
 def diff_packages(old: list[dict[str, Any]] | None, new: list[dict[str, Any]] | None) -> dict[str, Any]:
-    """added / removed / upgraded / downgraded / changed (several versions of one name) packages."""
+    """added / removed / upgraded / downgraded / changed (several versions of one name) packages, and the
+    ``security`` updates among the changed ones (see :func:`security_updates`)."""
     result: dict[str, Any] = {"known": old is not None and new is not None, "added": [], "removed": [],
-                              "upgraded": [], "downgraded": [], "changed": []}
+                              "upgraded": [], "downgraded": [], "changed": [], "security": [],
+                              "security_known": False}
     if not result["known"]:
         return result
     before, after = _versions_by_name(old or []), _versions_by_name(new or [])
@@ -129,7 +131,24 @@ def diff_packages(old: list[dict[str, Any]] | None, new: list[dict[str, Any]] | 
                 result["changed"].append(entry)
             else:
                 result["upgraded" if compare_versions(was, now) < 0 else "downgraded"].append(entry)
+    result["security_known"], result["security"] = security_updates(result, new or [])
     return result
+
+
+def security_updates(packages: dict[str, Any], new: list[dict[str, Any]]) -> tuple[bool, list[dict[str, Any]]]:
+    """Whether the new side says where its packages come from (a pack whose manifest records each package's
+    ``origin``, issue 27), and the changed packages whose new version's origin is a security suite:
+    ``{name, old, new, origin}``."""
+    origins = {str(p["name"]): p for p in new if "origin" in p}
+    if not origins:
+        return False, []
+    found = []
+    for kind in ("upgraded", "downgraded", "changed"):
+        for entry in packages[kind]:
+            origin = origins.get(entry["name"])
+            if origin and origin.get("security"):
+                found.append({**entry, "origin": origin["origin"]})
+    return True, sorted(found, key=lambda e: e["name"])
 
 
 def diff_capabilities(old: dict[str, str] | None, new: dict[str, str] | None) -> dict[str, Any]:
@@ -283,7 +302,7 @@ def summary_counts(result: dict[str, Any]) -> dict[str, int]:
     return {
         "packages_added": len(packages["added"]), "packages_removed": len(packages["removed"]),
         "packages_upgraded": len(packages["upgraded"]), "packages_downgraded": len(packages["downgraded"]),
-        "packages_changed": len(packages["changed"]),
+        "packages_changed": len(packages["changed"]), "security_updates": len(packages.get("security") or []),
         "files_added": len(files["added"]), "files_removed": len(files["removed"]),
         "files_changed": len(files["changed"]), "bytes_delta": files["delta"],
         "capabilities_added": len(result["capabilities"]["added"]),
@@ -316,6 +335,11 @@ def _package_lines(packages: dict[str, Any], limit: int) -> Iterator[str]:
         if packages[kind] or kind != "changed":
             yield f"packages {kind}: {len(packages[kind])}"
             yield from _limited(packages[kind], limit, lambda p: f"  {p['name']} {p['old']} -> {p['new']}")
+    if packages.get("security_known"):
+        yield f"security updates: {len(packages['security'])}"
+        yield from _limited(packages["security"], limit, lambda p: f"! {p['name']} {p['old']} -> {p['new']} ({p['origin']})")
+    elif packages["upgraded"] or packages["downgraded"] or packages["changed"]:
+        yield "security updates: not known (the new side records no package origins: compare packed versions)"
 
 
 def _capability_lines(capabilities: dict[str, Any], limit: int) -> Iterator[str]:
@@ -438,6 +462,12 @@ def render_markdown(result: dict[str, Any], limit: int = 20) -> str:
         f"Layers {kind}: " + ", ".join(_md_escape(name) for name in result["layers"][kind])
         for kind in ("removed", "added") if result["layers"][kind]]
     out.append("  \n".join(layer_lines))  # Markdown line breaks
+    if packages.get("security"):
+        out += ["", f"**Security updates ({len(packages['security'])})**", ""]
+        out += [f"- {_code(p['name'])} {_md_escape(p['old'])} → {_md_escape(p['new'])} ({_md_escape(p['origin'])})"
+                for p in packages["security"][:limit]]
+        if len(packages["security"]) > limit:
+            out.append(f"- … {len(packages['security']) - limit} more")
     sections: list[tuple[str, list[str]]] = [
         ("Packages added", [f"{_code(p['name'])} {_md_escape(p['version'])}" for p in packages["added"]]),
         ("Packages removed", [f"{_code(p['name'])} {_md_escape(p['version'])}" for p in packages["removed"]]),

@@ -259,6 +259,8 @@ def test_diff_packages_sorts_each_kind():
         "upgraded": [{"name": "a", "old": "1.0", "new": "1.1"}],
         "downgraded": [{"name": "b", "old": "2.0", "new": "2.0~rc1"}],
         "changed": [{"name": "multi", "old": "1", "new": "1, 2"}],
+        # the new side records no origins (test_release_freshness.py has sides that do)
+        "security": [], "security_known": False,
     }
     assert diff_packages(None, new)["known"] is False and diff_packages(None, new)["added"] == []
 
@@ -291,7 +293,8 @@ def result(tmp_path):
 def test_diff_sides_json(result):
     assert result["differs"] is True
     assert result["summary"] == {"packages_added": 1, "packages_removed": 1, "packages_upgraded": 1,
-                                 "packages_downgraded": 0, "packages_changed": 0, "files_added": 1,
+                                 "packages_downgraded": 0, "packages_changed": 0, "security_updates": 0,
+                                 "files_added": 1,
                                  "files_removed": 1, "files_changed": 8, "bytes_delta": 991,
                                  "capabilities_added": 0, "capabilities_removed": 0, "capabilities_changed": 0,
                                  "layers_rebuilt": 1}
