@@ -34,6 +34,7 @@ HELPERS = "(helpers)"
 FLOORS: tuple[tuple[str, ...], ...] = (
     (HELPERS,),
     ("_contract",),
+    ("_archive",),
     ("_layers",),
     ("_build",),
     ("_buildah_agent", "_nspawn"),
@@ -47,6 +48,7 @@ FLOOR_OF = {unit: level for level, units in enumerate(FLOORS) for unit in units}
 ROLES = {
     HELPERS: "process runner, paths, fs (locks, mounts), time, git, image paths, project dir",
     "_contract": "names, labels, manifest, sums, signature, SBOM, package db, inventory schema",
+    "_archive": "Debian versions, the apt sources' signed indexes, pending updates",
     "_layers": "DAG, content keys, change plan",
     "_build": "buildah client, bootstrap, layer build, registry, rootless",
     "_buildah_agent": "agent and holder of the buildah connection",

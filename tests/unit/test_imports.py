@@ -57,4 +57,4 @@ def test_the_checker_sees_an_upward_import(graph, tmp_path):
     finally:
         graph.PLUGINS = real
     assert problems == ["module_utils/_contract/names.py:1 imports module_utils._pack.run: "
-                        "_contract (floor 1) imports up to _pack (floor 6)"]
+                        "_contract (floor 1) imports up to _pack (floor 7)"]
