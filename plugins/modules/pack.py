@@ -246,6 +246,33 @@ options:
       - Empty or blank means no override.
     type: str
     default: ""
+  layers:
+    description:
+      - The layer DAG (C(hpc_stateless_layers) in the playbooks, which always set it). With it, pack holds the image's
+        installed packages against the archive of its layer's apt sources (the root layer's bootstrap suites and the
+        extra C(sources) of the layer and its ancestors), read on the controller as the plan reads it (signed
+        indexes, cached). Debian-style images only.
+      - "The manifest records C(freshness): the repository states the image was built against (the layers'
+        C(hpc.stateless.repositories) labels), those read at pack time, and the pending updates (normally none).
+        Each C(packages) entry gets the C(origin) suite that serves its version and C(security) when that is a
+        security suite. The SBOM carries the same as C(hpc.stateless:*) properties."
+      - Without it nothing is checked or recorded.
+    type: dict
+  freshness_gate:
+    description:
+      - What pending security updates (a newer version of an installed package in a security suite) do, with O(layers).
+      - C(refuse) (the default) - nothing is written; the error names the updates and says to run C(site.yml)
+        to rebuild the layers that installed them. C(warn) - the image is packed and each warns; an archive that
+        cannot be read is then a warning too.
+      - Updates from other suites never stop a pack; the manifest lists them.
+    type: str
+    choices: [refuse, warn]
+    default: refuse
+  archive_cache_dir:
+    description:
+      - Where the archive's indexes are cached (shared with the plan). Defaults to C(/var/cache/hpc.stateless/archive)
+        as root, else C(~/.cache/hpc.stateless/archive).
+    type: path
 notes:
   - Runs on the build host as root (it mounts images). Needs buildah for O(source_image), zstd, pigz (or gzip), xz
     and mksquashfs for the formats asked for.
@@ -356,6 +383,15 @@ allowed_secrets:
   returned: always
   type: list
   elements: str
+freshness:
+  description:
+    - The manifest's C(freshness) - C(repositories) built against (with the C(layers) that saw each), C(archive)
+      states read at pack time, C(pending_updates) (C(package), C(installed), C(candidate), C(suite), C(security)) and
+      C(pending_security_updates), the count.
+  returned: when O(layers) is set and the image has a dpkg database
+  type: dict
+  sample: {"pending_updates": [{"package": "tzdata", "installed": "2025a-0+deb12u1", "candidate": "2025b-0+deb12u1",
+           "suite": "bookworm-updates", "security": false}], "pending_security_updates": 0}
 capabilities:
   description:
     - The file capabilities of the packed tree, the manifest's C(capabilities) - C(path) and C(capabilities) in the
@@ -417,6 +453,9 @@ def main() -> None:
             )),
             verify_dir=dict(type="path"),
             unverified_ok=dict(type="str", default=""),
+            layers=dict(type="dict"),
+            freshness_gate=dict(type="str", default="refuse", choices=["refuse", "warn"]),
+            archive_cache_dir=dict(type="path"),
         ),
         mutually_exclusive=[("source_image", "source_path")],
         required_one_of=[("source_image", "source_path")],
@@ -443,6 +482,7 @@ def main() -> None:
         size_ceiling_action=p["size_ceiling_action"], reset_machine_id=p["reset_machine_id"],
         release_extra={str(k): str(v) for k, v in p["release_extra"].items()}, force=p["force"],
         hardware_profile=p["hardware_profile"], verify_dir=p["verify_dir"], unverified_ok=p["unverified_ok"],
+        layers=p["layers"], freshness_gate=p["freshness_gate"], archive_cache_dir=p["archive_cache_dir"],
     )
     packer = Packer(request, Buildah() if p["source_image"] else None)
     try:
@@ -455,6 +495,8 @@ def main() -> None:
         module.warn(warning)
     result["verification"] = result["manifest"].get("verification") or {}
     result["capabilities"] = result["manifest"].get("capabilities") or []
+    if result["manifest"].get("freshness"):
+        result["freshness"] = result["manifest"]["freshness"]
     if result["manifest"].get("hardware_profile"):
         result["hardware_profile"] = result["manifest"]["hardware_profile"]
     module.exit_json(**result)

@@ -49,24 +49,29 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
 
 
 class AptRepo:
-    """A signed repository under ``root`` with one suite and component: ``deb <uri> <suite> <component>``."""
+    """A signed repository under ``root`` with one component and one or more suites (``deb <uri> <suite> <component>``),
+    each with its own pool ``pool/<suite>/``, all signed by one key (as a distribution's suites are)."""
 
-    def __init__(self, root: Path, suite: str = "site", component: str = "main", origin: str = "hpc-test") -> None:
+    def __init__(self, root: Path, suites: tuple[str, ...] = ("site",), component: str = "main",
+                 origin: str = "hpc-test") -> None:
         self.root = root
-        self.suite = suite
+        self.suites = suites
+        self.suite = suites[0]
         self.component = component
         self.origin = origin
-        self.root.mkdir(parents=True, exist_ok=True)
-        (self.root / "pool").mkdir(exist_ok=True)
-        self.key = SigningKey(self.root.parent, f"apt-{suite}")
+        for suite in suites:
+            (self.root / "pool" / suite).mkdir(parents=True, exist_ok=True)
+        self.key = SigningKey(self.root.parent, f"apt-{root.name}")
         #: The public key, binary (what /etc/apt/keyrings/<name>.gpg holds and gpgv --keyring reads).
         self.keyring = self.key.binary
         self.uri = ""
         self._stamp = 0
 
     # -- content -----------------------------------------------------------------------------
-    def add_package(self, name: str, version: str, description: str = "freshness test package") -> Path:
-        """Build ``<name>_<version>_all.deb`` into the pool (not yet in the indexes: :meth:`publish`)."""
+    def add_package(self, name: str, version: str, suite: str | None = None,
+                    description: str = "freshness test package") -> Path:
+        """Build ``<name>_<version>_all.deb`` into the pool of ``suite`` (default the first; not yet in the
+        indexes: :meth:`publish`)."""
         with tempfile.TemporaryDirectory(dir=self.root.parent) as work:
             tree = Path(work, "tree")
             (tree / "DEBIAN").mkdir(parents=True)
@@ -76,19 +81,23 @@ class AptRepo:
                 f"Package: {name}\nVersion: {version}\nArchitecture: all\nMaintainer: hpc.stateless tests "
                 f"<tests@example.invalid>\nSection: misc\nPriority: optional\nDescription: {description}\n",
                 encoding="utf-8")
-            deb = self.root / "pool" / f"{name}_{version}_all.deb"
+            deb = self.root / "pool" / (suite or self.suite) / f"{name}_{version}_all.deb"
             _run("dpkg-deb", "--root-owner-group", "-Zgzip", "--build", str(tree), str(deb))
         return deb
 
-    def remove_package(self, name: str, version: str) -> None:
-        (self.root / "pool" / f"{name}_{version}_all.deb").unlink()
-
     def publish(self) -> None:
-        """Write the indexes of every package in the pool and sign them: what a mirror does on an update."""
-        dists = self.root / "dists" / self.suite
+        """Write the indexes of every suite's pool and sign them: what a mirror does on an update."""
+        # HTTP's Last-Modified counts seconds: a second publish within the same second must still look newer
+        # to a client's If-Modified-Since, as it would on a mirror.
+        self._stamp = max(int(time.time()), self._stamp + 1)
+        for suite in self.suites:
+            self._publish_suite(suite)
+
+    def _publish_suite(self, suite: str) -> None:
+        dists = self.root / "dists" / suite
         binary = dists / self.component / f"binary-{ARCH}"
         binary.mkdir(parents=True, exist_ok=True)
-        packages = _run("apt-ftparchive", "packages", "pool", cwd=self.root)
+        packages = _run("apt-ftparchive", "packages", f"pool/{suite}", cwd=self.root)
         (binary / "Packages").write_bytes(packages)
         _run("sh", "-c", "gzip -9nc Packages > Packages.gz && xz -c Packages > Packages.xz", cwd=binary)
         for name in ("Release", "InRelease", "Release.gpg"):
@@ -96,8 +105,8 @@ class AptRepo:
         release = _run("apt-ftparchive",
                        "-o", f"APT::FTPArchive::Release::Origin={self.origin}",
                        "-o", f"APT::FTPArchive::Release::Label={self.origin}",
-                       "-o", f"APT::FTPArchive::Release::Suite={self.suite}",
-                       "-o", f"APT::FTPArchive::Release::Codename={self.suite}",
+                       "-o", f"APT::FTPArchive::Release::Suite={suite}",
+                       "-o", f"APT::FTPArchive::Release::Codename={suite}",
                        "-o", f"APT::FTPArchive::Release::Architectures={ARCH}",
                        "-o", f"APT::FTPArchive::Release::Components={self.component}",
                        "release", ".", cwd=dists)
@@ -107,9 +116,6 @@ class AptRepo:
                      "--output", str(dists / "InRelease"), str(dists / "Release"))
         self.key.gpg("--yes", "--local-user", fpr, "--digest-algo", "SHA256", "--armor", "--detach-sign",
                      "--output", str(dists / "Release.gpg"), str(dists / "Release"))
-        # HTTP's Last-Modified counts seconds: a second publish within the same second must still look newer
-        # to a client's If-Modified-Since, as it would on a mirror.
-        self._stamp = max(int(time.time()), self._stamp + 1)
         for path in dists.rglob("*"):
             os.utime(path, (self._stamp, self._stamp))
 
@@ -130,9 +136,9 @@ class AptRepo:
             thread.join(10)
             self.uri = ""
 
-    def source_line(self, keyring: str) -> str:
-        """The one-line apt source of the repository, signed by ``keyring`` (a path as apt sees it)."""
-        return f"deb [signed-by={keyring}] {self.uri} {self.suite} {self.component}\n"
+    def source_line(self, keyring: str, suite: str | None = None) -> str:
+        """The one-line apt source of ``suite`` (default the first), signed by ``keyring`` (a path as apt sees it)."""
+        return f"deb [signed-by={keyring}] {self.uri} {suite or self.suite} {self.component}\n"
 
     def close(self) -> None:
         self.key.close()

@@ -32,6 +32,7 @@ from typing import Any
 from ansible_collections.hpc.stateless.plugins.module_utils._contract import manifest as pm
 from ansible_collections.hpc.stateless.plugins.module_utils._contract import names, pkgdb, sbom, sums
 from ansible_collections.hpc.stateless.plugins.module_utils._contract.release import image_release
+from ansible_collections.hpc.stateless.plugins.module_utils._contract.sources import layer_sources
 from ansible_collections.hpc.stateless.plugins.module_utils._contract.versions import build_difference
 from ansible_collections.hpc.stateless.plugins.module_utils import _imagepath, _process
 from ansible_collections.hpc.stateless.plugins.module_utils._paths import (
@@ -48,8 +49,10 @@ from ansible_collections.hpc.stateless.plugins.module_utils._contract.labels imp
     container_name,
     container_owner,
     image_prefix_of,
+    image_ref,
     layer_keys_of,
     owner_instance,
+    repositories_of,
 )
 from ansible_collections.hpc.stateless.plugins.module_utils._build.buildah import (
     Buildah,
@@ -91,6 +94,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils._pack.hwprofile impo
 )
 from ansible_collections.hpc.stateless.plugins.module_utils._pack.newc import MAX_FILE_SIZE, NewcError
 from ansible_collections.hpc.stateless.plugins.module_utils._pack import capabilities
+from ansible_collections.hpc.stateless.plugins.module_utils._verify import freshness as fresh
 from ansible_collections.hpc.stateless.plugins.module_utils._verify.record import (
     NOT_CHECKED,
     OVERRIDDEN,
@@ -171,6 +175,12 @@ class PackRequest:
     # layer key has a passing record there for its image ID, or unverified_ok gives the reason to pack anyway.
     verify_dir: str | None = None
     unverified_ok: str = ""
+    # The freshness gate (_verify/freshness.py): with layers (hpc_stateless_layers, whose layer's apt sources
+    # _contract/sources.py resolves), the image's packages are held against the archive they offer; pending security updates refuse the pack
+    # (freshness_gate "refuse") or are warned about ("warn"). The archive's indexes are cached in archive_cache_dir.
+    layers: dict[str, Any] | None = None
+    freshness_gate: str = fresh.REFUSE
+    archive_cache_dir: str | None = None
 
     def validate(self) -> None:
         try:
@@ -195,6 +205,8 @@ class PackRequest:
                             f"{', '.join(SQUASHFS_COMPRESSION)}")
         if not 0 < self.size_warn_ratio <= 1:
             raise PackError("size_warn_ratio must be in (0, 1]")
+        if self.freshness_gate not in fresh.GATES:
+            raise PackError(f"freshness_gate {self.freshness_gate!r} is not one of {', '.join(fresh.GATES)}")
         self.profile()  # a bad hardware_profile costs nothing: refused before the source is opened
 
     def profile(self) -> HardwareProfile | None:
@@ -372,6 +384,8 @@ class Packer:
         except ValueError as exc:
             raise PackError(str(exc)) from exc
         verification = self._verification(layer, layer_key, source.image_id or "", check_mode)
+        db = self._package_db(root) if req.layers is not None else None
+        checked = self._freshness(db, layer, layer_keys, source) if db is not None else None
         try:
             kernel = find_kernel(root, req.kernel_version, req.kernel)
         except KernelError as exc:
@@ -420,6 +434,8 @@ class Packer:
                      "artifacts": [{"file": names.artifact_file(req.image, fmt), "format": fmt} for fmt in req.formats],
                      "kernel": {"file": names.KERNEL_FILE, "version": kernel.version},
                      "verification": verification, "capabilities": caps.manifest()}
+            if checked is not None:
+                would["freshness"] = checked.manifest_entry()
             if plan and profile:
                 would["hardware_profile"] = plan.manifest_entry(profile)
             return self._result(True, final, would, scan, uncompressed)
@@ -437,7 +453,7 @@ class Packer:
                 initrd_entry = self._initrd(source, kernel, sde)
                 if initrd_entry:
                     files[names.INITRD_FILE] = initrd_entry["sha256"]
-            db = self._package_db(root)
+            db = db or self._package_db(root)
             packages = [p.summary() for p in db.packages]
             report = pm.size_report(uncompressed, scan.files, packages, scan.largest_directories(),
                                     scan.largest_files, pruned=plan.removed if plan else None)
@@ -446,13 +462,16 @@ class Packer:
                                      packages=packages, kernel_args=req.kernel_args, initrd=initrd_entry,
                                      source=source_info, options=options, report=report,
                                      hardware_profile=plan.manifest_entry(profile) if plan and profile else None,
-                                     capabilities=caps.manifest())
+                                     capabilities=caps.manifest(),
+                                     origins=checked.origins if checked else None,
+                                     freshness=checked.manifest_entry() if checked else None)
             data["verification"] = verification
             self._write_small(names.MANIFEST_FILE, pm.manifest_bytes(data))
             files[names.MANIFEST_FILE] = sums.sha256_bytes(pm.manifest_bytes(data))
             bom = sbom.sbom_bytes(sbom.build_sbom(image=req.image, version=version, created=sde, layer=layer,
                                                   layer_keys=layer_keys, kernel=kernel_entry, db=db,
-                                                  source=source_info))
+                                                  source=source_info, origins=checked.origins if checked else None,
+                                                  freshness=checked.manifest_entry() if checked else None))
             self._write_small(names.SBOM_FILE, bom)
             files[names.SBOM_FILE] = sums.sha256_bytes(bom)
             self._write_small(names.SUMS_FILE, sums.sums_text(files).encode())
@@ -485,6 +504,56 @@ class Packer:
             self._warn(f"packing image {req.image} UNVERIFIED on override ({OVERRIDE_VARIABLE}: "
                        f"{verdict.reason!r}): {verdict.message}")
         return verdict.manifest_entry()
+
+    def _freshness(self, db: pkgdb.PackageDb, layer: str, layer_keys: dict[str, str],
+                   source: Source) -> fresh.Freshness | None:
+        """The image's packages against its layer's sources' archive (the manifest's ``freshness``), and the gate:
+        PackError naming the pending security updates when it refuses, a warning when it warns (then an
+        archive that cannot be read is a warning too, and the manifest has no ``freshness``). Debian-style
+        images only: an rpm image's repositories have no apt archive to read."""
+        req = self.req
+        if db.kind != pkgdb.DPKG:
+            return None
+        try:
+            sources = layer_sources(layer, req.layers or {})
+        except ValueError as exc:
+            raise PackError(f"image {req.image}: the sources of layer {layer!r}: {exc}") from exc
+        installed = {p.name: p.version for p in db.packages}
+        try:
+            view = fresh.load_view(sources, arch=fresh.image_arch(p.architecture for p in db.packages),
+                                   cache_dir=req.archive_cache_dir, image=req.image)
+        except fresh.StaleImageError as exc:
+            if req.freshness_gate != fresh.WARN:
+                raise PackError(str(exc)) from exc
+            self._warn(f"image {req.image}: the archive cannot be read ({exc.__cause__}); packed without a freshness "
+                       "record")
+            return None
+        try:
+            checked = fresh.check(view, installed, self._chain_repositories(layer_keys, source))
+            warning = fresh.gate(checked, req.freshness_gate, req.image)
+        except fresh.StaleImageError as exc:
+            raise PackError(str(exc)) from exc
+        except ValueError as exc:  # a version that is no Debian version
+            raise PackError(f"image {req.image}: the freshness check failed: {exc}") from exc
+        if warning:
+            self._warn(warning)
+        return checked
+
+    def _chain_repositories(self, layer_keys: dict[str, str], source: Source) -> list[tuple[str, list[dict[str, str]]]]:
+        """``(layer, repository states)`` of the packed layer image and each ancestor, from their labels (a layer
+        image built before the record, or a directory, has none)."""
+        if not self.req.source_image:
+            return []
+        prefix = image_prefix_of(self.req.source_image)
+        chain = []
+        for layer, key in layer_keys.items():
+            try:
+                labels = (source.labels if key == source.labels.get(KEY_LABEL)
+                          else self.buildah.image_labels(image_ref(prefix, layer, key)) if self.buildah else {})
+                chain.append((layer, repositories_of(labels)))
+            except (BuildahError, ValueError) as exc:
+                self._warn(f"the repository states of layer {layer} ({key[:12]}) are not recorded in the manifest: {exc}")
+        return chain
 
     def _source_date_epoch(self, source: Source) -> int | None:
         """SOURCE_DATE_EPOCH: the option, the environment, the image's creation time; None for a directory."""
