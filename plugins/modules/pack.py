@@ -258,6 +258,9 @@ options:
         security suite. The SBOM carries the same as C(hpc.stateless:*) properties."
       - Without it nothing is checked or recorded.
     type: dict
+  project_dir:
+    description: The directory a relative C(keyring) of a layer's sources is relative to (C(pack.yml) passes the project's).
+    type: path
   freshness_gate:
     description:
       - What pending security updates (a newer version of an installed package in a security suite) do, with O(layers).
@@ -454,6 +457,7 @@ def main() -> None:
             verify_dir=dict(type="path"),
             unverified_ok=dict(type="str", default=""),
             layers=dict(type="dict"),
+            project_dir=dict(type="path"),
             freshness_gate=dict(type="str", default="refuse", choices=["refuse", "warn"]),
             archive_cache_dir=dict(type="path"),
         ),
@@ -482,7 +486,7 @@ def main() -> None:
         size_ceiling_action=p["size_ceiling_action"], reset_machine_id=p["reset_machine_id"],
         release_extra={str(k): str(v) for k, v in p["release_extra"].items()}, force=p["force"],
         hardware_profile=p["hardware_profile"], verify_dir=p["verify_dir"], unverified_ok=p["unverified_ok"],
-        layers=p["layers"], freshness_gate=p["freshness_gate"], archive_cache_dir=p["archive_cache_dir"],
+        layers=p["layers"], project_dir=p["project_dir"], freshness_gate=p["freshness_gate"], archive_cache_dir=p["archive_cache_dir"],
     )
     packer = Packer(request, Buildah() if p["source_image"] else None)
     try:

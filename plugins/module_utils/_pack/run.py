@@ -26,7 +26,7 @@ import os
 import shutil
 import stat
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ansible_collections.hpc.stateless.plugins.module_utils._contract import manifest as pm
@@ -179,6 +179,7 @@ class PackRequest:
     # _contract/sources.py resolves), the image's packages are held against the archive they offer; pending security updates refuse the pack
     # (freshness_gate "refuse") or are warned about ("warn"). The archive's indexes are cached in archive_cache_dir.
     layers: dict[str, Any] | None = None
+    project_dir: str | None = None  # what a relative keyring of a source is relative to
     freshness_gate: str = fresh.REFUSE
     archive_cache_dir: str | None = None
 
@@ -515,7 +516,9 @@ class Packer:
         if db.kind != pkgdb.DPKG:
             return None
         try:
-            sources = layer_sources(layer, req.layers or {})
+            sources = tuple(replace(source, signed_by=os.path.join(req.project_dir, source.signed_by))
+                            if source.signed_by and req.project_dir else source
+                            for source in layer_sources(layer, req.layers or {}))
         except ValueError as exc:
             raise PackError(f"image {req.image}: the sources of layer {layer!r}: {exc}") from exc
         installed = {p.name: p.version for p in db.packages}
