@@ -28,6 +28,13 @@ description:
   - The build host's C(/etc) is never changed; its repositories are never read or used. Only
     O(path) and O(cache_dir) are written.
   - If the bootstrap command fails, no record is written and O(path) is left as is for inspection.
+  - Before anything is written, every source (each suite of each mirror) is checked to serve its release
+    file (C(dists/<suite>/InRelease) or C(Release); C(repodata/repomd.xml) for dnf and zypper); an
+    unreachable mirror or a missing suite fails naming the source and the suite.
+  - Debian and Ubuntu roots are bootstrapped from all their suites (release, updates, security) and keep
+    them in C(/etc/apt/sources.list), one line each; a O(keyring) is copied to
+    C(/etc/apt/keyrings/<layer>-<name>.gpg) and named by C(signed-by). C(debootstrap) installs from the
+    release suite, then C(apt-get dist-upgrade) in the root brings it up to the other suites.
 extends_documentation_fragment:
   - hpc.stateless.attributes
 attributes:
@@ -50,8 +57,9 @@ options:
       - The layer's whole C(bootstrap) mapping, as the plan returns it (C(_plan.bootstrap) in
         C(playbooks/tasks/build_layer.yml)); one option instead of the options it holds, with the same
         names, types, defaults and rules. Keys that are absent or null take the options' defaults.
-      - Mutually exclusive with O(distro), O(release), O(mirror), O(variant), O(packages),
-        O(components), O(arch), O(extra_args), O(keyring), O(gpg_check) and O(tool).
+      - Mutually exclusive with O(distro), O(release), O(mirror), O(updates_mirror), O(security_mirror),
+        O(updates), O(security), O(variant), O(packages), O(components), O(arch), O(extra_args), O(keyring),
+        O(gpg_check) and O(tool).
     type: dict
     version_added: 0.1.0
     suboptions:
@@ -67,6 +75,18 @@ options:
       mirror:
         description: See O(mirror).
         type: str
+      updates_mirror:
+        description: See O(updates_mirror).
+        type: str
+      security_mirror:
+        description: See O(security_mirror).
+        type: str
+      updates:
+        description: See O(updates).
+        type: bool
+      security:
+        description: See O(security).
+        type: bool
       variant:
         description: See O(variant).
         type: str
@@ -117,7 +137,32 @@ options:
       - Repository URL or local directory to install from.
       - Defaults to U(http://deb.debian.org/debian) for Debian and U(http://archive.ubuntu.com/ubuntu) for Ubuntu.
       - Required for the dnf and zypper families, for example the BaseOS repository of a Rocky mirror.
+      - For Debian and Ubuntu it serves the release suite and, unless O(updates_mirror) is set, the
+        C(<release>-updates) suite.
     type: str
+  updates_mirror:
+    description:
+      - Debian, Ubuntu - the mirror of the C(<release>-updates) suite; defaults to O(mirror).
+      - dnf and zypper - a second repository with the distribution's updates, enabled beside O(mirror)
+        (Fedora's C(updates), openSUSE Leap's C(repo/update)). Rocky, AlmaLinux, CentOS Stream and RHEL
+        publish their updates into BaseOS itself and need none.
+    type: str
+  security_mirror:
+    description:
+      - Debian, Ubuntu - the mirror of the C(<release>-security) suite (C(<release>/updates) for Debian
+        buster and older). Defaults to U(http://deb.debian.org/debian-security) for Debian and
+        U(http://security.ubuntu.com/ubuntu) for Ubuntu. Not for dnf and zypper.
+    type: str
+  updates:
+    description:
+      - Debian, Ubuntu - install from and keep the C(<release>-updates) suite. Defaults to V(true), V(false)
+        for sid, unstable and experimental. dnf, zypper - V(false) leaves O(updates_mirror) out.
+    type: bool
+  security:
+    description:
+      - Debian, Ubuntu - install from and keep the security suite. Defaults to V(true), V(false) for sid,
+        unstable and experimental. Not for dnf and zypper.
+    type: bool
   variant:
     description:
       - debootstrap C(--variant), for example V(minbase) or V(buildd).
@@ -179,6 +224,10 @@ options:
       - V(debootstrap) needs root on the host.
     type: str
     choices: [debootstrap, dnf, mmdebstrap, zypper]
+  layer:
+    description: The layer the root is for; named in messages and in the record's sources.
+    type: str
+    version_added: 0.1.0
   force:
     description:
       - Wipe the contents of O(path) and bootstrap again when it holds a different record or unknown
@@ -205,6 +254,7 @@ EXAMPLES = r"""
   hpc.stateless.rootfs:
     path: "{{ layer_mount }}"
     bootstrap: "{{ _plan.bootstrap }}"
+    layer: "{{ inventory_hostname }}"
 
 - name: Bootstrap Debian bookworm (minbase) into the scratch container's mount
   hpc.stateless.rootfs:
@@ -250,6 +300,8 @@ record:
     components: [main]
     arch: null
     extra_args: []
+    sources: [release http://deb.debian.org/debian bookworm, updates http://deb.debian.org/debian bookworm-updates,
+              security http://deb.debian.org/debian-security bookworm-security]
     tool: mmdebstrap
     tool_version: 1.3.5
     mode: root
@@ -292,6 +344,7 @@ def argument_spec() -> dict[str, Any]:
         bootstrap=dict(type="dict", options=bootstrap_options(required=True)),
         **bootstrap_options(required=False),
         cache_dir=dict(type="path"),
+        layer=dict(type="str"),
         force=dict(type="bool", default=False),
     )
 

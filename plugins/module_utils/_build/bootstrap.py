@@ -26,6 +26,8 @@ import os
 import shlex
 import shutil
 import tempfile
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
@@ -46,14 +48,19 @@ from ansible_collections.hpc.stateless.plugins.module_utils._contract.inventory 
     SUPPORTED_DISTROS,
     bootstrap_tool_choices,
 )
+from ansible_collections.hpc.stateless.plugins.module_utils._contract.sources import (
+    DEBIAN_STYLE_MIRRORS,
+    SOURCES_LIST,
+    Source,
+    bootstrap_sources,
+    image_keyring_path,
+    render_sources_list,
+)
 
 # distro -> tool family; the single source is _contract/inventory.py's SUPPORTED_DISTROS.
 DISTRO_FAMILIES: dict[str, str] = SUPPORTED_DISTROS
 
-DEFAULT_MIRRORS: dict[str, str] = {
-    "debian": "http://deb.debian.org/debian",
-    "ubuntu": "http://archive.ubuntu.com/ubuntu",
-}
+DEFAULT_MIRRORS: dict[str, str] = {distro: mirrors[0] for distro, mirrors in DEBIAN_STYLE_MIRRORS.items()}
 
 # tool -> Debian package that provides the tool's binary (named in errors).
 TOOL_PACKAGES: dict[str, str] = {
@@ -113,6 +120,8 @@ MMDEBSTRAP_FILE_MIRROR_HOOKS = "/usr/share/mmdebstrap/hooks/file-mirror-automoun
 APT_ARCHIVES = "/var/cache/apt/archives"
 
 REPO_ID = "hpc-stateless-base"
+#: The repository id of an EL/SUSE ``updates_mirror``.
+UPDATES_REPO_ID = "hpc-stateless-updates"
 RECORD_RELPATH = "var/lib/hpc-stateless/rootfs.json"
 DEFAULT_CACHE_ROOT = HOST_CACHE_ROOT  # one place: _build/rootless.py
 
@@ -128,6 +137,7 @@ COMPARED_KEYS: tuple[str, ...] = (
     "components",
     "arch",
     "extra_args",
+    "sources",
 )
 
 
@@ -149,10 +159,22 @@ class BootstrapSpec:
     cache_dir: str = ""
     tool: str = ""
     mode: str = MODE_ROOT
+    updates_mirror: str | None = None
+    security_mirror: str | None = None
+    updates: bool | None = None
+    security: bool | None = None
+    layer: str = ""
     family: str = field(init=False)
+    #: Every source the root installs from and keeps (_contract/sources.py), the release first.
+    sources: tuple[Source, ...] = field(init=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "family", distro_family(self.distro))
+        object.__setattr__(self, "sources", bootstrap_sources({
+            "distro": self.distro, "release": self.release, "mirror": self.mirror, "components": self.components,
+            "keyring": self.keyring if self.gpg_check else None, "updates_mirror": self.updates_mirror,
+            "security_mirror": self.security_mirror, "updates": self.updates, "security": self.security,
+        }, self.layer))
         object.__setattr__(self, "tool", resolve_tool(self.distro, self.tool))
         if self.mode not in MODES:
             raise ValueError(f"mode {self.mode!r} is not one of {', '.join(MODES)}")
@@ -321,8 +343,35 @@ def mmdebstrap_argv(spec: BootstrapSpec, binary: str = "mmdebstrap") -> list[str
         f'--customize-hook=umount "$1/{archives}"',
     ]
     argv += list(spec.extra_args)
-    argv += [spec.release, spec.path, _as_file_url(spec.mirror)]
+    argv += [spec.release, spec.path, *source_lines(spec)]
     return argv
+
+
+def source_lines(spec: BootstrapSpec) -> list[str]:
+    """The one-line apt entries of a Debian-style root's sources, as mmdebstrap takes them (one mirror each).
+
+    No ``signed-by``: apt runs outside the root while mmdebstrap sets it up, so the keyring is given with
+    ``--keyring`` instead; the image's own sources.list is written after the bootstrap (:func:`sources_list_text`).
+    """
+    return [" ".join(["deb", source.uri, source.suite, *source.components]) for source in spec.sources]
+
+
+def sources_list_text(spec: BootstrapSpec) -> str:
+    """The image's /etc/apt/sources.list: every source of the root, the keyring named where one is given."""
+    return render_sources_list(spec.sources)
+
+
+def debootstrap_upgrade_argv(spec: BootstrapSpec, binary: str = "chroot") -> list[str] | None:
+    """The command that brings a debootstrap root up to its updates and security suites (None with only the release).
+
+    debootstrap installs from one suite; once the root's sources.list names them all, apt inside the root
+    upgrades what those suites carry newer. /proc is mounted for the maintainer scripts, and unmounted after.
+    """
+    if len(spec.sources) < 2:
+        return None
+    script = ("mount -t proc proc /proc && apt-get update && apt-get -y dist-upgrade; rc=$?; "
+              "umount /proc; apt-get clean; exit $rc")
+    return [binary, spec.path, "/bin/sh", "-c", script]
 
 
 def dnf_argv(spec: BootstrapSpec, binary: str = "dnf") -> list[str]:
@@ -336,6 +385,7 @@ def dnf_argv(spec: BootstrapSpec, binary: str = "dnf") -> list[str]:
         "--disablerepo=*",
         f"--repofrompath={REPO_ID},{_as_file_url(spec.mirror)}",
         f"--enablerepo={REPO_ID}",
+        *updates_repo_args(spec),
         "--setopt=install_weak_deps=False",
         f"--setopt=cachedir={spec.cache_dir}",
         "--setopt=keepcache=True",
@@ -345,12 +395,24 @@ def dnf_argv(spec: BootstrapSpec, binary: str = "dnf") -> list[str]:
     if not spec.gpg_check:
         argv.append("--nogpgcheck")
     else:
-        argv.append(f"--setopt={REPO_ID}.gpgcheck=True")
-        if spec.keyring:
-            argv.append(f"--setopt={REPO_ID}.gpgkey={_as_file_url(spec.keyring)}")
+        for repo in rpm_repo_ids(spec):
+            argv.append(f"--setopt={repo}.gpgcheck=True")
+            if spec.keyring:
+                argv.append(f"--setopt={repo}.gpgkey={_as_file_url(spec.keyring)}")
     argv += list(spec.extra_args)
     argv += ["-y", "install"] + effective_packages(spec)
     return argv
+
+
+def rpm_repo_ids(spec: BootstrapSpec) -> list[str]:
+    """The repository ids an EL/SUSE bootstrap enables: ours, and the updates repository when one is set."""
+    return [REPO_ID] + [UPDATES_REPO_ID for source in spec.sources if source.kind == "updates"]
+
+
+def updates_repo_args(spec: BootstrapSpec) -> list[str]:
+    """dnf's options that add and enable the ``updates_mirror`` repository (none without one)."""
+    return [arg for source in spec.sources if source.kind == "updates"
+            for arg in (f"--repofrompath={UPDATES_REPO_ID},{source.uri}", f"--enablerepo={UPDATES_REPO_ID}")]
 
 
 def _zypper_global(spec: BootstrapSpec, binary: str) -> list[str]:
@@ -379,10 +441,11 @@ def zypper_argvs(spec: BootstrapSpec, binary: str = "zypper", rpm_binary: str = 
     commands: list[list[str]] = []
     if spec.gpg_check and spec.keyring:
         commands.append([rpm_binary, f"--root={spec.path}", "--import", spec.keyring])
-    addrepo = _zypper_global(spec, binary) + ["addrepo", "--refresh", "--keep-packages"]
-    addrepo.append("--gpgcheck" if spec.gpg_check else "--no-gpgcheck")
-    addrepo += [_as_file_url(spec.mirror), REPO_ID]
-    commands.append(addrepo)
+    for source, repo in zip(spec.sources, rpm_repo_ids(spec)):
+        addrepo = _zypper_global(spec, binary) + ["addrepo", "--refresh", "--keep-packages"]
+        addrepo.append("--gpgcheck" if spec.gpg_check else "--no-gpgcheck")
+        addrepo += [source.uri, repo]
+        commands.append(addrepo)
     install = _zypper_global(spec, binary) + ["install", "--no-recommends"]
     install += list(spec.extra_args)
     install += effective_packages(spec)
@@ -414,6 +477,60 @@ def bootstrap_commands(spec: BootstrapSpec, binaries: dict[str, str] | None = No
     return commands
 
 
+#: How long the check of a source's release file waits for its mirror.
+PROBE_TIMEOUT = 30.0
+
+
+def release_files(source: Source) -> list[str]:
+    """The files whose presence shows that ``source`` serves its suite (any one of them), as URLs."""
+    base = source.uri.rstrip("/")
+    if not source.suite:  # an rpm repository
+        return [f"{base}/repodata/repomd.xml"]
+    if source.suite.endswith("/"):  # a flat repository
+        base = f"{base}/{source.suite.rstrip('/')}" if source.suite != "./" else base
+        return [f"{base}/InRelease", f"{base}/Release"]
+    return [f"{base}/dists/{source.suite}/InRelease", f"{base}/dists/{source.suite}/Release"]
+
+
+def probe_url(url: str, timeout: float = PROBE_TIMEOUT) -> str | None:
+    """None when ``url`` (http(s):// or file://) can be read; otherwise why not."""
+    if url.startswith("file://"):
+        return None if os.path.isfile(url[len("file://"):]) else "no such file"
+    request = urllib.request.Request(url, method="HEAD")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout):  # nosec B310 - http(s) only: checked by the schema
+            return None
+    except urllib.error.HTTPError as exc:
+        return f"HTTP {exc.code} {exc.reason}"
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        return f"unreachable ({reason})"
+
+
+def source_problem(source: Source, probe: Callable[[str], str | None] = probe_url) -> str | None:
+    """None when ``source``'s mirror serves its suite; otherwise a message naming the source, the suite and what to do."""
+    answers = []
+    for url in release_files(source):
+        problem = probe(url)
+        if problem is None:
+            return None
+        answers.append(f"{url}: {problem}")
+    unreachable = all("unreachable" in answer for answer in answers)
+    what = "its mirror cannot be reached" if unreachable else f"the mirror does not serve suite {source.suite!r}"
+    if not source.suite:
+        what = "the mirror holds no repository" if not unreachable else what
+    switch = {"updates": " or switch it off with updates: false", "security": " or switch it off with security: false"}
+    if unreachable:
+        todo = "check the URL, the build host's network and proxy settings (http_proxy)"
+    elif source.suite:
+        todo = ("check the suite name and the mirror URL: a dated snapshot URL is the archive's root, such as "
+                "http://snapshot.debian.org/archive/debian-security/20261101T000000Z, which serves dists/<suite>/")
+    else:
+        todo = "point the mirror at a directory or URL holding repodata/repomd.xml"
+    return (f"the {source} cannot be used: {what} ({'; '.join(answers)}). Nothing was bootstrapped; "
+            f"{todo}{switch.get(source.kind, '')}.")
+
+
 def required_binaries(spec: BootstrapSpec) -> dict[str, str]:
     """Return {binary: Debian package providing it} that bootstrapping `spec` runs."""
     needed = {spec.tool: TOOL_PACKAGES[spec.tool]}
@@ -440,6 +557,7 @@ def bootstrap_record(spec: BootstrapSpec, tool_version: str | None = None) -> di
         "components": list(spec.components) if debootstrap else None,
         "arch": spec.arch,
         "extra_args": list(spec.extra_args),
+        "sources": [f"{source.kind} {source.uri} {source.suite}".rstrip() for source in spec.sources],
         "tool": spec.tool,
         "tool_version": tool_version,
         "mode": spec.mode,
@@ -477,6 +595,8 @@ _OPTION_EXTRAS: dict[str, dict[str, Any]] = {
     "extra_args": {"default": []},
     "keyring": {"no_log": False},
     "gpg_check": {"default": True},
+    "updates_mirror": {"no_log": False},
+    "security_mirror": {"no_log": False},
 }
 
 
@@ -524,13 +644,15 @@ class RootfsRequest:
     bootstrap: dict[str, Any]
     cache_dir: str | None = None
     force: bool = False
+    layer: str = ""
 
     @classmethod
     def from_params(cls, params: dict[str, Any]) -> RootfsRequest:
         """The request of the module's validated parameters."""
         given = params.get("bootstrap") or params
         return cls(path=params["path"], bootstrap={key: given.get(key) for key in BOOTSTRAP_KEYS},
-                   cache_dir=params.get("cache_dir"), force=bool(params.get("force")))
+                   cache_dir=params.get("cache_dir"), force=bool(params.get("force")),
+                   layer=params.get("layer") or "")
 
     def spec(self, mode: str = MODE_ROOT) -> BootstrapSpec:
         """The BootstrapSpec of this request for a build in ``mode``; ValueError names the offending option."""
@@ -553,6 +675,11 @@ class RootfsRequest:
             cache_dir=self.cache_dir or default_cache_dir(distro_family(keys["distro"]), cache_root(mode)),
             tool=keys["tool"] or "",
             mode=mode,
+            updates_mirror=keys["updates_mirror"],
+            security_mirror=keys["security_mirror"],
+            updates=keys["updates"],
+            security=keys["security"],
+            layer=self.layer,
         )
 
 
@@ -602,8 +729,10 @@ class RootfsBootstrap:
     """
 
     def __init__(self, request: RootfsRequest, check_mode: bool = False,
-                 warn: Callable[[str], None] | None = None, mode: str | None = None) -> None:
+                 warn: Callable[[str], None] | None = None, mode: str | None = None,
+                 probe: Callable[[str], str | None] = probe_url) -> None:
         self.force = request.force
+        self.probe = probe
         self.check_mode = check_mode
         self.warn = warn or (lambda msg: None)
         try:
@@ -756,10 +885,12 @@ class RootfsBootstrap:
 
         binaries = self.resolve_binaries()
         commands = bootstrap_commands(spec, binaries)
-        self.result.update(changed=True, cmd=commands[-1], commands=commands, record=wanted,
-                           diff={"before": existing or {}, "after": wanted})
+        upgrade = self.upgrade_command()
+        self.result.update(changed=True, cmd=commands[-1], commands=commands + ([upgrade] if upgrade else []),
+                           record=wanted, diff={"before": existing or {}, "after": wanted})
         if self.check_mode:
             return self.result
+        self.check_sources()
 
         if unknown_entries(spec.path):
             self.wipe(binaries)
@@ -778,6 +909,11 @@ class RootfsBootstrap:
                 for argv in commands:
                     stdout, stderr = self.run(argv, environ)
                     out = stdout or stderr  # mmdebstrap reports on stderr
+                if spec.family == "debootstrap":
+                    self.write_sources()
+                if upgrade:
+                    stdout, stderr = self.run(upgrade, {**environ, "DEBIAN_FRONTEND": "noninteractive"})
+                    out = stdout or stderr
             finally:
                 lock.release()
         self.remove_cache_state()
@@ -787,6 +923,34 @@ class RootfsBootstrap:
         self.write_record(record)
         self.result.update(record=record, stdout_lines=tail(out), diff={"before": existing or {}, "after": record})
         return self.result
+
+    def check_sources(self) -> None:
+        """Fail before anything is written unless every source's mirror serves its suite (names the source)."""
+        for source in self.spec.sources:
+            problem = source_problem(source, self.probe)
+            if problem:
+                self.fail(problem, source={"kind": source.kind, "uri": source.uri, "suite": source.suite})
+
+    def upgrade_command(self) -> list[str] | None:
+        """debootstrap's second step (:func:`debootstrap_upgrade_argv`), with the chroot binary resolved."""
+        if self.spec.tool != "debootstrap":
+            return None
+        try:
+            chroot = _process.which("chroot")
+        except _process.ToolMissing:
+            chroot = "chroot"
+        return debootstrap_upgrade_argv(self.spec, chroot)
+
+    def write_sources(self) -> None:
+        """Write the root's apt sources (every suite it was bootstrapped from) and copy a given keyring beside them."""
+        for source in self.spec.sources:
+            target = image_keyring_path(source)
+            if target:
+                inside = os.path.join(self.spec.path, target.lstrip("/"))
+                os.makedirs(os.path.dirname(inside), mode=0o755, exist_ok=True)
+                with open(source.signed_by, "rb") as handle:
+                    write_atomic(inside, handle.read(), mode=0o644)
+        write_atomic(os.path.join(self.spec.path, SOURCES_LIST.lstrip("/")), sources_list_text(self.spec), mode=0o644)
 
     def locked_cache(self, timeout: float = CACHE_LOCK_TIMEOUT) -> Flock:
         """Take the package cache's lock (:func:`cache_lock`); a wait is a warning naming the holder, and a

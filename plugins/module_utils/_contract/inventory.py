@@ -25,7 +25,7 @@ IMAGES_VAR = "hpc_stateless_images"
 LAYER_NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9_.-]*")
 
 #: The keys of a layer mapping.
-LAYER_KEYS: tuple[str, ...] = ("parent", "bootstrap", "roles", "vars", "groups", "description")
+LAYER_KEYS: tuple[str, ...] = ("parent", "bootstrap", "sources", "roles", "vars", "groups", "description")
 #: The keys of a mapping entry of a layer's ``roles`` (exactly one of them).
 ROLE_ENTRY_KEYS: tuple[str, ...] = ("role", "name")
 
@@ -61,6 +61,10 @@ BOOTSTRAP_KEYS: dict[str, str] = {
     "distro": KIND_STRING,
     "release": KIND_STRING,
     "mirror": KIND_STRING,
+    "updates_mirror": KIND_STRING,
+    "security_mirror": KIND_STRING,
+    "updates": KIND_BOOL,
+    "security": KIND_BOOL,
     "variant": KIND_STRING,
     "packages": KIND_STRINGS,
     "components": KIND_STRINGS,

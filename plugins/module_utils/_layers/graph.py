@@ -39,6 +39,13 @@ from ansible_collections.hpc.stateless.plugins.module_utils._contract.inventory 
     ROLE_ENTRY_KEYS,
     SUPPORTED_DISTROS,
 )
+from ansible_collections.hpc.stateless.plugins.module_utils._contract.sources import (
+    DEBIAN_STYLE_MIRRORS,
+    SourceSpecError,
+    check_bootstrap_sources,
+    normalise_extra_sources,
+    suite_default,
+)
 
 try:
     import networkx as nx
@@ -169,6 +176,15 @@ def _normalise_bootstrap(path: str, raw: object) -> dict[str, Any]:
     if "tool" in result and result["tool"] not in tools:
         raise LayerSpecError(f"{path}.tool", f"{result['tool']!r} cannot bootstrap {result['distro']} "
                                              f"(allowed: {', '.join(tools)})")
+    try:
+        check_bootstrap_sources(path, result)
+    except SourceSpecError as exc:
+        raise LayerSpecError(exc.path, exc.problem) from None
+    if result["distro"] in DEBIAN_STYLE_MIRRORS:
+        # The suites are keyed as resolved: a root made before the updates and security suites were on by
+        # default differs from one made now.
+        for key in ("updates", "security"):
+            result.setdefault(key, suite_default(result["release"]))
     return result
 
 
@@ -226,10 +242,14 @@ def _normalise_layer(
             "has neither 'parent' nor 'bootstrap'; a layer either bootstraps a distro "
             "or builds on a parent",
         )
+    try:
+        sources = normalise_extra_sources(f"{path}.sources", spec.get("sources"))
+    except SourceSpecError as exc:
+        raise LayerSpecError(exc.path, exc.problem) from None
     variables = _expect_mapping(f"{path}.vars", spec.get("vars") or {})
     for key in variables:
         _expect_string(f"{path}.vars", key)
-    return {
+    normalised = {
         "parent": _expect_string(f"{path}.parent", spec["parent"]) if has_parent else None,
         "bootstrap": _normalise_bootstrap(f"{path}.bootstrap", spec["bootstrap"])
         if has_bootstrap
@@ -239,6 +259,9 @@ def _normalise_layer(
         "groups": _expect_strings(f"{path}.groups", spec.get("groups") or []),
         "description": _expect_string(f"{path}.description", spec.get("description") or ""),
     }
+    if sources:  # keyed (content_key.keyed_spec); absent when empty, so a layer without sources keeps its key
+        normalised["sources"] = sources
+    return normalised
 
 
 def _normalise_kernel_args(path: str, raw: object) -> str:
@@ -425,7 +448,7 @@ class LayerGraph:
         return grouped
 
     def spec(self, name: str) -> dict[str, Any]:
-        """Canonical spec (a copy): keys parent, bootstrap, roles, vars, groups, description.
+        """Canonical spec (a copy): keys parent, bootstrap, roles, vars, groups, description, and sources when set.
 
         ``parent`` is None for roots, ``bootstrap`` is None otherwise; roles are
         plain strings in application order.

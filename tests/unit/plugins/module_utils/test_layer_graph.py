@@ -140,6 +140,7 @@ def test_spec_is_canonical():
     assert base["parent"] is None
     assert base["bootstrap"] == {
         "distro": "debian", "release": "bookworm", "packages": [], "components": [], "extra_args": [],
+        "updates": True, "security": True,
     }
     assert base["groups"] == ["all_nodes"] and base["description"] == "Base"
 
@@ -350,7 +351,7 @@ def test_unknown_key_without_close_match_lists_allowed_keys():
     err = spec_error({"base": {**root(), "zzzzzz": 1}})
     assert err.path == f"{L}.base.zzzzzz"
     assert "did you mean" not in err.problem
-    assert "bootstrap, description, groups, parent, roles, vars" in err.problem
+    assert "bootstrap, description, groups, parent, roles, sources, vars" in err.problem
 
 
 @pytest.mark.parametrize(("release", "hint"), [(12, "quote it: '12'"), (22.04, "quote it: '22.04'")])

@@ -161,7 +161,9 @@ def test_mmdebstrap_is_the_default_debian_tool():
 
 def test_mmdebstrap_minimal_argv_shares_the_debian_cache():
     assert mmdebstrap_argv(deb()) == ["mmdebstrap", "--mode=root", "--components=main", *CACHE_HOOKS,
-                                      "bookworm", ROOT, "http://deb.debian.org/debian"]
+                                      "bookworm", ROOT, "deb http://deb.debian.org/debian bookworm main",
+                                      "deb http://deb.debian.org/debian bookworm-updates main",
+                                      "deb http://deb.debian.org/debian-security bookworm-security main"]
     assert deb().cache_dir == deb(tool="debootstrap").cache_dir == "/var/cache/hpc-stateless/debootstrap"
 
 
@@ -174,7 +176,9 @@ def test_mmdebstrap_full_argv():
                         "--components=main,contrib", "--architectures=arm64", "--keyring=/k.gpg"]
     # the cache path is quoted for the hook's shell; a local mirror becomes a file:// URL
     assert "mount -o bind '/var/tmp/my cache' \"$1/var/cache/apt/archives\"" in argv[10]
-    assert argv[-4:] == ["--verbose", "bookworm", ROOT, "file:///srv/mirror/debian"]
+    assert argv[-6:] == ["--verbose", "bookworm", ROOT, "deb file:///srv/mirror/debian bookworm main contrib",
+                         "deb file:///srv/mirror/debian bookworm-updates main contrib",
+                         "deb http://deb.debian.org/debian-security bookworm-security main contrib"]
 
 
 def test_mmdebstrap_no_gpg_check_allows_unsigned_and_drops_keyring():
@@ -376,6 +380,9 @@ def test_bootstrap_record_debootstrap():
         "distro": "debian", "release": "bookworm", "mirror": "http://deb.debian.org/debian",
         "variant": "minbase", "packages": ["python3"], "components": ["main"], "arch": None,
         "extra_args": ["--merged-usr"], "tool": "debootstrap", "tool_version": "1.0.128", "mode": "root",
+        "sources": ["release http://deb.debian.org/debian bookworm",
+                    "updates http://deb.debian.org/debian bookworm-updates",
+                    "security http://deb.debian.org/debian-security bookworm-security"],
     }
 
 
@@ -413,7 +420,7 @@ def test_record_comparison_ignores_package_order():
 def test_record_comparison_names_differing_keys_sorted():
     old = bootstrap_record(deb(variant="minbase"))
     new = bootstrap_record(deb(release="trixie", packages=("vim",), variant="minbase"), tool_version="x")
-    assert record_differences(old, new) == ["packages", "release"]
+    assert record_differences(old, new) == ["packages", "release", "sources"]
 
 
 def test_record_comparison_missing_key_counts_as_different():

@@ -125,7 +125,9 @@ def test_check_mode_debian_defaults_to_mmdebstrap_as_root(run_module, ran, tmp_p
     assert result["cmd"][:5] == [host_binary("mmdebstrap"), "--mode=root", "--variant=minbase", "--include=python3",
                                  "--components=main"]
     assert f"mount -o bind {tmp_path}/c " in result["cmd"][8]
-    assert result["cmd"][-3:] == ["bookworm", f"{tmp_path}/deb", "http://deb.debian.org/debian"]
+    assert result["cmd"][-5:] == ["bookworm", f"{tmp_path}/deb", "deb http://deb.debian.org/debian bookworm main",
+                                  "deb http://deb.debian.org/debian bookworm-updates main",
+                                  "deb http://deb.debian.org/debian-security bookworm-security main"]
     assert (result["record"]["tool"], result["record"]["mode"]) == ("mmdebstrap", "root")
     assert ran == []
 
