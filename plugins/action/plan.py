@@ -12,6 +12,8 @@ images exist runs on the build host (through hpc.stateless.layer_info).
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from typing import Any
 
 from ansible import constants as C
@@ -41,6 +43,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils._contract.versions i
     default_version,
     version_note,
 )
+from ansible_collections.hpc.stateless.plugins.module_utils._archive.index import default_cache_dir
 from ansible_collections.hpc.stateless.plugins.module_utils._ci.gitlab import gitlab_pipeline, pipeline_yaml
 from ansible_collections.hpc.stateless.plugins.module_utils._layers.change_plan import (
     DEFAULT_BUILD_PLAYBOOKS,
@@ -51,6 +54,13 @@ from ansible_collections.hpc.stateless.plugins.module_utils._layers.change_plan 
     plan_changes,
 )
 from ansible_collections.hpc.stateless.plugins.module_utils._layers.content_key import RoleIndex, compute_keys, layer_key
+from ansible_collections.hpc.stateless.plugins.module_utils._layers.freshness import (
+    DEFAULT_POLICY,
+    POLICIES,
+    ArchiveViews,
+    FreshnessCheck,
+    Storage,
+)
 from ansible_collections.hpc.stateless.plugins.module_utils._layers.graph import LayerGraph, LayerSpecError
 from ansible_collections.hpc.stateless.plugins.module_utils._layers.render import render_dot, render_table
 from ansible_collections.hpc.stateless.plugins.module_utils._layers.seal import SEAL_ROLE
@@ -76,6 +86,8 @@ _ARGUMENT_SPEC = dict(
     playbook_changes=dict(type="str", default="rebuild", choices=list(PLAYBOOK_CHANGE_MODES)),
     build_playbooks=dict(type="list", elements="str", default=list(DEFAULT_BUILD_PLAYBOOKS)),
     image_types=dict(type="list", elements="str"),
+    freshness_policy=dict(type="str", default=DEFAULT_POLICY, choices=list(POLICIES)),
+    freshness_cache_dir=dict(type="path"),
     pipeline=dict(type="dict", apply_defaults=True, options=dict(
         registry=dict(type="str", default=""),
         inventory=dict(type="str"),
@@ -202,6 +214,7 @@ class LayerHosts:
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _requires_connection = False
+    _check_cache: str | None = None  # check mode: the private copy of the archive cache (removed after the plan)
 
     def run(self, tmp=None, task_vars=None):
         task_vars = task_vars or {}
@@ -231,13 +244,9 @@ class ActionModule(ActionBase):
             role_search_hint=(f"{', '.join(role_index.search_paths)}; put the role in {project}/roles or add its "
                               "directory to roles_path ([defaults] of ansible.cfg, ANSIBLE_ROLES_PATH); a role of "
                               "a collection needs the collection in collections_path"))
-        keys = {}
-        if args["compute_keys"]:
-            keys = compute_keys(graph, role_index, lambda name: self._layer_vars(hosts, name, own_raw, graph),
-                                seal_role=SEAL_ROLE)
-
         existing: set[str] = set()
         image_ids: dict[str, str] = {}
+        check: FreshnessCheck | None = None
         if args["compute_keys"] and args["check_storage"]:
             info = self._execute_module(module_name="hpc.stateless.layer_info", module_args={},
                                         task_vars=task_vars)
@@ -245,8 +254,27 @@ class ActionModule(ActionBase):
                 raise PlanError(f"could not list layer images: {info.get('msg')}")
             image_ids = {name: image.get("id") or "" for image in info.get("images", []) for name in image.get("names", [])}
             existing = set(image_ids)
+            specs = {name: graph.spec(name) for name in graph.order()}
+            check = FreshnessCheck(Storage(info.get("images", [])), prefix, args["freshness_policy"],
+                                   ArchiveViews(specs, **self._archive_options(args)).for_layer)
 
-        planned = self._plan(graph, keys, existing, prefix, args["check_storage"], role_index)
+        keys = {}
+        try:
+            if args["compute_keys"]:
+                keys = compute_keys(graph, role_index, lambda name: self._layer_vars(hosts, name, own_raw, graph),
+                                    seal_role=SEAL_ROLE, settle=check.settle if check else None)
+            planned = self._plan(graph, keys, existing, prefix, args["check_storage"], role_index, check)
+        except ValueError as exc:
+            if isinstance(exc, LayerSpecError):
+                raise
+            # The archive cannot be read (ArchiveError names the layer, source and suite), or a label is malformed.
+            raise PlanError(f"freshness check (hpc_stateless_freshness_policy {args['freshness_policy']}): {exc}") from exc
+        finally:
+            self._drop_check_cache()
+        if check is not None:
+            planned["freshness"] = {"policy": args["freshness_policy"], "warnings": check.warnings}
+            if check.warnings:
+                planned["warnings"] = list(check.warnings)
         for entry in planned["layers"].values():
             if "cached" in entry:
                 # Whether <prefix>/<layer>:latest names the image of the current configuration (build.yml moves it).
@@ -264,6 +292,25 @@ class ActionModule(ActionBase):
         planned["image_prefix"] = prefix
         planned["changed"] = False
         return planned
+
+    def _archive_options(self, args: dict[str, Any]) -> dict[str, Any]:
+        """Where the archive view caches what it reads. In check mode the plan writes nothing: the view reads a
+        private copy of the cache (hard links: the cache's files are replaced by rename, never written in place)."""
+        cache_dir = args["freshness_cache_dir"] or None
+        self._check_cache = None
+        if self._task.check_mode:
+            source = cache_dir or default_cache_dir()
+            self._check_cache = tempfile.mkdtemp(prefix="hpc-stateless-archive-check-")
+            cache_dir = os.path.join(self._check_cache, "archive")
+            if os.path.isdir(source):
+                shutil.copytree(source, cache_dir, copy_function=os.link,
+                                ignore=shutil.ignore_patterns("lock"))
+        return {"cache_dir": cache_dir} if cache_dir else {}
+
+    def _drop_check_cache(self) -> None:
+        if self._check_cache:
+            shutil.rmtree(self._check_cache, ignore_errors=True)
+            self._check_cache = None
 
     def _versions(self, graph: LayerGraph, keys: dict[str, Any], role_index: RoleIndex, hosts: LayerHosts,
                   project: str) -> dict[str, Any]:
@@ -377,7 +424,8 @@ class ActionModule(ActionBase):
 
     @staticmethod
     def _plan(graph: LayerGraph, keys: dict[str, Any], existing: set[str],
-              prefix: str, storage_checked: bool, role_index: RoleIndex) -> dict[str, Any]:
+              prefix: str, storage_checked: bool, role_index: RoleIndex,
+              check: FreshnessCheck | None = None) -> dict[str, Any]:
         layers = {}
         stale = []
         for depth, level in enumerate(graph.levels()):
@@ -404,6 +452,7 @@ class ActionModule(ActionBase):
                     parent_key = keys[parent].key if parent else None
                     entry.update(
                         key=key,
+                        inputs_key=keys[name].inputs_key or key,
                         parent_key=parent_key,
                         image=image_ref(prefix, name, key),
                         parent_image=image_ref(prefix, parent, parent_key) if parent else "scratch",
@@ -414,10 +463,16 @@ class ActionModule(ActionBase):
                     if parent is None:
                         # The bootstrapped root is committed on its own before the roles run,
                         # so a change to a root layer's roles does not bootstrap again.
-                        bootstrap_key = layer_key(None, {"bootstrap": spec["bootstrap"]}, [], {})
+                        bootstrap_key = bootstrap_inputs_key = layer_key(None, {"bootstrap": spec["bootstrap"]}, [], {})
                         bootstrap_prefix = f"{prefix.rstrip('/')}/bootstrap"
+                        if check is not None and not check.verdicts[name].cached:
+                            # The root rebuilds: its bootstrapped root is asked whether the archive moved too.
+                            bootstrap = check.settle_bootstrap(name, bootstrap_inputs_key)
+                            bootstrap_key = bootstrap.key
+                            entry["bootstrap_freshness"] = bootstrap.as_dict()
                         entry.update(
                             bootstrap_key=bootstrap_key,
+                            bootstrap_inputs_key=bootstrap_inputs_key,
                             bootstrap_prefix=bootstrap_prefix,
                             bootstrap_image=image_ref(bootstrap_prefix, name, bootstrap_key),
                         )
@@ -426,6 +481,9 @@ class ActionModule(ActionBase):
                         entry["cached"] = entry["image"] in existing
                         if not entry["cached"]:
                             stale.append(name)
+                            entry["why"] = check.verdicts[name].reason if check else "not built"
+                        if check is not None:
+                            entry["freshness"] = check.verdicts[name].as_dict()
                         if parent is None:
                             entry["bootstrap_cached"] = entry["bootstrap_image"] in existing
                 layers[name] = entry

@@ -69,8 +69,13 @@ images:
       description: Parent layer label.
       type: str
     labels:
-      description: All labels.
+      description:
+        - All labels, among them the package record (C(hpc.stateless.packages)), the repository states
+          (C(hpc.stateless.repositories)) and the inputs key (C(hpc.stateless.inputs-key)) of the image.
       type: dict
+    created:
+      description: When the image was created, in seconds since the epoch.
+      type: int
 keys:
   description: Content keys present, per layer name.
   returned: always

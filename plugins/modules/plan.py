@@ -29,6 +29,16 @@ description:
   - Facts (C(ansible_*)) and magic variables never enter a key, because facts come from inside the layer.
   - With O(check_storage=true), asks M(hpc.stateless.layer_info) which layer images exist; a layer whose
     keyed image is missing is stale.
+  - With O(check_storage=true) the plan also notices the archive (docs/freshness.md). The key computed over a
+    layer's inputs is its inputs key; among the layer's images built from it (label C(hpc.stateless.inputs-key))
+    the newest is asked - the packages it installed (its package record less its parent's) against what the
+    layer's apt sources offer now, read once per run for every layer on the controller. No pending update under
+    O(freshness_policy), the layer is cached under that image's key. Otherwise it is stale, its key is the
+    inputs key hashed with the updates, and RV(layers.why) says so, for example C(base) followed by
+    C(4 security updates (openssl 3.0.20 -> 3.0.22, ...)); the layers below it get new keys. Policy V(never)
+    keeps the image and warns with the lag.
+  - An archive that cannot be read fails the plan with a message naming the layer, source and suite (policy
+    V(never) warns instead). An image without a package record (built before the record existed) is rebuilt once.
   - Runs on the controller (action plugin); only the storage look-up runs on the host.
 extends_documentation_fragment:
   - hpc.stateless.attributes
@@ -119,6 +129,19 @@ options:
     type: list
     elements: str
     default: [playbooks/build.yml, playbooks/layer.yml, playbooks/tasks/build_layer.yml]
+  freshness_policy:
+    description:
+      - Which pending updates of a built layer's packages make it stale - V(any), V(security) (those whose newest
+        version comes from a security suite) or V(never) (none; the lag is a warning). Needs O(check_storage).
+    type: str
+    choices: [any, security, never]
+    default: any
+  freshness_cache_dir:
+    description:
+      - Where the archive's Release files and parsed Packages indexes are cached between runs. Defaults to
+        C(/var/cache/hpc.stateless/archive) for root, else C(~/.cache/hpc.stateless/archive).
+      - In check mode the plan reads a private copy of it and writes nothing.
+    type: path
   image_types:
     description: Rebuild only the layers of these images (names of O(images)); other layers are reused.
     type: list
@@ -227,8 +250,21 @@ layers:
       type: list
       elements: str
     key:
-      description: Content key (sha256 hex).
+      description:
+        - Content key (sha256 hex) the layer's image is tagged with - its RV(layers.inputs_key), or the key of the
+          image reused for it, or that key hashed with the archive updates the layer is rebuilt for.
       type: str
+    inputs_key:
+      description: Key over the layer's inputs (roles, variables, spec, parent's key), the image's C(hpc.stateless.inputs-key) label.
+      type: str
+    why:
+      description: Why the layer is stale (only for stale layers) - the layer and its updates, or C(parent hsn rebuilds).
+      type: str
+    freshness:
+      description:
+        - With O(check_storage), what the archive check found - C(image) asked, C(updates) the rebuild is for,
+          C(security_updates), C(lag) (policy V(never)), C(reason), C(note).
+      type: dict
     parent_key:
       description: Parent's content key.
       type: str
@@ -249,6 +285,12 @@ layers:
         - Root layers only. The bootstrapped root before any role ran, committed on its own so that
           a change to the roles of a root layer does not bootstrap again.
       type: str
+    bootstrap_inputs_key:
+      description: Root layers only. Key over the bootstrap spec; RV(layers.bootstrap_key) differs when the bootstrapped root lags.
+      type: str
+    bootstrap_freshness:
+      description: Root layers that rebuild only. What the archive check found for the bootstrapped root.
+      type: dict
     bootstrap_cached:
       description: Root layers only. RV(layers.bootstrap_image) exists.
       type: bool
@@ -274,6 +316,10 @@ stale:
   returned: always
   type: list
   elements: str
+freshness:
+  description: With O(check_storage), the C(policy) applied and the C(warnings) (lag under V(never), images without a record).
+  returned: when O(check_storage) and O(compute_keys)
+  type: dict
 leaves:
   description: Layers no other layer builds on.
   returned: always

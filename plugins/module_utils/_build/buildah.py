@@ -105,7 +105,7 @@ class Buildah:
         return self.run("inspect", "--type", "image", "--format", "{{.FromImageID}}", ref).stdout.strip()
 
     def layer_images(self) -> list[dict[str, Any]]:
-        """Images that carry our layer label, as ``{id, names, labels}``."""
+        """Images that carry our layer label, as ``{id, names, labels, created}`` (created: seconds since the epoch)."""
         images = json.loads(self.run("images", "--json", "--filter", f"label={LAYER_LABEL}").stdout or "[]")
         result = []
         for image in images or []:
@@ -115,7 +115,8 @@ class Buildah:
                 if exc.gone:
                     continue  # removed by someone else between the listing and now
                 raise
-            result.append({"id": image.get("id"), "names": image.get("names") or [], "labels": labels})
+            result.append({"id": image.get("id"), "names": image.get("names") or [], "labels": labels,
+                           "created": image.get("created") or 0})
         return result
 
     def tag(self, ref: str, *names: str) -> None:

@@ -658,6 +658,9 @@ class LayerKey:
     roles: list[str]
     variables: dict[str, Any]
     seal: str | None = None  # the role whose seal entry point the key covers (_layers/seal.py)
+    #: The key over the layer's inputs alone; ``key`` differs from it when the layer is rebuilt for archive
+    #: updates (_layers/freshness.py).
+    inputs_key: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         """Plain-data copy, e.g. for a module's return value."""
@@ -669,9 +672,13 @@ def compute_keys(
     role_index: RoleIndex,
     variables_for: Callable[[str], Mapping[str, Any]],
     seal_role: str | None = None,
+    settle: Callable[[str, str, str | None], str] | None = None,
 ) -> dict[str, LayerKey]:
     """Keys of every layer in ``graph``, in build order (dict order).
 
+    ``settle(layer, inputs key, parent)`` gives the key a layer's image has for the key over its inputs (the
+    freshness check, _layers/freshness.py: another key when the layer is rebuilt for archive updates);
+    children hash that key. Without it a layer's key is its inputs key.
     ``variables_for(layer)`` returns the layer's raw host variables (inventory
     variables merged with the layer's ``vars``). ``seal_role`` is the role whose seal the
     build runs after every layer's roles (_layers/seal.py): the key of each layer with roles then
@@ -713,13 +720,15 @@ def compute_keys(
         values = resolve_variable_values(referenced, variables_for(name))
         parent = spec["parent"]
         parent_key = keys[parent].key if parent is not None else None
+        inputs_key = layer_key(parent_key, spec, role_entries, values, seal)
         keys[name] = LayerKey(
             name=name,
-            key=layer_key(parent_key, spec, role_entries, values, seal),
+            key=settle(name, inputs_key, parent) if settle is not None else inputs_key,
             parent=parent,
             parent_key=parent_key,
             roles=applied,
             variables=values,
             seal=seal[0] if seal else None,
+            inputs_key=inputs_key,
         )
     return keys

@@ -162,9 +162,9 @@ def test_missing_buildah_names_the_install_command(monkeypatch, tmp_path):
 
 
 def test_layer_images_skips_an_image_removed_between_listing_and_inspect(executor):
-    listing = json.dumps([{"id": "gone", "names": ["localhost/p/a:1"]}, {"id": "kept", "names": ["localhost/p/b:2"]}])
+    listing = json.dumps([{"id": "gone", "names": ["localhost/p/a:1"]}, {"id": "kept", "names": ["localhost/p/b:2"], "created": 7}])
     fake = executor((0, listing, ""), (125, "", "Error: gone: image not known"), (0, INSPECT, ""))
-    assert Buildah().layer_images() == [{"id": "kept", "names": ["localhost/p/b:2"], "labels": LABELS}]
+    assert Buildah().layer_images() == [{"id": "kept", "names": ["localhost/p/b:2"], "labels": LABELS, "created": 7}]
     assert fake.calls[0] == [B, "images", "--json", "--filter", f"label={LABEL_PREFIX}layer"]
 
 
