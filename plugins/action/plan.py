@@ -284,7 +284,8 @@ class ActionModule(ActionBase):
             if not args["compute_keys"]:
                 raise PlanError("since/changed_files need compute_keys=true: changes are mapped "
                                 "through the variables each layer's key covers")
-            planned["changes"] = self._changes(args, graph, keys, role_index, task_vars)
+            planned["changes"] = self._changes(args, graph, keys, role_index, task_vars,
+                                               check.archive_reasons() if check else {})
         planned["git_commit"] = describe_work_tree(project)
         if keys:
             planned.update(self._versions(graph, keys, role_index, hosts, project))
@@ -355,7 +356,8 @@ class ActionModule(ActionBase):
         return project, role_index
 
     def _changes(self, args: dict[str, Any], graph: LayerGraph, keys: dict[str, Any],
-                 role_index: RoleIndex, task_vars: dict[str, Any]) -> dict[str, Any]:
+                 role_index: RoleIndex, task_vars: dict[str, Any],
+                 archive_reasons: dict[str, list[str]]) -> dict[str, Any]:
         """Map changed files to the layers to rebuild (plugins/module_utils/_layers/change_plan.py)."""
         sources = [os.path.realpath(s) for s in task_vars.get("ansible_inventory_sources") or []
                    if isinstance(s, str) and os.path.exists(s)]
@@ -383,7 +385,7 @@ class ActionModule(ActionBase):
         plan = plan_changes(graph, facts, changed, reader, variable_changes=args["variable_changes"],
                             playbook_changes=args["playbook_changes"],
                             build_playbooks=args["build_playbooks"], inventory_sources=inventory_sources,
-                            image_types=args["image_types"])
+                            image_types=args["image_types"], archive_reasons=archive_reasons)
         options = dict(args["pipeline"] or {})
         if not options.get("inventory"):
             inventory = [os.path.relpath(s, repository.root) for s in sources

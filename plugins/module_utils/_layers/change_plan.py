@@ -20,6 +20,7 @@ list of changed files, decide per layer whether it must be rebuilt and why:
 * a layer definition (``hpc_stateless_layers``) -> compared layer by layer: the keyed
   part (parent, bootstrap, roles, groups) or a ``vars`` entry the key covers;
   the description alone rebuilds nothing;
+* a layer whose packages moved in the archive (the plan's freshness check, given as ``archive_reasons``);
 * a rebuilt layer rebuilds every layer below it.
 
 Pure Python: file contents come through a :class:`RevisionReader` (git in production,
@@ -332,6 +333,10 @@ class _Planner:
         if layer in self.reasons:
             self.reasons[layer][reason] = None
 
+    def add_reason(self, layer: str, reason: str) -> None:
+        """A reason to rebuild ``layer`` that no changed file gives (the archive moved)."""
+        self._hit(layer, reason)
+
     def _note(self, layer: str, note: str) -> None:
         if layer in self.notes:
             self.notes[layer][note] = None
@@ -610,6 +615,7 @@ def plan_changes(
     build_playbooks: Iterable[str] = DEFAULT_BUILD_PLAYBOOKS,
     inventory_sources: Iterable[str] = (),
     image_types: Iterable[str] | None = None,
+    archive_reasons: Mapping[str, Iterable[str]] | None = None,
 ) -> ChangePlan:
     """Decide per layer of ``graph`` whether ``changed_files`` (repository-relative) rebuild it.
 
@@ -617,6 +623,8 @@ def plan_changes(
     base revision, so every variable of a changed file counts as changed).
     ``inventory_sources`` are repository-relative inventory files (inline variables).
     ``image_types`` restricts the rebuild to the layers of those images.
+    ``archive_reasons`` are reasons no file gives: layers whose packages moved in the archive
+    (_layers/freshness.py ``FreshnessCheck.archive_reasons``); they rebuild, and their children with them.
     Raises :class:`ChangePlanError` naming the file or revision at fault.
     """
     missing = [n for n in graph.order() if n not in facts]
@@ -624,4 +632,7 @@ def plan_changes(
         raise ChangePlanError("facts", f"no layer facts for {', '.join(missing)}")
     planner = _Planner(graph, facts, reader, variable_changes, playbook_changes, build_playbooks,
                        inventory_sources)
+    for layer, reasons in (archive_reasons or {}).items():
+        for reason in reasons:
+            planner.add_reason(layer, reason)
     return planner.decide(sorted(set(changed_files)), image_types)

@@ -8,7 +8,7 @@ A layer's content key over its inputs (roles, variables, spec, the parent's key:
 *inputs key* K0. The image of a layer is tagged with its *key* K and labelled ``hpc.stateless.inputs-key=K0``
 (_contract/labels.py). For each layer, in build order (:meth:`FreshnessCheck.settle`):
 
-* no image of the layer was built from K0 -> stale, the layer is built under K = K0 ("inputs changed", or
+* no image of the layer was built from K0 -> stale, the layer is built under K = K0 ("inputs changed: ...", or
   "parent <p> rebuilds" when the parent's key moved);
 * else the newest such image is asked: the packages it installed (its package record less its parent's,
   ``installed_by_layer``) against the archive view of the layer's sources (_archive/index.py: one view per run,
@@ -181,7 +181,7 @@ class FreshnessCheck:
             if parent_verdict is not None and not parent_verdict.cached:
                 reason = f"parent {parent} rebuilds"
             else:
-                reason = f"no image of the {what}layer built from these inputs (key {inputs_key[:12]})"
+                reason = f"inputs changed: no image of the {what}layer built from key {inputs_key[:12]}"
             return Verdict(layer, inputs_key, inputs_key, False, reason)
         image = built[0]
         ref = next(name for name in image.names if name.startswith(image_ref(prefix, layer, "")))
@@ -215,6 +215,12 @@ class FreshnessCheck:
         key = updated_key(inputs_key, updates)
         return Verdict(layer, inputs_key, key, self._exists(prefix, layer, key),
                        f"{what}{layer}: {describe_updates(updates)}", ref, updates)
+
+    def archive_reasons(self) -> dict[str, list[str]]:
+        """The layers stale because their packages moved in the archive, and why: what the change plan (plan.yml,
+        the CI pipeline) adds to the reasons a changed file gives. (An image without a package record is rebuilt
+        by the build's own plan; it is no change of the configuration.)"""
+        return {layer: [v.reason] for layer, v in self.verdicts.items() if not v.cached and v.updates}
 
     def _exists(self, prefix: str, layer: str, key: str) -> bool:
         return self.storage.get(image_ref(prefix, layer, key)) is not None

@@ -202,6 +202,17 @@ def test_role_file_rebuilds_its_layers_and_everything_below(site):
     assert plan.images["compute"]["start"] == "hsn" and plan.images["login"]["start"] is None
 
 
+def test_a_layer_whose_packages_moved_in_the_archive_rebuilds_with_its_children_and_no_file_changed(site):
+    """The freshness check (_layers/freshness.py) gives reasons no file gives; plan.yml and the CI pipeline
+    rebuild those layers too."""
+    reason = "hsn: 1 security update (rdma-core 44.0-2 -> 44.0-2+deb12u1)"
+    plan = plan_for(site, archive_reasons={"hsn": [reason]})
+    assert plan.rebuild == ["hsn", "compute", "slurm"]
+    assert plan.layers["hsn"].reasons == [reason]
+    assert plan.layers["compute"].reasons == ["parent hsn rebuilds"]
+    assert plan.layers["login"].action == "reuse" and plan.images["compute"]["start"] == "hsn"
+
+
 def test_meta_dependency_and_static_include_role_count_as_the_layer_s_roles(site):
     write(site, "roles/munge/tasks/main.yml", "- name: Key\n  ansible.builtin.debug:\n    msg: changed\n")
     write(site, "roles/helper/defaults/main.yml", "helper_extra: 1\n")

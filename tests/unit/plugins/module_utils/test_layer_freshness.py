@@ -115,7 +115,7 @@ def test_a_layer_never_built_is_stale_and_its_key_is_its_inputs_key():
     site = Site()
     keys, check = site.plan(FakeView())
     assert all(k.key == k.inputs_key for k in keys.values())
-    assert check.verdicts["base"].reason.startswith("no image of the layer built from these inputs")
+    assert check.verdicts["base"].reason == f"inputs changed: no image of the layer built from key {keys['base'].key[:12]}"
     assert check.verdicts["hsn"].reason == "parent base rebuilds"
 
 
@@ -139,6 +139,7 @@ def test_only_the_moved_layer_and_its_descendants_get_new_keys():
     assert keys["hsn"].key == updated_key(first["hsn"].key, moved.updates) != first["hsn"].key
     for child in ("compute", "slurm"):
         assert keys[child].key != first[child].key and check.verdicts[child].reason.startswith("parent ")
+    assert check.archive_reasons() == {"hsn": [moved.reason]}  # what the change plan adds
 
     # The rebuild installs the new version: the next plan reuses it, and the children built on it.
     site.build(keys, check, {**INSTALLED, "hsn": {"rdma-core": "44.0-2+deb12u1"}})
