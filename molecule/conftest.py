@@ -2,22 +2,31 @@
 # Copyright (c) 2026 hpc.stateless developers
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""pytest-testinfra set-up shared by every Molecule scenario of hpc.stateless.
+"""pytest-testinfra set-up shared by every Molecule scenario of hpc.stateless, and by verify.yml.
 
 The image under test is, in order of preference:
+  0. the image booted under systemd-nspawn by ``playbooks/verify.yml`` (``$HPC_STATELESS_TEST_TARGET``
+     ``nsenter://<leader PID>``): every command runs with nsenter in the running container;
   1. the scenario's instance (``$MOLECULE_INSTANCE_CONFIG``, written by ``_shared/create.yml``),
   2. the working container named by ``$HPC_STATELESS_TEST_CONTAINER``,
   3. a throw-away working container of the image ``$HPC_STATELESS_TEST_IMAGE``
-     (removed after the session), e.g. ``localhost/hpc-stateless/slurm:latest``.
+     (removed after the session), e.g. ``localhost/hpc-stateless/slurm:latest``, or the directory
+     ``$HPC_STATELESS_TEST_ROOT`` (a packed tree).
 
 ``role_vars(role)`` gives the values the role was applied with: its defaults, the scenario's
 ``vars/converge.yml`` and ``vars/<instance>.yml``, and - when ``$HPC_STATELESS_EXPECT_FROM_INVENTORY``
-is 1 (molecule/default) - the values the inventory (``$HPC_STATELESS_MOLECULE_INVENTORY``, default
-``inventory/``) gives the role; checks of roles that no layer applies are then skipped.
+is 1 (molecule/default, verify) - the values the inventory (``$HPC_STATELESS_MOLECULE_INVENTORY``, default
+``inventory/``) gives the role; checks of roles that no layer applies (or, with ``$HPC_STATELESS_TEST_ROLES``,
+that the image's layer chain does not apply) are then skipped.
 
-Its root is mounted once per session and every check runs through testinfra's chroot backend.
-Waivers: ``waivers.yml`` of the scenario (``$MOLECULE_SCENARIO_DIRECTORY``) and of ``_shared``;
-a waiver without ``item`` skips the whole check and shows its reason.
+Checks marked ``@pytest.mark.booted`` ask what only a running system answers (the sshd that runs, live
+sysctl values, mounts, sockets, failed units); they run only against a booted image (verify.yml) and
+are skipped, saying so, on a working container (Molecule).
+
+An unbooted root is mounted once per session and every check runs through testinfra's chroot backend.
+Waivers: ``waivers.yml`` of the scenario (``$MOLECULE_SCENARIO_DIRECTORY``) and of ``_shared``, and the
+files of ``$HPC_STATELESS_WAIVERS`` (``:``-separated); a waiver without ``item`` skips the whole check
+and shows its reason (``waived: <reason>``, which the verify record reads back).
 """
 
 from __future__ import annotations
@@ -48,15 +57,32 @@ def _waiver_files() -> list[Path]:
     scenario = _scenario_dir()
     if scenario is not None:
         files.append(scenario / "waivers.yml")
-    extra = os.environ.get("HPC_STATELESS_WAIVERS")
-    if extra:
-        files.append(Path(extra))
+    files += [Path(extra) for extra in os.environ.get("HPC_STATELESS_WAIVERS", "").split(":") if extra]
     return files
+
+
+def _target() -> str:
+    """``nsenter://<leader PID>`` of the booted image under test (verify.yml), or ''."""
+    return os.environ.get("HPC_STATELESS_TEST_TARGET", "")
+
+
+def _booted() -> bool:
+    return bool(_target())
+
+
+def _test_roles() -> set[str] | None:
+    """Roles of the image's layer chain (``$HPC_STATELESS_TEST_ROLES``, comma-separated), or None."""
+    value = os.environ.get("HPC_STATELESS_TEST_ROLES")
+    if value is None:
+        return None
+    return {role.rsplit(".", 1)[-1] for role in value.split(",") if role}
 
 
 def _instances() -> list[tuple[str, str | None]]:
     """``(instance name, working container)`` of every image under test; container None means
-    "make one from $HPC_STATELESS_TEST_IMAGE"."""
+    "make one from $HPC_STATELESS_TEST_IMAGE" (or, booted, "enter the running container")."""
+    if _booted():
+        return [(os.environ.get("HPC_STATELESS_TEST_INSTANCE") or "booted", None)]
     config = os.environ.get("MOLECULE_INSTANCE_CONFIG")
     if config and Path(config).is_file():
         instances = yaml.safe_load(Path(config).read_text(encoding="utf-8")) or []
@@ -79,32 +105,52 @@ def _expectation_inventory() -> Path | None:
     return Path(os.environ.get("HPC_STATELESS_MOLECULE_INVENTORY") or PROJECT_DIR / "inventory")
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "booted: the check needs the image booted (verify.yml); skipped on a "
+                                       "working container")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Skip, with its reason, every check that a waiver switches off as a whole, and - for a
-    built image - the checks of roles that no layer of the inventory applies."""
+    """Skip, with its reason, every check that a waiver switches off as a whole, the checks that need a
+    booted image when it is not booted, and - for a built image - the checks of roles that no layer of the
+    inventory (or of the image's chain, ``$HPC_STATELESS_TEST_ROLES``) applies."""
     waivers = compliance.load_waivers(*_waiver_files())
     inventory = _expectation_inventory()
-    roles = compliance.applied_roles(inventory) if inventory else set()
+    chain = _test_roles()
+    roles = chain if chain is not None else compliance.applied_roles(inventory) if inventory else set()
     for item in items:
         name = getattr(item, "originalname", None) or item.name
         waiver = compliance.check_waiver(waivers, name)
         if waiver is not None:
             item.add_marker(pytest.mark.skip(reason=f"waived: {waiver.reason}"))
+        if item.get_closest_marker("booted") is not None and not _booted():
+            item.add_marker(pytest.mark.skip(reason="needs the booted image: verify.yml runs it"))
         role = Path(str(item.fspath)).parent.parent.name
-        if inventory and (PROJECT_DIR / "roles" / role).is_dir() and role not in roles:
-            item.add_marker(pytest.mark.skip(reason=f"no layer of {inventory} applies role {role}"))
+        if (inventory or chain is not None) and (PROJECT_DIR / "roles" / role).is_dir() and role not in roles:
+            item.add_marker(pytest.mark.skip(reason=f"role {role} is not applied to this image"))
 
 
-@pytest.fixture(scope="session", params=_INSTANCES, ids=[name for name, _container in _INSTANCES])
-def instance(request: pytest.FixtureRequest) -> tuple[str, str | None]:
-    """The instance under test (one test run per Molecule instance)."""
-    return request.param
+if _booted():
+    @pytest.fixture(scope="session")
+    def instance() -> tuple[str, str | None]:
+        """The booted image under test (one image per verify run, so the check ids carry no instance)."""
+        return _INSTANCES[0]
+else:
+    @pytest.fixture(scope="session", params=_INSTANCES, ids=[name for name, _container in _INSTANCES])
+    def instance(request: pytest.FixtureRequest) -> tuple[str, str | None]:
+        """The instance under test (one test run per Molecule instance)."""
+        return request.param
 
 
 @pytest.fixture(scope="session")
 def image_root(instance: tuple[str, str | None]) -> Iterator[str]:
     """Mount point of the image under test on the build host."""
     _name, container = instance
+    root = os.environ.get("HPC_STATELESS_TEST_ROOT")
+    if root:
+        # a packed tree verify booted: its directory is the image at rest
+        yield root
+        return
     created = False
     if container is None:
         image = os.environ.get("HPC_STATELESS_TEST_IMAGE")
@@ -124,9 +170,37 @@ def image_root(instance: tuple[str, str | None]) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def host(image_root: str) -> Any:
-    """The testinfra host of the image (chroot backend); overrides testinfra's own fixture."""
-    return compliance.chroot_host(image_root)
+def host(request: pytest.FixtureRequest, instance: tuple[str, str | None]) -> Any:
+    """The testinfra host of ``instance``: nsenter into the booted container (verify.yml), else the chroot
+    backend on the working container's root; overrides testinfra's own fixture."""
+    assert instance, "one host per instance under test"
+    target = _target()
+    if target:
+        scheme, _sep, leader = target.partition("://")
+        if scheme != "nsenter" or not leader.isdigit():
+            raise pytest.UsageError(f"HPC_STATELESS_TEST_TARGET={target!r}: expected nsenter://<leader PID>")
+        return compliance.nsenter_host(int(leader), os.environ.get("HPC_STATELESS_NSENTER", "nsenter"))
+    return compliance.chroot_host(request.getfixturevalue("image_root"))
+
+
+@pytest.fixture(scope="session")
+def at_rest(request: pytest.FixtureRequest, host: Any) -> Any:
+    """The testinfra host of the image at rest, for checks of what the image holds rather than what the
+    running system made at boot (host keys, machine ID, a munge key bound in for the boot): on a working
+    container ``host`` itself; booted (verify.yml), the chroot backend on a throw-away working container
+    of ``$HPC_STATELESS_TEST_IMAGE``, the image that was booted."""
+    if not _booted():
+        return host
+    if not os.environ.get("HPC_STATELESS_TEST_IMAGE") and not os.environ.get("HPC_STATELESS_TEST_ROOT"):
+        raise pytest.UsageError("HPC_STATELESS_TEST_TARGET is set without HPC_STATELESS_TEST_IMAGE or "
+                                "HPC_STATELESS_TEST_ROOT: the checks of the image at rest need what was booted")
+    return compliance.chroot_host(request.getfixturevalue("image_root"))
+
+
+@pytest.fixture(scope="session")
+def booted() -> bool:
+    """True when the image under test is booted (verify.yml), False on a working container."""
+    return _booted()
 
 
 @pytest.fixture(scope="session")

@@ -4,11 +4,14 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Helpers of the Molecule compliance tests (pytest-testinfra).
 
-The tests look at a buildah working container, not a booted node: testinfra's chroot backend
-runs each check with ``chroot <mount point> /bin/sh -c ...`` on the build host, a few
+In Molecule the tests look at a buildah working container, not a booted node: testinfra's chroot
+backend runs each check with ``chroot <mount point> /bin/sh -c ...`` on the build host, a few
 milliseconds per check, where the ansible backend over ``containers.podman.buildah`` costs
-seconds (one ``ansible`` process per check). Pure functions here parse what the checks read,
-so unit tests reach them without a container.
+seconds (one ``ansible`` process per check). In ``playbooks/verify.yml`` the same tests look at the
+image booted under systemd-nspawn: :class:`NsenterBackend` runs each command with ``nsenter`` into
+the namespaces and root of the container's leader (its systemd), so the checks see the running
+system (its mounts, sockets, /proc/sys, the daemons' own view). Pure functions here parse what the
+checks read, so unit tests reach them without a container.
 """
 
 from __future__ import annotations
@@ -31,6 +34,13 @@ SYSTEM_DIRS = ("/etc", "/usr", "/boot", "/opt", "/root", "/srv", "/var")
 #: Places where a private key would be a secret baked into every node.
 SECRET_SEARCH_DIRS = ("/etc", "/root", "/home", "/opt", "/srv", "/usr/local")
 
+#: Servers a compute node does not run (CIS Debian Linux benchmark, "Special Purpose Services" and
+#: "Service Clients"): legacy clear-text services, inetd super-servers, desktop and file/print/directory
+#: servers. A site that needs one waives it in a waivers.yml with its reason.
+UNWANTED_PACKAGES = ("telnetd", "inetutils-telnetd", "rsh-server", "rsh-redone-server", "nis", "talkd",
+                     "tftpd-hpa", "xinetd", "openbsd-inetd", "inetutils-inetd", "vsftpd", "avahi-daemon", "cups",
+                     "slapd", "bind9", "apache2", "samba", "snmpd", "squid", "xserver-xorg-core")
+
 #: Known secret files that must not be in an image unless the user opted in.
 SECRET_FILES = ("/etc/munge/munge.key",)
 
@@ -44,6 +54,10 @@ _SSHD_EFFECTIVE_SCRIPT = (
     'sshd=$(command -v sshd || echo /usr/sbin/sshd); '
     '"$sshd" -T -f /etc/ssh/sshd_config -h "$d/key" -C @MATCH@'
 )
+
+
+#: Mount options the runtime checks hold a mounted file system to when fstab asks for them.
+SECURITY_MOUNT_OPTIONS = ("nosuid", "nodev", "noexec", "ro")
 
 
 class WaiverError(ValueError):
@@ -167,6 +181,27 @@ def find_command(dirs: Iterable[str], predicate: str, action: str = "-print") ->
     return f"find {quoted} -xdev {predicate} {action} 2>/dev/null; true"
 
 
+def fstab_boot_mounts(text: str) -> list[tuple[str, str, list[str]]]:
+    """``(mount point, type, options)`` of the fstab entries mounted at boot: not swap, not ``noauto``,
+    not ``nofail`` (a disk a node may lack, e.g. local scratch)."""
+    found = []
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) < 4 or fields[0].startswith("#") or fields[2] == "swap" or fields[1] == "none":
+            continue
+        options = fields[3].split(",")
+        if "noauto" in options or "nofail" in options:
+            continue
+        found.append((fields[1], fields[2], options))
+    return found
+
+
+def cgroup_path(proc_cgroup: str) -> str:
+    """The unified (``0::``) or, failing that, the systemd (``name=systemd``) path of /proc/<pid>/cgroup."""
+    paths = dict(line.split(":", 2)[1:] for line in proc_cgroup.splitlines() if line.count(":") >= 2)
+    return paths.get("", "") or paths.get("name=systemd", "")
+
+
 def lines(text: str) -> list[str]:
     """Non-empty lines of command output."""
     return [line for line in text.splitlines() if line.strip()]
@@ -213,6 +248,57 @@ def chroot_host(mountpoint: str) -> Any:
     if not os.path.isdir(mountpoint):
         raise FileNotFoundError(f"{mountpoint} is not a directory: is the working container mounted?")
     return testinfra.get_host(mountpoint, connection="chroot")
+
+
+#: PATH and locale of a command entered into a booted container (nothing of the build host's).
+CONTAINER_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root",
+                 "USER": "root", "LOGNAME": "root", "LANG": "C.UTF-8", "container": "systemd-nspawn"}
+
+
+def nsenter_argv(leader_pid: int, command: str, nsenter: str = "nsenter") -> list[str]:
+    """argv that runs the shell ``command`` inside the namespaces and root of a booted container
+    whose leader (its PID 1) is ``leader_pid`` on the build host."""
+    return [nsenter, f"--target={leader_pid}", "--mount", "--uts", "--ipc", "--net", "--pid", "--cgroup",
+            "--root", "--wd", "--", "/bin/sh", "-c", command]
+
+
+def _nsenter_backend_class() -> Any:
+    from testinfra.backend import base  # pylint: disable=import-outside-toplevel
+
+    class NsenterBackend(base.BaseBackend):
+        """testinfra backend into a container booted under systemd-nspawn: ``nsenter`` into its leader.
+
+        The host spec is the leader's PID on the build host (``nsenter://<pid>``); a leader that is
+        gone makes every command fail with a message saying so (never an empty, passing answer)."""
+
+        NAME = "nsenter"
+
+        def __init__(self, hostname: str, *args: Any, nsenter: str = "nsenter", **kwargs: Any) -> None:
+            self.leader = int(str(hostname).strip("/"))
+            self.nsenter = nsenter
+            super().__init__(str(self.leader), *args, **kwargs)
+
+        def run(self, command: str, *args: str, **kwargs: Any) -> Any:
+            cmd = self.get_command(command, *args)
+            if not os.path.exists(f"/proc/{self.leader}"):
+                raise RuntimeError(f"the booted container (leader PID {self.leader}) is no longer running")
+            proc = subprocess.run(nsenter_argv(self.leader, cmd, self.nsenter), env=CONTAINER_ENV, cwd="/",
+                                  stdin=subprocess.DEVNULL, capture_output=True, check=False)
+            return self.result(proc.returncode, self.encode(cmd), proc.stdout, proc.stderr)
+
+    return NsenterBackend
+
+
+def nsenter_host(leader_pid: int, nsenter: str = "nsenter") -> Any:
+    """A testinfra host whose every command runs inside the booted container of ``leader_pid``."""
+    import testinfra.host  # pylint: disable=import-outside-toplevel
+
+    if not os.path.isdir(f"/proc/{leader_pid}"):
+        raise FileNotFoundError(f"no process {leader_pid}: is the container still booted?")
+    backend = _nsenter_backend_class()(str(leader_pid), nsenter=nsenter)
+    host = testinfra.host.Host(backend)
+    backend.set_host(host)
+    return host
 
 
 def sshd_effective(host: Any, match: str = "user=root,host=node,addr=192.0.2.1") -> dict[str, str]:

@@ -15,8 +15,10 @@ author: hpc.stateless developers (@hpc-stateless)
 description:
   - "Verification records are what C(playbooks/verify.yml) found when it booted a layer image under
     systemd-nspawn: one file C(<dir>/<layer>-<key>.json) per layer and content key, holding the image
-    reference, the image ID booted, the time and every check with its result."
-  - With O(state=present) the record is written (atomically, under its final name only once complete).
+    reference, the image ID booted, the time and every check with its result (and the waiver that excused it),
+    and beside it the same checks as a JUnit XML report C(<dir>/<layer>-<key>.junit.xml) (GitLab's test report)."
+  - With O(state=present) the record and its JUnit report are written (atomically, under their final names only
+    once complete).
   - With O(state=query) the record is read and judged against the image's current ID, the same verdict
     M(hpc.stateless.pack) applies before it packs.
 extends_documentation_fragment:
@@ -53,7 +55,11 @@ options:
     choices: [present, query]
     default: query
   checks:
-    description: With O(state=present), the checks verify ran, each C({name, passed, detail}).
+    description:
+      - With O(state=present), the checks verify ran, each C({name, passed, detail, result, waiver}).
+      - C(result) is C(passed), C(failed), C(error) (the check could not run), C(waived) (C(waiver) gives the
+        reason, required) or C(skipped) (does not apply to the image); without it, C(passed) decides.
+        C(passed) must agree with it (failed and error never pass).
     type: list
     elements: dict
     default: []
@@ -110,6 +116,11 @@ message:
   description: The verdict in words; when not passed, the checks that failed or the command that runs verify.
   returned: always
   type: str
+junit:
+  description: The JUnit XML report beside the record.
+  returned: always
+  type: str
+  sample: /srv/site/build/verify/slurm-3f2a9c.junit.xml
 record:
   description: The record's content (written, or read; empty when there is none).
   returned: always
@@ -125,6 +136,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils._verify.record impor
     Record,
     RecordError,
     judge,
+    junit_path,
     record_path,
     write_record,
 )
@@ -160,11 +172,13 @@ def main() -> None:
                 write_record(p["dir"], record)
         except RecordError as exc:
             module.fail_json(msg=str(exc))
-        module.exit_json(changed=True, path=path, passed=record.passed, status="passed" if record.passed else "failed",
+        module.exit_json(changed=True, path=path, junit=junit_path(path), passed=record.passed,
+                         status="passed" if record.passed else "failed",
                          message=f"recorded {path}: " + ("passed" if record.passed else "failed: " + ", ".join(
                              c.name for c in record.failed)), record=record.to_dict())
     verdict = judge(p["dir"], p["layer"], p["key"], image_id, p["settings"])
-    module.exit_json(changed=False, path=path, passed=verdict.passed, status=verdict.status, message=verdict.message,
+    module.exit_json(changed=False, path=path, junit=junit_path(path), passed=verdict.passed, status=verdict.status,
+                     message=verdict.message,
                      record=verdict.record.to_dict() if verdict.record else {})
 
 

@@ -193,3 +193,50 @@ def test_inventory_expectations(tmp_path):
     assert compliance.inventory_vars(tmp_path, "base") == {"base_locale": "de_DE.UTF-8", "base_timezone": "Europe/Oslo"}
     assert compliance.inventory_vars(tmp_path, "hsn") == {"hsn_mtu": 2044}
     assert compliance.inventory_vars(tmp_path / "missing", "base") == {}
+
+
+# --------------------------------------------------------------------------- the booted image (verify.yml)
+
+
+def test_nsenter_argv_enters_every_namespace_and_the_root_of_the_leader():
+    argv = compliance.nsenter_argv(4242, "echo hi", "/usr/bin/nsenter")
+    assert argv[:2] == ["/usr/bin/nsenter", "--target=4242"]
+    assert {"--mount", "--uts", "--ipc", "--net", "--pid", "--cgroup", "--root", "--wd"} <= set(argv)
+    assert argv[-4:] == ["--", "/bin/sh", "-c", "echo hi"]
+
+
+def test_nsenter_host_refuses_a_leader_that_is_gone():
+    # PIDs above pid_max never exist
+    with pytest.raises(FileNotFoundError, match="no process 99999999"):
+        compliance.nsenter_host(99999999)
+
+
+def test_nsenter_host_runs_commands_in_the_namespaces_of_a_process():
+    """A double of a booted container's leader: this test's own process. nsenter into one's own namespaces is
+    allowed as root only; an unprivileged run shows the error result instead (never a passing empty answer)."""
+    host = compliance.nsenter_host(os.getpid())
+    result = host.run("echo $container; printf '%%s|' %s %s", "a b", "c")
+    if os.geteuid() != 0:
+        assert result.rc != 0
+        return
+    assert result.rc == 0
+    assert result.stdout == "systemd-nspawn\na b|c|"
+    assert host.run("exit 3").rc == 3
+
+
+def test_fstab_boot_mounts_leave_out_swap_noauto_and_nofail():
+    text = ("# comment\n"
+            "tmpfs /tmp tmpfs mode=1777,size=50%,nosuid,nodev 0 0\n"
+            "LABEL=local-swap none swap defaults,nofail 0 0\n"
+            "LABEL=local-scratch /mnt/scratch ext4 defaults,nofail,X-mount.mkdir 0 2\n"
+            "/dev/sdb1 /data xfs noauto 0 0\n"
+            "proc /proc proc defaults\n")
+    assert compliance.fstab_boot_mounts(text) == [
+        ("/tmp", "tmpfs", ["mode=1777", "size=50%", "nosuid", "nodev"]), ("/proc", "proc", ["defaults"])]
+
+
+def test_cgroup_path_prefers_the_unified_hierarchy():
+    hybrid = "9:name=systemd:/system.slice/ssh.service\n1:cpu:/\n0::/system.slice/ssh.service\n"
+    assert compliance.cgroup_path(hybrid) == "/system.slice/ssh.service"
+    assert compliance.cgroup_path("1:name=systemd:/user.slice/x.scope\n") == "/user.slice/x.scope"
+    assert compliance.cgroup_path("") == ""

@@ -70,33 +70,38 @@ def test_temporary_directories_are_sticky(host, path):
     assert f.mode & stat.S_ISVTX and f.mode & 0o777 == 0o777, f"{path} has mode {f.mode:o}, want 1777"
 
 
-def test_no_ssh_host_keys(host, waivers):
-    out = host.check_output("ls -1d /etc/ssh/ssh_host_* 2>/dev/null; true")
+def test_no_ssh_host_keys(at_rest, waivers):
+    out = at_rest.check_output("ls -1d /etc/ssh/ssh_host_* 2>/dev/null; true")
     found = compliance.unwaived(compliance.lines(out), waivers, "test_no_ssh_host_keys")
     assert not found, f"SSH host keys baked into the image (every node would share them): {found}"
 
 
-def test_machine_id_not_baked(host):
+def test_machine_id_not_baked(at_rest):
     """Every node must generate its own machine ID (DHCP DUID, journal, D-Bus identity)."""
-    machine_id = host.file("/etc/machine-id")
+    machine_id = at_rest.file("/etc/machine-id")
     if machine_id.exists:
         assert machine_id.content_string.strip() in ("", "uninitialized"), \
             "/etc/machine-id holds an ID that every node of the image would share"
-    dbus_copy = host.file("/var/lib/dbus/machine-id")
+    dbus_copy = at_rest.file("/var/lib/dbus/machine-id")
     assert not dbus_copy.exists or dbus_copy.is_symlink, "/var/lib/dbus/machine-id is a baked copy of a machine ID"
 
 
-def test_no_private_keys(host, waivers):
+def test_no_private_keys(at_rest, waivers):
     cmd = compliance.find_command(compliance.SECRET_SEARCH_DIRS, "-type f -size -64k",
                                   action="-exec grep -l -e 'PRIVATE KEY-----' {} +")
-    found = compliance.unwaived(compliance.lines(host.check_output(cmd)), waivers, "test_no_private_keys")
+    found = compliance.unwaived(compliance.lines(at_rest.check_output(cmd)), waivers, "test_no_private_keys")
     assert not found, f"private keys baked into the image: {found}"
 
 
 @pytest.mark.parametrize("path", compliance.SECRET_FILES)
-def test_no_secret_files(host, waivers, path):
+def test_no_secret_files(at_rest, waivers, path):
     if compliance.unwaived([path], waivers, "test_no_secret_files"):
-        assert not host.file(path).exists, f"{path} is a secret and must be delivered at boot, not baked"
+        assert not at_rest.file(path).exists, f"{path} is a secret and must be delivered at boot, not baked"
+
+
+@pytest.mark.parametrize("package", compliance.UNWANTED_PACKAGES)
+def test_no_unneeded_server_installed(host, package):
+    assert not host.package(package).is_installed, f"{package} is installed: a compute node does not serve it"
 
 
 def test_no_rhosts_or_netrc(host):

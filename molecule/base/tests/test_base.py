@@ -10,6 +10,8 @@ import pytest
 
 import compliance
 
+CAP_SYS_TIME = 25  # capability(7) number
+
 
 @pytest.fixture(scope="module")
 def base(role_vars):
@@ -110,6 +112,11 @@ def test_sshd_dropin(host):
 
 
 def test_sshd_effective_settings(sshd_settings, base):
+    assert_sshd_settings(sshd_settings, base)
+
+
+def assert_sshd_settings(sshd_settings, base):
+    """The role's sshd settings in ``sshd -T`` output (of the image, or of the booted system)."""
     permit_root = {"prohibit-password": ("prohibit-password", "without-password")}
     expected_root = permit_root.get(base["base_sshd_permit_root_login"], (base["base_sshd_permit_root_login"],))
     assert sshd_settings["permitrootlogin"] in expected_root
@@ -209,3 +216,71 @@ def test_package_manager_keeps_docs_out(host, debian):
         assert "path-include=/usr/share/doc/*/copyright" in text
     else:
         assert "tsflags=nodocs" in host.file("/etc/dnf/dnf.conf").content_string
+
+
+# --------------------------------------------------------------------------- the booted image (verify.yml)
+
+
+@pytest.mark.booted
+def test_running_sshd_uses_the_image_configuration(host, base):
+    """The sshd that runs is the one the role configured: its unit is active, the listener was started
+    without command-line overrides, its configuration (with the host keys made at this boot) parses and
+    has the role's settings, and it listens on exactly the configured ports."""
+    if not base["base_sshd_enabled"]:
+        pytest.skip("base_sshd_enabled is false")
+    assert host.service("ssh").is_running, "ssh.service is not running in the booted image"
+    listener = host.check_output("pgrep -o -a -x sshd")
+    assert " -o " not in f"{listener} " and " -f " not in f"{listener} ", f"sshd runs with overrides: {listener}"
+    host.run_test("sshd -t")
+    settings = compliance.parse_sshd_t(host.check_output("sshd -T -C user=root,host=node,addr=192.0.2.1"))
+    assert_sshd_settings(settings, base)
+    ports = {line.split()[3].rsplit(":", 1)[1] for line in compliance.lines(host.check_output("ss -Hltnp"))
+             if '"sshd"' in line}
+    assert ports == set(settings["port"].split("\n")), f"sshd listens on {ports}, configured {settings['port']}"
+
+
+@pytest.mark.booted
+def test_ssh_host_keys_made_at_this_boot(host, base):
+    if not base["base_sshd_enabled"] or base["base_sshd_bake_host_keys"]:
+        pytest.skip("sshd is off or its host keys are baked")
+    key = host.file("/etc/ssh/ssh_host_ed25519_key")
+    assert key.exists, "no host key after boot: hpc-stateless-ssh-hostkeys.service did not make them"
+    assert (key.user, key.mode) == ("root", 0o600)
+
+
+@pytest.mark.booted
+def test_live_network_sysctl_as_configured(host, sysctl_settings):
+    """systemd-sysctl applied the image's per-network-namespace parameters (net.ipv4.*, net.ipv6.*) in the
+    booted container. Others (kernel.*, fs.*, vm.*) belong to the build host's kernel in a container; their
+    configuration is test_sysctl's."""
+    wanted = {k: v for k, v in sysctl_settings.items() if k.startswith(("net.ipv4.", "net.ipv6."))}
+    live = {k: host.run(f"cat /proc/sys/{k.replace('.', '/')}").stdout.strip() for k in wanted}
+    wrong = {k: (live[k], v) for k, v in wanted.items() if live[k].split() != v.split()}
+    assert not wrong, f"live kernel parameters of the booted image (live, configured): {wrong}"
+
+
+@pytest.mark.booted
+def test_tmpfs_mounted(host, base):
+    if not base["base_tmpfs_enabled"]:
+        pytest.skip("base_tmpfs_enabled is false")
+    for mount in base["base_tmpfs_mounts"]:
+        assert host.mount_point(mount["path"]).exists, f"{mount['path']} is not mounted"
+        assert host.mount_point(mount["path"]).filesystem == "tmpfs"
+        assert {"nosuid", "nodev"} <= set(host.mount_point(mount["path"]).options), mount["path"]
+
+
+@pytest.mark.booted
+def test_time_sync_runs_or_is_kept_out_of_the_container_only(host, base):
+    """chrony runs on a node; under systemd-nspawn it may only be skipped for lack of CAP_SYS_TIME (its
+    ConditionCapability), never fail or be left stopped."""
+    if not base["base_chrony_enabled"]:
+        pytest.skip("base_chrony_enabled is false")
+    show = dict(line.split("=", 1) for line in host.check_output(
+        "systemctl show chrony.service -p ActiveState -p ConditionResult -p UnitFileState").splitlines())
+    assert show["UnitFileState"] == "enabled", show
+    if show["ActiveState"] != "active":
+        assert show["ConditionResult"] == "no", f"chrony is {show['ActiveState']} although its conditions are met"
+        status = host.run("systemctl status --no-pager chrony.service").stdout
+        assert "ConditionCapability=CAP_SYS_TIME" in status, f"chrony was kept from starting by another condition: {status}"
+        bounding = host.check_output("sed -n 's/^CapBnd:[[:space:]]*//p' /proc/1/status")
+        assert not int(bounding, 16) & (1 << CAP_SYS_TIME), "chrony was skipped although PID 1 has CAP_SYS_TIME"

@@ -112,13 +112,13 @@ def test_daemons_run_in_the_image(host, daemons):
     host.run_test("munged --version")
 
 
-def test_munge_key_not_baked(host, slurm):
-    key = host.file("/etc/munge/munge.key")
+def test_munge_key_not_baked(at_rest, slurm):
+    key = at_rest.file("/etc/munge/munge.key")
     if slurm["slurm_munge_key_bake"]:
         assert (key.user, key.group, key.mode) == ("munge", "munge", 0o400)
     else:
         assert not key.exists, "the munge key is a secret: it is delivered at boot"
-    munge_dir = host.file("/etc/munge")
+    munge_dir = at_rest.file("/etc/munge")
     assert (munge_dir.user, munge_dir.mode) == ("munge", 0o700)
 
 
@@ -132,10 +132,10 @@ def test_munge_waits_for_its_key(host, slurm):
     assert waiter.sha256sum == hashlib.sha256((ROLE / "files" / "munge-key-wait").read_bytes()).hexdigest()
 
 
-def test_munge_key_waiter_reports_a_missing_key(host, slurm):
+def test_munge_key_waiter_reports_a_missing_key(at_rest, slurm):
     if slurm["slurm_munge_key_bake"]:
         pytest.skip("the key is baked into this image")
-    result = host.run(f"{LIBEXEC}/munge-key-wait -t 0")
+    result = at_rest.run(f"{LIBEXEC}/munge-key-wait -t 0")
     assert result.rc == 1
     assert "no munge key at /etc/munge/munge.key after 0s" in result.stderr
 
@@ -147,6 +147,20 @@ def test_munge_starts_when_its_key_arrives(host, slurm):
         assert f"PathExists={delivery}" in path_unit
     assert "Unit=munge.service" in path_unit
     assert enabled(host, "munge-key.path", "paths.target")
+
+
+@pytest.mark.booted
+def test_munge_waits_for_its_key_or_runs_with_it(host, slurm):
+    """In the booted image munge either waits for its key (munge-key.path active, munge not started) or,
+    once the key was delivered (verify binds a throw-away one: hpc_stateless_verify_test_secrets), runs and
+    makes credentials that decode."""
+    key = host.file("/etc/munge/munge.key")
+    if not key.exists:
+        assert host.service("munge-key.path").is_running, "munge-key.path does not wait for the key"
+        assert not host.service("munge").is_running, "munge runs without a key"
+        return
+    assert host.service("munge").is_running, "the key is there but munge does not run"
+    host.run_test("munge -n | unmunge")
 
 
 def test_units_enabled_for_the_flavour(host, daemons):

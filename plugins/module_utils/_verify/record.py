@@ -22,14 +22,24 @@ from __future__ import annotations
 import json
 import os
 import time
+import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from typing import Any
 
 from ansible_collections.hpc.stateless.plugins.module_utils._paths import write_atomic
 from ansible_collections.hpc.stateless.plugins.module_utils._time import iso_utc
 from ansible_collections.hpc.stateless.plugins.module_utils._contract import names
+from ansible_collections.hpc.stateless.plugins.module_utils._verify.suite import (
+    FAILED,
+    GOOD_RESULTS,
+    PASSED as CHECK_PASSED,
+    RESULTS,
+    WAIVED,
+)
 
 RECORD_FORMAT = 1
+#: The JUnit XML report of a record, beside it (GitLab's test report reads it).
+JUNIT_SUFFIX = ".junit.xml"
 OVERRIDE_VARIABLE = "hpc_stateless_unverified_ok"
 PASSED = "passed"
 OVERRIDDEN = "overridden"
@@ -53,9 +63,19 @@ def verify_command(layer: str) -> str:
 
 @dataclass(frozen=True)
 class Check:
+    """One check verify ran: its ``name`` (the id), whether the gate lets it through (``passed``), its
+    ``result`` (suite.RESULTS: passed, failed, error, waived, skipped), the ``waiver`` reason that excused it
+    and a ``detail`` (what failed, why it was skipped)."""
+
     name: str
     passed: bool
     detail: str = ""
+    result: str = ""
+    waiver: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.result:
+            object.__setattr__(self, "result", CHECK_PASSED if self.passed else FAILED)
 
     @classmethod
     def from_dict(cls, where: str, data: Any) -> "Check":
@@ -63,7 +83,22 @@ class Check:
             raise RecordError(f"{where}: each check needs a non-empty 'name', got {data!r}")
         if not isinstance(data.get("passed"), bool):
             raise RecordError(f"{where}: check {data['name']!r} needs 'passed' true or false, got {data.get('passed')!r}")
-        return cls(data["name"], data["passed"], str(data.get("detail") or ""))
+        result = str(data.get("result") or "")
+        if result and result not in RESULTS:
+            raise RecordError(f"{where}: check {data['name']!r} has result {result!r}; expected one of {list(RESULTS)}")
+        if result and (result in GOOD_RESULTS) != data["passed"]:
+            raise RecordError(f"{where}: check {data['name']!r} has result {result!r} but passed "
+                              f"{data['passed']!r}; a {result} check {'passes' if result in GOOD_RESULTS else 'fails'}")
+        waiver = str(data.get("waiver") or "").strip()
+        if result == WAIVED and not waiver:
+            raise RecordError(f"{where}: check {data['name']!r} is waived without a reason; give the waiver's reason")
+        return cls(data["name"], data["passed"], str(data.get("detail") or ""), result, waiver)
+
+    def to_dict(self) -> dict[str, Any]:
+        entry: dict[str, Any] = {"name": self.name, "passed": self.passed, "result": self.result, "detail": self.detail}
+        if self.waiver:
+            entry["waiver"] = self.waiver
+        return entry
 
 
 @dataclass(frozen=True)
@@ -94,7 +129,7 @@ class Record:
         return {"format": RECORD_FORMAT, "layer": self.layer, "key": self.key, "image": self.image,
                 "image_id": self.image_id, "passed": self.passed, "verified_at": iso_utc(self.verified_at),
                 "verified_at_epoch": self.verified_at, "settings": self.settings,
-                "checks": [{"name": c.name, "passed": c.passed, "detail": c.detail} for c in self.checks]}
+                "checks": [c.to_dict() for c in self.checks]}
 
     @classmethod
     def from_dict(cls, where: str, data: Any) -> "Record":
@@ -127,13 +162,47 @@ def record_path(record_dir: str, layer: str, key: str) -> str:
     return os.path.join(record_dir, names.verify_record_file(layer, key))
 
 
+def junit_path(record_path_: str) -> str:
+    """The JUnit report beside a record: ``<layer>-<key>.junit.xml``."""
+    return os.path.splitext(record_path_)[0] + JUNIT_SUFFIX
+
+
+def junit_xml(record: Record) -> str:
+    """The record as a JUnit XML report: one test suite (the layer), one test case per check; a failed
+    check is a ``failure``, one that could not run an ``error``, a waived or skipped one ``skipped``
+    with the waiver's reason."""
+    counts = {result: sum(1 for c in record.checks if c.result == result) for result in RESULTS}
+    suite = ET.Element("testsuite", {
+        "name": f"verify {record.layer}", "tests": str(len(record.checks)), "failures": str(counts["failed"]),
+        "errors": str(counts["error"]), "skipped": str(counts["waived"] + counts["skipped"]),
+        "timestamp": iso_utc(record.verified_at), "hostname": record.image})
+    properties = ET.SubElement(suite, "properties")
+    for name, value in (("layer", record.layer), ("key", record.key), ("image", record.image),
+                        ("image_id", record.image_id)):
+        ET.SubElement(properties, "property", {"name": name, "value": value})
+    for check in record.checks:
+        case = ET.SubElement(suite, "testcase", {"classname": f"verify.{record.layer}", "name": check.name})
+        if check.result in ("failed", "error"):
+            element = ET.SubElement(case, "failure" if check.result == "failed" else "error",
+                                    {"message": check.detail.splitlines()[0][:500] if check.detail else check.result})
+            element.text = check.detail
+        elif check.result in ("waived", "skipped"):
+            reason = f"waived: {check.waiver}" if check.result == "waived" else check.detail
+            ET.SubElement(case, "skipped", {"message": reason})
+    root = ET.Element("testsuites")
+    root.append(suite)
+    return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+
+
 def write_record(record_dir: str, record: Record) -> str:
-    """Write ``record`` under its final name only once complete (a crash leaves the old one or none)."""
+    """Write ``record`` and its JUnit report under their final names only once complete (a crash leaves the
+    old ones or none). The JUnit report goes first: a record never stands without its report."""
     path = record_path(record_dir, record.layer, record.key)
     if not record.checks:
         raise RecordError(f"{path}: a record without checks proves nothing; give the checks verify ran")
     try:
         os.makedirs(record_dir, exist_ok=True)
+        write_atomic(junit_path(path), junit_xml(record))
         write_atomic(path, json.dumps(record.to_dict(), indent=2, sort_keys=True) + "\n")
     except OSError as exc:
         raise RecordError(f"writing the verification record {path} failed: {exc.strerror or exc}; "
@@ -211,7 +280,8 @@ def judge(record_dir: str, layer: str, key: str, image_id: str, settings: dict[s
                        f"{where}: the record {record_path(record_dir, layer, key)} was made with other verify "
                        f"settings ({', '.join(changed)}): run: {verify_command(layer)}", record)
     if not record.passed:
-        failed = "; ".join(f"{c.name}: {c.detail}" if c.detail else c.name for c in record.failed) or "no checks"
+        failed = "; ".join(f"{c.name}: {c.detail.splitlines()[0]}" if c.detail.strip() else c.name
+                           for c in record.failed) or "no checks"
         return Verdict("failed", layer, key,
                        f"{where} failed verification at {iso_utc(record.verified_at)}: {failed}. Fix the layer's "
                        f"roles, build again (site.yml) and verify: {verify_command(layer)}", record)

@@ -16,6 +16,8 @@ from ansible_collections.hpc.stateless.plugins.module_utils._verify.record impor
     UnverifiedError,
     gate,
     judge,
+    junit_path,
+    junit_xml,
     read_record,
     record_path,
     verify_command,
@@ -42,7 +44,7 @@ def test_record_name_and_place_come_from_the_artifact_names(tmp_path):
 def test_written_record_reads_back_and_leaves_no_temporary_file(tmp_path):
     record_dir = tmp_path / "build" / "verify"
     path = write_record(str(record_dir), _record())
-    assert os.listdir(record_dir) == [f"slurm-{KEY}.json"]
+    assert sorted(os.listdir(record_dir)) == [f"slurm-{KEY}.json", f"slurm-{KEY}.junit.xml"]
     data = json.loads((record_dir / f"slurm-{KEY}.json").read_text())
     assert (data["passed"], data["image_id"], data["verified_at"]) == (True, IMAGE_ID, "2023-11-14T22:13:20Z")
     assert [c["name"] for c in data["checks"]] == ["systemd state", "units enabled by roles are active"]
@@ -165,3 +167,60 @@ def test_pack_check_mode_warns_instead_of_refusing(tmp_path):
     assert packer._verification("slurm", KEY, IMAGE_ID, check_mode=True)["status"] == "not-checked"
     assert packer.warnings[0].startswith("check mode: image compute would be refused unless verify passes it first: "
                                          "refused: layer slurm")
+
+
+def test_checks_carry_result_and_waiver_and_read_back(tmp_path):
+    checks = (Check("systemd state", True, "running"),
+              Check("base/test_base::test_sysctl", False, "kernel parameters (found, wanted): x", "failed"),
+              Check("_shared/test_runtime::test_x", False, "fixture failed", "error"),
+              Check("_shared/test_baseline::test_y", True, "", "waived", "scratch image, ticket 12"),
+              Check("hsn/test_hsn::test_if[1]", True, "fewer interfaces configured", "skipped"))
+    write_record(str(tmp_path), _record(*checks))
+    back = read_record(str(tmp_path), "slurm", KEY)
+    assert back.checks == checks
+    assert [c.name for c in back.failed] == ["base/test_base::test_sysctl", "_shared/test_runtime::test_x"]
+    data = json.loads((tmp_path / f"slurm-{KEY}.json").read_text())
+    assert data["checks"][3] == {"name": "_shared/test_baseline::test_y", "passed": True, "result": "waived",
+                                 "detail": "", "waiver": "scratch image, ticket 12"}
+    verdict = judge(str(tmp_path), "slurm", KEY, IMAGE_ID)
+    assert verdict.status == "failed"
+    assert "base/test_base::test_sysctl: kernel parameters (found, wanted): x" in verdict.message
+    assert "_shared/test_runtime::test_x: fixture failed" in verdict.message
+
+
+@pytest.mark.parametrize("check, message", [
+    ({"name": "x", "passed": True, "result": "bogus"}, "result 'bogus'; expected one of"),
+    ({"name": "x", "passed": True, "result": "failed"}, "result 'failed' but passed True; a failed check fails"),
+    ({"name": "x", "passed": False, "result": "waived", "waiver": "r"}, "a waived check passes"),
+    ({"name": "x", "passed": True, "result": "waived"}, "waived without a reason"),
+])
+def test_bad_check_results_are_refused_naming_the_check(check, message):
+    with pytest.raises(RecordError, match=message):
+        Check.from_dict("checks[0]", check)
+
+
+def test_a_check_without_result_takes_it_from_passed():
+    assert Check.from_dict("c", {"name": "x", "passed": False}).result == "failed"
+    assert Check("x", True).result == "passed"
+
+
+def test_junit_report_beside_the_record_has_every_check(tmp_path):
+    import xml.etree.ElementTree as ET
+
+    checks = (Check("systemd state", True, "running"),
+              Check("base/test_base::test_sysctl", False, "wrong value\nsecond line", "failed"),
+              Check("_shared/test_runtime::test_x", False, "could not run", "error"),
+              Check("_shared/test_baseline::test_y", True, "", "waived", "scratch image"),
+              Check("hsn/test_hsn::test_if[1]", True, "fewer interfaces", "skipped"))
+    path = write_record(str(tmp_path), _record(*checks))
+    assert junit_path(path) == str(tmp_path / f"slurm-{KEY}.junit.xml")
+    suite = ET.parse(junit_path(path)).getroot().find("testsuite")
+    assert (suite.get("tests"), suite.get("failures"), suite.get("errors"), suite.get("skipped")) == ("5", "1", "1", "2")
+    cases = {c.get("name"): c for c in suite.iter("testcase")}
+    assert list(cases) == [c.name for c in checks]
+    assert cases["base/test_base::test_sysctl"].find("failure").get("message") == "wrong value"
+    assert cases["base/test_base::test_sysctl"].find("failure").text == "wrong value\nsecond line"
+    assert cases["_shared/test_runtime::test_x"].find("error") is not None
+    assert cases["_shared/test_baseline::test_y"].find("skipped").get("message") == "waived: scratch image"
+    assert len(cases["systemd state"]) == 0
+    assert junit_xml(_record(*checks)).startswith("<?xml")

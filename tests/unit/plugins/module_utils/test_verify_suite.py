@@ -1,0 +1,146 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026 hpc.stateless developers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The compliance suite in verify: which tests an image gets, and pytest's JUnit report as record checks."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from ansible_collections.hpc.stateless.plugins.action.compliance_suite import inventory_dir
+from ansible_collections.hpc.stateless.plugins.module_utils._verify.suite import (
+    SuiteError,
+    bad_checks,
+    chain_roles,
+    check_id,
+    parse_junit,
+    suite_paths,
+    summary,
+)
+
+LAYERS = {
+    "base": {"parent": None, "roles": ["hpc.stateless.base"]},
+    "hsn": {"parent": "base", "roles": ["hpc.stateless.hsn"]},
+    "slurm": {"parent": "hsn", "roles": ["hpc.stateless.slurm", "site_motd", {"role": "hpc.stateless.base"}]},
+}
+
+
+def test_chain_roles_root_first_each_once():
+    assert chain_roles(LAYERS, "slurm") == ["base", "hsn", "slurm", "site_motd"]
+    assert chain_roles(LAYERS, "base") == ["base"]
+
+
+def test_chain_roles_names_a_layer_missing_from_the_plan():
+    with pytest.raises(SuiteError, match="layer 'gone' of 'x'"):
+        chain_roles({"x": {"parent": "gone", "roles": []}}, "x")
+    with pytest.raises(SuiteError, match="layer 'a' of 'a'.*not in the plan"):
+        chain_roles({"a": {"parent": "b"}, "b": {"parent": "a"}}, "a")
+
+
+def test_suite_paths_baseline_first_then_role_tests_that_exist_then_the_sites(tmp_path):
+    for role in ("_shared", "base", "slurm"):
+        (tmp_path / role / "tests").mkdir(parents=True)
+    site = tmp_path / "site_tests.py"
+    site.write_text("")
+    assert suite_paths(str(tmp_path), ["base", "hsn", "hpc.stateless.slurm"], [str(site)]) == [
+        str(tmp_path / "_shared/tests"), str(tmp_path / "base/tests"), str(tmp_path / "slurm/tests"), str(site)]
+    with pytest.raises(SuiteError, match="hpc_stateless_verify_suite_paths: /nonexistent does not exist"):
+        suite_paths(str(tmp_path), [], ["/nonexistent"])
+
+
+def test_suite_paths_without_the_suite_say_the_collection_is_incomplete(tmp_path):
+    with pytest.raises(SuiteError, match="compliance suite is not at .*install it again"):
+        suite_paths(str(tmp_path), ["base"])
+
+
+def test_check_id_is_role_file_and_test():
+    assert check_id("base.tests.test_base", "test_sysctl") == "base/test_base::test_sysctl"
+    assert check_id("_shared.tests.test_baseline", "test_x[/etc/passwd]") == "_shared/test_baseline::test_x[/etc/passwd]"
+    assert check_id("", "test_y") == "test_y"
+
+
+REPORT = """<?xml version="1.0" encoding="utf-8"?>
+<testsuites><testsuite name="pytest" tests="5">
+<testcase classname="base.tests.test_base" name="test_ok" time="0.1"/>
+<testcase classname="base.tests.test_base" name="test_bad" time="0.1">
+  <failure message="AssertionError: kernel parameters at boot (found, wanted): {'a': ('1', '0')}">long trace</failure>
+</testcase>
+<testcase classname="_shared.tests.test_runtime" name="test_cannot_run" time="0.1">
+  <error message="failed on setup with &quot;RuntimeError: the booted container is no longer running&quot;">trace</error>
+</testcase>
+<testcase classname="_shared.tests.test_baseline" name="test_waived" time="0">
+  <skipped type="pytest.skip" message="waived: scratch image, ticket 12">_shared/tests/test_baseline.py:5: waived: scratch image, ticket 12</skipped>
+</testcase>
+<testcase classname="hsn.tests.test_hsn" name="test_if[1]" time="0">
+  <skipped type="pytest.skip" message="fewer interfaces configured">hsn/tests/test_hsn.py:113: fewer interfaces configured</skipped>
+</testcase>
+</testsuite></testsuites>
+"""
+
+
+def test_parse_junit_gives_one_check_per_case_with_its_result():
+    checks = parse_junit(REPORT)
+    assert [(c["name"], c["result"], c["passed"]) for c in checks] == [
+        ("base/test_base::test_ok", "passed", True),
+        ("base/test_base::test_bad", "failed", False),
+        ("_shared/test_runtime::test_cannot_run", "error", False),
+        ("_shared/test_baseline::test_waived", "waived", True),
+        ("hsn/test_hsn::test_if[1]", "skipped", True),
+    ]
+    assert checks[1]["detail"].startswith("AssertionError: kernel parameters at boot")
+    assert "long trace" in checks[1]["detail"]
+    assert "no longer running" in checks[2]["detail"]
+    assert (checks[3]["waiver"], checks[3]["detail"]) == ("scratch image, ticket 12", "")
+    assert checks[4]["detail"] == "fewer interfaces configured"
+    assert summary(checks) == {"passed": 1, "failed": 1, "error": 1, "waived": 1, "skipped": 1}
+    assert [c["name"] for c in bad_checks(checks)] == ["base/test_base::test_bad", "_shared/test_runtime::test_cannot_run"]
+
+
+@pytest.mark.parametrize("text, message", [
+    ("not xml", "not a JUnit XML report"),
+    ("<testsuites><testsuite/></testsuites>", "ran no check"),
+    ("<testsuite><testcase classname='a' name='t'/><testcase classname='a' name='t'/></testsuite>",
+     r"checks reported twice: \['a::t'\]"),
+])
+def test_parse_junit_refuses_what_proves_nothing(text, message):
+    with pytest.raises(SuiteError, match=message):
+        parse_junit(text, "report.xml")
+
+
+def test_parse_junit_reads_a_real_pytest_report(tmp_path):
+    """pytest's own JUnit writer (no double): one passing, one failing, one waived and one erroring case."""
+    (tmp_path / "role" / "tests").mkdir(parents=True)
+    (tmp_path / "role" / "tests" / "test_x.py").write_text(
+        "import pytest\n"
+        "@pytest.fixture\n"
+        "def broken():\n    raise RuntimeError('tool missing')\n"
+        "def test_pass():\n    assert True\n"
+        "def test_fail():\n    assert 1 == 2, 'one is not two'\n"
+        "@pytest.mark.skip(reason='waived: not on this site')\n"
+        "def test_waived():\n    pass\n"
+        "def test_error(broken):\n    pass\n")
+    report = tmp_path / "junit.xml"
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(tmp_path),
+                    "-c", "/dev/null", f"--junitxml={report}", str(tmp_path / "role" / "tests")],
+                   cwd=tmp_path, capture_output=True, check=False)
+    checks = {c["name"]: c for c in parse_junit(report.read_bytes())}
+    assert {name: c["result"] for name, c in checks.items()} == {
+        "role/test_x::test_pass": "passed", "role/test_x::test_fail": "failed",
+        "role/test_x::test_waived": "waived", "role/test_x::test_error": "error"}
+    assert "one is not two" in checks["role/test_x::test_fail"]["detail"]
+    assert "tool missing" in checks["role/test_x::test_error"]["detail"]
+    assert checks["role/test_x::test_waived"]["waiver"] == "not on this site"
+
+
+def test_inventory_dir_is_the_first_directory_or_the_directory_of_a_hosts_file(tmp_path):
+    hosts = tmp_path / "inv" / "hosts.yml"
+    hosts.parent.mkdir()
+    hosts.write_text("all: {}\n")
+    assert inventory_dir([str(hosts)]) == str(tmp_path / "inv")
+    assert inventory_dir([str(tmp_path / "missing"), str(tmp_path / "inv")]) == str(tmp_path / "inv")
+    assert inventory_dir(str(tmp_path / "inv")) == str(tmp_path / "inv")
+    assert inventory_dir([]) == ""
