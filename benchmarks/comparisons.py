@@ -193,7 +193,29 @@ def _plan(data: dict[str, Any]) -> list[dict[str, Any]]:
                 f"{fmt_value(largest['full_median_s'])}")
     return [budget(f"plan {case['layers']} layers x {case['changed_files']} changed files", goal["max_seconds"],
                    "hpc.stateless.plan (keys + change mapping)", goal["measured_full_median_s"],
-                   f"<= {goal['max_seconds']:g} s", b_samples=row.get("full_samples_s"), note=note)]
+                   f"<= {goal['max_seconds']:g} s", b_samples=row.get("full_samples_s"), note=note)] \
+        + (_freshness(data["freshness"]) if "freshness" in data else [])
+
+
+def _freshness(fresh: dict[str, Any]) -> list[dict[str, Any]]:
+    """The freshness check on the default DAG (issue 27): on top of the no-op plan, <= 1 s warm."""
+    dag = f"{len(fresh['layers'])}-layer default DAG"
+    noop = fresh["noop_plan_median_seconds"]
+    pending = sum(len(found) for found in fresh["updates"].values())
+    return [
+        budget(f"freshness check of the {dag}, warm (conditional GET per source)", fresh["goal_seconds"],
+               "archive view + pending updates", fresh["warm_median_seconds"], f"<= {fresh['goal_seconds']:g} s",
+               b_samples=fresh["warm_samples"], note=f"answers: {', '.join(sorted(set(fresh['warm_network'].values())))}; "
+                                                    f"no-op plan {fmt_value(noop)}"),
+        budget(f"freshness check of the {dag}, within max_age (no request)", fresh["goal_seconds"],
+               "archive view + pending updates", fresh["within_max_age_median_seconds"],
+               f"<= {fresh['goal_seconds']:g} s", b_samples=fresh["within_max_age_samples"],
+               note=f"{pending} pending updates found"),
+        comparison(f"no-op plan of the {dag} and the freshness check on top of it", "no-op plan (ansible-playbook)",
+                   noop, "freshness check, warm", fresh["warm_median_seconds"], "reported side by side", None,
+                   a_samples=fresh["noop_plan_samples"], b_samples=fresh["warm_samples"],
+                   note=f"cold fetch (empty cache) {fmt_value(fresh['cold_seconds'])}"),
+    ]
 
 
 def edit_rows(data: dict[str, Any]) -> list[dict[str, Any]]:

@@ -21,6 +21,7 @@ Writes are atomic and one :class:`~..._fs.Flock` (``cache_dir/lock``) serialises
 
 from __future__ import annotations
 
+import concurrent.futures
 import email.utils
 import gzip
 import hashlib
@@ -47,6 +48,8 @@ POLICIES = ("any", "security", "never")
 DEFAULT_MAX_AGE = 300.0
 #: Seconds a single request may take.
 DEFAULT_TIMEOUT = 30.0
+#: Sources read at the same time.
+FETCH_THREADS = 4
 #: Seconds a run waits for another run reading the same cache.
 LOCK_TIMEOUT = 600.0
 #: The keyrings a source without ``signed_by`` is checked against (those present on the controller).
@@ -284,8 +287,14 @@ class ArchiveView:
             raise ArchiveError(f"the archive cache {cache} is busy: {exc}",
                                hint="wait for that run to end, or remove the lock file if its process is gone") from None
         try:
-            for entry in merged.values():
-                loader.load(entry)
+            entries = list(merged.values())
+            # The sources are independent (their own record files; index files named by content): read them
+            # side by side, so a run costs the slowest source's round trips, not their sum.
+            with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(FETCH_THREADS, len(entries)))) as pool:
+                outcomes = list(pool.map(_attempt(loader.load, cache), entries))
+            for error in outcomes:
+                if error is not None:
+                    raise error
         finally:
             lock.release()
         return cls(list(merged.values()), arch)
@@ -346,6 +355,23 @@ class ArchiveView:
         return found
 
 
+def _attempt(load: Callable[[_Loaded], None], cache: str) -> Callable[[_Loaded], ArchiveError | None]:
+    """``load`` returning its ArchiveError instead of raising it (the first in declaration order is raised); a
+    tool that cannot run (gpgv) or a cache that cannot be written is one too, naming the source."""
+    def attempt(entry: _Loaded) -> ArchiveError | None:
+        try:
+            load(entry)
+        except ArchiveError as exc:
+            return exc
+        except _process.ProcessError as exc:
+            return ArchiveError(str(exc), entry.source)
+        except OSError as exc:
+            return ArchiveError(f"cannot write the archive cache {cache}: {exc.strerror or exc}", entry.source,
+                                "free space there, or set hpc_stateless_freshness_cache_dir to another directory")
+        return None
+    return attempt
+
+
 class _Loader:
     """Reads one source at a time into the cache (the caller holds the cache's lock)."""
 
@@ -362,7 +388,7 @@ class _Loader:
                 raise PermissionError(13, "not writable")
         except OSError as exc:
             raise ArchiveError(f"cannot use the archive cache directory {self.cache}: {exc.strerror or exc}",
-                               hint="set hpc_stateless_archive_cache_dir to a directory this user can write") from None
+                               hint="set hpc_stateless_freshness_cache_dir to a directory this user can write") from None
 
     # -- one source -----------------------------------------------------------------------------------
     def load(self, entry: _Loaded) -> None:
@@ -491,10 +517,12 @@ class _Loader:
 
     def _check_valid_until(self, entry: _Loaded) -> None:
         until = entry.release.get("valid_until")
-        if self.check_valid_until and until is not None and until < self.now:
+        check = self.check_valid_until and getattr(entry.source, "check_valid_until", True) is not False
+        if check and until is not None and until < self.now:
             raise ArchiveError(f"its Release file expired on {iso_utc(until)} (Valid-Until is in the past)",
                                entry.source, "a mirror that stopped syncing serves stale security data; for a dated "
-                               "snapshot on purpose set hpc_stateless_archive_check_valid_until: false")
+                               "snapshot on purpose: hpc_stateless_freshness_policy: never (the plan warns and keeps the "
+                               "layers), or an archive view loaded with check_valid_until=False (docs/freshness.md)")
 
     def _packages(self, entry: _Loaded, component: str) -> dict[str, list[str]]:
         source, files = entry.source, entry.release.get("files", {})

@@ -47,12 +47,12 @@ class CountingFetch:
 def fixture_repos(tmp_path_factory):
     """A release suite (openssl 3.0.20, bash 5.2) and a security suite (openssl 3.0.22), each with its own key."""
     base = tmp_path_factory.mktemp("archive")
-    release = AptRepo(base / "release", suite="bookworm")
+    release = AptRepo(base / "release", suites=("bookworm",))
     release.add_package("openssl", "3.0.20-1~deb12u1")
     release.add_package("bash", "5.2.15-2+b2")
     release.add_package("zlib1g", "1:1.2.13.dfsg-1")
     release.publish()
-    security = AptRepo(base / "security", suite="bookworm-security")
+    security = AptRepo(base / "security", suites=("bookworm-security",))
     security.add_package("openssl", "3.0.22-1~deb12u1")
     security.add_package("openssl", "3.0.21-1~deb12u1")  # an index may list several versions: the newest counts
     security.publish()
@@ -148,7 +148,7 @@ def test_repeated_declarations_are_read_once(repos, tmp_path):
 def test_cache_max_age_conditional_get_and_a_new_publish(tmp_path):
     """Cold: InRelease + Packages per source. Within max_age: no request. After it: one conditional GET,
     answered 304. A publish: the new InRelease and the changed index are fetched, the candidate moves."""
-    repo = AptRepo(tmp_path / "repo", suite="bookworm")
+    repo = AptRepo(tmp_path / "repo", suites=("bookworm",))
     try:
         repo.add_package("openssl", "3.0.20-1")
         repo.publish()
@@ -226,7 +226,7 @@ def test_armoured_keyring_is_accepted(repos, tmp_path):
 
 
 def test_release_with_detached_signature_and_unsigned_repositories(tmp_path):
-    repo = AptRepo(tmp_path / "repo", suite="site")
+    repo = AptRepo(tmp_path / "repo", suites=("site",))
     try:
         repo.add_package("slurm-wlm", "23.11.4-1")
         repo.publish()
@@ -249,7 +249,7 @@ def test_release_with_detached_signature_and_unsigned_repositories(tmp_path):
 
 
 def test_tampered_packages_index_is_refused(tmp_path):
-    repo = AptRepo(tmp_path / "repo", suite="bookworm")
+    repo = AptRepo(tmp_path / "repo", suites=("bookworm",))
     try:
         repo.add_package("openssl", "3.0.20-1")
         repo.publish()
@@ -287,7 +287,7 @@ def test_unknown_suite_component_and_unreachable_mirror(repos, tmp_path):
 
 
 def test_expired_valid_until_is_refused_unless_snapshots_are_allowed(tmp_path):
-    repo = AptRepo(tmp_path / "repo", suite="stale")  # short: gpg-agent socket paths are limited
+    repo = AptRepo(tmp_path / "repo", suites=("stale",))  # short: gpg-agent socket paths are limited
     try:
         repo.add_package("openssl", "3.0.22-1")
         repo.publish()
@@ -300,7 +300,7 @@ def test_expired_valid_until_is_refused_unless_snapshots_are_allowed(tmp_path):
                      str(dists / "Release"))
         source = [Source("security", f"file://{repo.root}", "stale", ("main",), str(repo.keyring), "base")]
         with pytest.raises(ArchiveError, match=r"its Release file expired on 2022-01-01T00:00:00Z \(Valid-Until is in the "
-                                               r"past\) - .*hpc_stateless_archive_check_valid_until: false"):
+                                               r"past\) - .*hpc_stateless_freshness_policy: never .*check_valid_until=False"):
             ArchiveView.load(source, arch=ARCH, cache_dir=str(tmp_path / "cache"))
         view = ArchiveView.load(source, arch=ARCH, cache_dir=str(tmp_path / "cache"), check_valid_until=False)
         assert view.candidate("openssl")[0] == "3.0.22-1"
@@ -310,10 +310,10 @@ def test_expired_valid_until_is_refused_unless_snapshots_are_allowed(tmp_path):
 
 def test_flat_repository(tmp_path):
     """``deb [signed-by=...] <uri> ./``: Release and Packages next to the packages, no components."""
-    repo = AptRepo(tmp_path / "repo", suite="flat")
+    repo = AptRepo(tmp_path / "repo", suites=("flat",))
     try:
         repo.add_package("vendor-ofed", "24.04-1")
-        flat = repo.root / "pool"
+        flat = repo.root / "pool" / repo.suite
         archive_tools = __import__("apt_repo_support")
         (flat / "Packages").write_bytes(archive_tools._run("apt-ftparchive", "packages", ".", cwd=flat))  # pylint: disable=protected-access
         (flat / "Release").write_bytes(archive_tools._run("apt-ftparchive", "release", ".", cwd=flat))  # pylint: disable=protected-access
@@ -355,3 +355,12 @@ def test_parse_packages_keeps_every_version_newest_first():
     text = ("Package: a\nVersion: 1.0\nArchitecture: all\n\nPackage: b\nSource: x (2)\nVersion: 2:0.1\n\n"
             "Package: a\nVersion: 1.0~rc1\n\nPackage: a\nVersion: 1.0+b1\n")
     assert archive.parse_packages(text) == {"a": ["1.0+b1", "1.0", "1.0~rc1"], "b": ["2:0.1"]}
+
+
+def test_missing_gpgv_is_an_archive_error_naming_the_source(repos, tmp_path, monkeypatch):
+    """The controller needs gpgv: without it the check fails like any unreadable source, saying what to install."""
+    release, security = repos
+    monkeypatch.setenv("PATH", str(tmp_path))  # no gpgv on this PATH (nor in the sbin directories)
+    with pytest.raises(ArchiveError, match=r"^base: apt source file://.* bookworm: gpgv is not installed on this host; "
+                                           r"install gpgv"):
+        ArchiveView.load(_sources(release, security), arch=ARCH, cache_dir=str(tmp_path / "cache"))
