@@ -213,6 +213,12 @@ class FreshnessCheck:
                                  "(hpc_stateless_freshness_policy never: not rebuilt)")
             return Verdict(layer, inputs_key, own_key, True, image=ref, lag=updates)
         key = updated_key(inputs_key, updates)
+        if key == own_key:
+            # This image is the rebuild for exactly these updates, and still lacks them: apt did not install them
+            # (a pin, a held package, a role asking for a version). Rebuilding again would change nothing.
+            self.warnings.append(f"{what}{layer} was rebuilt for {describe_updates(updates)} and still lacks them "
+                                 "(pinned or held packages, or a role installing a fixed version?)")
+            return Verdict(layer, inputs_key, key, True, image=ref, lag=updates)
         return Verdict(layer, inputs_key, key, self._exists(prefix, layer, key),
                        f"{what}{layer}: {describe_updates(updates)}", ref, updates)
 

@@ -148,6 +148,17 @@ def test_only_the_moved_layer_and_its_descendants_get_new_keys():
     assert all(v.cached for v in check.verdicts.values())
 
 
+def test_a_rebuild_that_did_not_install_the_update_is_kept_and_named_not_rebuilt_again():
+    site, _first = built_site()
+    view = as_offered(FakeView({"rdma-core": ("44.0-2+deb12u1", SECURITY)}), INSTALLED)
+    keys, check = site.plan(view)
+    site.build(keys, check, INSTALLED)  # apt kept 44.0-2 (a pin)
+    again, check = site.plan(view)
+    assert again["hsn"].key == keys["hsn"].key and check.verdicts["hsn"].cached
+    assert check.warnings == ["hsn was rebuilt for 1 security update (rdma-core 44.0-2 -> 44.0-2+deb12u1) and still "
+                              "lacks them (pinned or held packages, or a role installing a fixed version?)"]
+
+
 def test_a_package_of_the_parent_is_the_parents_update_not_the_childs():
     site, first = built_site()
     view = as_offered(FakeView({"openssl": ("3.0.22-1", SECURITY)}), INSTALLED)
