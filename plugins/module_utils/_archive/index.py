@@ -355,6 +355,30 @@ class ArchiveView:
         return found
 
 
+def _keyrings(source) -> list[str]:
+    """The keyring files the source's signature is checked against; ArchiveError when there is none."""
+    if source.signed_by:
+        if not os.path.isfile(source.signed_by):
+            raise ArchiveError(f"its keyring {source.signed_by} is not a file on this controller", source,
+                               "put the repository's public key there (binary .gpg or armoured .asc)")
+        return [source.signed_by]
+    found = [k for k in DISTRO_KEYRINGS if os.path.isfile(k)]
+    if not found:
+        raise ArchiveError("no keyring to check its signature: the source names none and no archive keyring "
+                           f"is installed ({', '.join(DISTRO_KEYRINGS)})", source,
+                           "install debian-archive-keyring (or ubuntu-keyring), or give the source a keyring")
+    return found
+
+
+def _keyrings_digest(source) -> str:
+    """The sha256 of the source's keyring files: a record verified with other keys is not taken as verified."""
+    digest = hashlib.sha256()
+    for keyring in _keyrings(source):
+        with open(keyring, "rb") as handle:
+            digest.update(handle.read())
+    return digest.hexdigest()
+
+
 def _attempt(load: Callable[[_Loaded], None], cache: str) -> Callable[[_Loaded], ArchiveError | None]:
     """``load`` returning its ArchiveError instead of raising it (the first in declaration order is raised); a
     tool that cannot run (gpgv) or a cache that cannot be written is one too, naming the source."""
@@ -434,8 +458,9 @@ class _Loader:
         source = entry.source
         path = self._record_path(source)
         record = self._read_json(path)
-        if record and not (record.get("verified") or self._trusted(source)):
-            record = None  # read before as trusted: this run checks signatures, so it reads afresh
+        keyrings = "" if self._trusted(source) else _keyrings_digest(source)
+        if record and not (self._trusted(source) or (record.get("verified") and record.get("keyrings") == keyrings)):
+            record = None  # read before as trusted, or checked with other keys: this run checks afresh
         if record and self.now - float(record.get("checked", 0)) < self.max_age:
             entry.network = "none"
             return record
@@ -483,7 +508,8 @@ class _Loader:
         content = self._verified(source, reply.body, detached)
         fields = parse_release(content.decode("utf-8", "replace"))
         record = {"format": _CACHE_FORMAT, "uri": source.uri.rstrip("/"), "suite": source.suite,
-                  "sha256": digest, "checked": self.now, "verified": not self._trusted(source), "etag": reply.etag, "last_modified": reply.last_modified,
+                  "sha256": digest, "checked": self.now, "verified": not self._trusted(source), "keyrings": keyrings,
+                  "etag": reply.etag, "last_modified": reply.last_modified,
                   "date": str(fields.get("Date", "")), "valid_until": _release_time(fields.get("Valid-Until")),
                   "by_hash": str(fields.get("Acquire-By-Hash", "")).lower() == "yes",
                   "files": {p: list(v) for p, v in fields["SHA256"].items() if "Packages" in p}}
@@ -498,17 +524,7 @@ class _Loader:
             if detached is None and body.lstrip().startswith(b"-----BEGIN PGP SIGNED MESSAGE"):
                 return _clearsigned_text(body)
             return body
-        if source.signed_by:
-            if not os.path.isfile(source.signed_by):
-                raise ArchiveError(f"its keyring {source.signed_by} is not a file on this controller", source,
-                                   "put the repository's public key there (binary .gpg or armoured .asc)")
-            keyrings = [source.signed_by]
-        else:
-            keyrings = [k for k in DISTRO_KEYRINGS if os.path.isfile(k)]
-            if not keyrings:
-                raise ArchiveError("no keyring to check its signature: the source names none and no archive keyring "
-                                   f"is installed ({', '.join(DISTRO_KEYRINGS)})", source,
-                                   "install debian-archive-keyring (or ubuntu-keyring), or give the source a keyring")
+        keyrings = _keyrings(source)
         try:
             return verify_signature(body, keyrings, detached)
         except ValueError as exc:

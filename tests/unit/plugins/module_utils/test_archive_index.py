@@ -8,9 +8,13 @@ gpgv checks the signatures for real; apt itself is asked, as the judge, which ca
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import shutil
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -364,3 +368,52 @@ def test_missing_gpgv_is_an_archive_error_naming_the_source(repos, tmp_path, mon
     with pytest.raises(ArchiveError, match=r"^base: apt source file://.* bookworm: gpgv is not installed on this host; "
                                            r"install gpgv"):
         ArchiveView.load(_sources(release, security), arch=ARCH, cache_dir=str(tmp_path / "cache"))
+
+
+def test_a_replaced_keyring_is_checked_again_even_within_max_age(repos, tmp_path):
+    """The cache remembers which keys verified a source: another key file under the same name reads it afresh."""
+    release, security = repos
+    keyring = tmp_path / "site.gpg"
+    keyring.write_bytes(release.keyring.read_bytes())
+    source = [Source("release", f"file://{release.root}", "bookworm", ("main",), str(keyring), "base")]
+    cache = str(tmp_path / "cache")
+    ArchiveView.load(source, arch=ARCH, cache_dir=cache, max_age=300)
+    keyring.write_bytes(security.keyring.read_bytes())
+    with pytest.raises(ArchiveError, match="its Release file is not signed by a key of"):
+        ArchiveView.load(source, arch=ARCH, cache_dir=cache, max_age=300)
+
+
+UNPRIVILEGED_CHECK = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from ansible_collections.hpc.stateless.plugins.module_utils._archive.index import ArchiveView, default_cache_dir, pending_updates
+from ansible_collections.hpc.stateless.plugins.module_utils._contract.sources import Source
+source = Source("security", sys.argv[2], "bookworm-security", ("main",), sys.argv[3], "base")
+view = ArchiveView.load([source], arch="amd64")
+print(json.dumps({"cache": default_cache_dir(), "updates": [str(u) for u in pending_updates(view, {"openssl": "3.0.20-1"})]}))
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
+                    reason="run as root to switch to an unprivileged user (as an ordinary user every test here is one)")
+def test_an_unprivileged_user_checks_into_its_own_cache(repos):
+    """The controller may run as an ordinary user: gpgv and the cache need no root; the cache is under $HOME."""
+    security = repos[1]
+    home = Path(tempfile.mkdtemp(prefix="hpc-archive-home-"))  # pytest's tmp_path is root's alone (0700)
+    try:
+        keyring = home / "security.gpg"
+        keyring.write_bytes(security.keyring.read_bytes())
+        for path in (home, keyring):
+            os.chown(path, 65534, 65534)
+        collections = str(Path(archive.__file__).resolve().parents[5])
+        with security.serve() as uri:
+            proc = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "env", f"HOME={home}",
+                                   "/usr/bin/python3", "-c", UNPRIVILEGED_CHECK, collections, uri, str(keyring)],
+                                  capture_output=True, text=True, check=False, cwd=str(home))
+        packages_owner = os.stat(home / ".cache/hpc.stateless/archive/packages").st_uid if proc.returncode == 0 else None
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result == {"cache": f"{home}/.cache/hpc.stateless/archive", "updates": ["openssl 3.0.20-1 -> 3.0.22-1~deb12u1"]}
+    assert packages_owner == 65534
