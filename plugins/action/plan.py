@@ -247,6 +247,7 @@ class ActionModule(ActionBase):
         existing: set[str] = set()
         image_ids: dict[str, str] = {}
         check: FreshnessCheck | None = None
+        views: ArchiveViews | None = None
         if args["compute_keys"] and args["check_storage"]:
             info = self._execute_module(module_name="hpc.stateless.layer_info", module_args={},
                                         task_vars=task_vars)
@@ -255,8 +256,8 @@ class ActionModule(ActionBase):
             image_ids = {name: image.get("id") or "" for image in info.get("images", []) for name in image.get("names", [])}
             existing = set(image_ids)
             specs = {name: graph.spec(name) for name in graph.order()}
-            check = FreshnessCheck(Storage(info.get("images", [])), prefix, args["freshness_policy"],
-                                   ArchiveViews(specs, **self._archive_options(args)).for_layer)
+            views = ArchiveViews(specs, **self._archive_options(args))
+            check = FreshnessCheck(Storage(info.get("images", [])), prefix, args["freshness_policy"], views.for_layer)
 
         keys = {}
         try:
@@ -272,7 +273,11 @@ class ActionModule(ActionBase):
         finally:
             self._drop_check_cache()
         if check is not None:
-            planned["freshness"] = {"policy": args["freshness_policy"], "warnings": check.warnings}
+            network: dict[str, str] = {}
+            for view in views.loaded if views else []:
+                network.update(view.network)
+            planned["freshness"] = {"policy": args["freshness_policy"], "warnings": check.warnings,
+                                    "seconds": round(check.seconds, 3), "network": network}
             if check.warnings:
                 planned["warnings"] = list(check.warnings)
         for entry in planned["layers"].values():

@@ -317,7 +317,10 @@ stale:
   type: list
   elements: str
 freshness:
-  description: With O(check_storage), the C(policy) applied and the C(warnings) (lag under V(never), images without a record).
+  description:
+    - With O(check_storage), the C(policy) applied, the C(warnings) (lag under V(never), images without a record),
+      the C(seconds) the check took (the archive view's loading included) and how each source was read this time
+      (C(network), C(<uri> <suite>) to C(none) within the cache's max age, C(304), C(same) or C(fetched)).
   returned: when O(check_storage) and O(compute_keys)
   type: dict
 leaves:

@@ -32,6 +32,7 @@ import dataclasses
 import hashlib
 import json
 import platform
+import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -159,18 +160,27 @@ class FreshnessCheck:
         self.verdicts: dict[str, Verdict] = {}
         self.bootstraps: dict[str, Verdict] = {}
         self.warnings: list[str] = []
+        self.seconds = 0.0  # spent asking images and the archive (the view's loading included)
 
     # -- per layer ------------------------------------------------------------------------------------
     def settle(self, layer: str, inputs_key: str, parent: str | None) -> str:
         """The key of ``layer`` whose inputs key is ``inputs_key`` (a ``compute_keys`` settle callback)."""
         parent_verdict = self.verdicts.get(parent) if parent else None
-        verdict = self._ask(layer, inputs_key, self.prefix, parent, parent_verdict)
+        started = time.perf_counter()
+        try:
+            verdict = self._ask(layer, inputs_key, self.prefix, parent, parent_verdict)
+        finally:
+            self.seconds += time.perf_counter() - started
         self.verdicts[layer] = verdict
         return verdict.key
 
     def settle_bootstrap(self, root: str, inputs_key: str) -> Verdict:
         """The key of root layer ``root``'s bootstrapped root, whose key over the bootstrap spec is ``inputs_key``."""
-        verdict = self._ask(root, inputs_key, self.bootstrap_prefix, None, None, what="bootstrapped root of ")
+        started = time.perf_counter()
+        try:
+            verdict = self._ask(root, inputs_key, self.bootstrap_prefix, None, None, what="bootstrapped root of ")
+        finally:
+            self.seconds += time.perf_counter() - started
         self.bootstraps[root] = verdict
         return verdict
 
