@@ -581,7 +581,11 @@ class _Loader:
             text = decompress(body).decode("utf-8", "replace")
         except (lzma.LZMAError, OSError, EOFError) as exc:
             raise ArchiveError(f"{base}{suffix} does not decompress ({exc})", source, "retry, or use another mirror") from None
-        packages = parse_packages(text)
+        try:
+            packages = parse_packages(text)
+        except ValueError as exc:
+            raise ArchiveError(f"{base}{suffix} lists a version that is not a Debian version ({exc})", source,
+                               "fix the repository's package versions, or leave the source out") from None
         write_atomic(cached_path, json.dumps({"format": _CACHE_FORMAT, "packages": packages}, separators=(",", ":")),
                      sync=False)
         return packages
@@ -632,7 +636,11 @@ def pending_updates(view: ArchiveView, installed: Mapping[str, str], policy: str
         if found is None:
             continue
         candidate, source = found
-        if debversion.compare(candidate, version) > 0:
+        try:
+            newer = debversion.compare(candidate, version) > 0
+        except ValueError as exc:
+            raise ValueError(f"installed package {name}: {exc}") from None
+        if newer:
             security = source.kind == "security"
             if policy != "security" or security:
                 updates.append(Update(name, version, candidate, source.suite, security))

@@ -124,6 +124,8 @@ def test_pending_updates_under_each_policy(repos, tmp_path):
     assert describe_updates([]) == "no updates"
     with pytest.raises(ValueError, match="unknown freshness policy 'sometimes' .*any, security, never"):
         pending_updates(view, installed, "sometimes")
+    with pytest.raises(ValueError, match=r"installed package bash: not a Debian version: 'x:1' \(the epoch 'x' is not a number\)"):
+        pending_updates(view, {"bash": "x:1"})
 
 
 def test_restricted_view_sees_only_a_layers_sources(repos, tmp_path):
