@@ -419,3 +419,34 @@ def test_an_unprivileged_user_checks_into_its_own_cache(repos):
     result = json.loads(proc.stdout)
     assert result == {"cache": f"{home}/.cache/hpc.stateless/archive", "updates": ["openssl 3.0.20-1 -> 3.0.22-1~deb12u1"]}
     assert packages_owner == 65534
+
+
+def test_by_hash_when_offered_else_the_plain_path(tmp_path):
+    """A Release file with ``Acquire-By-Hash: yes`` (Debian's): the index is fetched by its hash, which a mirror
+    mid-sync cannot swap under the reader; a mirror without the by-hash file still serves the plain path."""
+    repo = AptRepo(tmp_path / "repo", suites=("hashed",))
+    try:
+        repo.add_package("openssl", "3.0.22-1")
+        repo.publish()
+        dists = repo.root / "dists/hashed"
+        text = (dists / "Release").read_text(encoding="utf-8").replace("Date:", "Acquire-By-Hash: yes\nDate:", 1)
+        (dists / "Release").write_text(text, encoding="utf-8")
+        (dists / "InRelease").unlink()
+        repo.key.gpg("--yes", "--local-user", repo.key.fingerprint, "--clearsign", "--output", str(dists / "InRelease"),
+                     str(dists / "Release"))
+        source = [Source("release", f"file://{repo.root}", "hashed", ("main",), str(repo.keyring), "base")]
+        plain = CountingFetch()
+        ArchiveView.load(source, arch=ARCH, cache_dir=str(tmp_path / "c1"), fetch=plain)
+        digest = archive.hashlib.sha256((dists / "main/binary-amd64/Packages.xz").read_bytes()).hexdigest()
+        assert [(url.split("/hashed/")[1], status) for url, status in plain.requests] == [
+            ("InRelease", 200), (f"main/binary-amd64/by-hash/SHA256/{digest}", 404), ("main/binary-amd64/Packages.xz", 200)]
+        by_hash = dists / "main/binary-amd64/by-hash/SHA256"
+        by_hash.mkdir(parents=True)
+        (by_hash / digest).write_bytes((dists / "main/binary-amd64/Packages.xz").read_bytes())
+        hashed = CountingFetch()
+        view = ArchiveView.load(source, arch=ARCH, cache_dir=str(tmp_path / "c2"), fetch=hashed)
+        assert [status for _url, status in hashed.requests] == [200, 200]
+        assert hashed.requests[1][0].endswith(f"/by-hash/SHA256/{digest}")
+        assert view.candidate("openssl")[0] == "3.0.22-1"
+    finally:
+        repo.close()
