@@ -20,9 +20,11 @@ takes it as an argument):
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import re
+import zlib
 from typing import Mapping, Protocol
 
 from ansible_collections.hpc.stateless.plugins.module_utils._process import ProcessError
@@ -44,6 +46,10 @@ REPOSITORIES_LABEL = LABEL_PREFIX + "repositories"
 INPUTS_KEY_LABEL = LABEL_PREFIX + "inputs-key"
 #: The fields of each entry of :data:`REPOSITORIES_LABEL`.
 REPOSITORY_FIELDS = ("uri", "suite", "date", "sha256")
+#: A record label longer than this is stored deflated and base64-encoded after :data:`PACKED_PREFIX`: a label
+#: reaches buildah as one command-line argument, which Linux caps at 128 KiB (an image of thousands of packages).
+PACK_ABOVE = 16384
+PACKED_PREFIX = "zlib+base64:"
 #: On a layer the build did not seal (hpc_stateless_seal: false); its value is the reason given.
 SEAL_SKIPPED_LABEL = LABEL_PREFIX + "seal-skipped"
 
@@ -90,9 +96,15 @@ def record_labels(packages: Mapping[str, str], repositories: list[Mapping[str, s
     states = [{field: str(state.get(field) or "") for field in REPOSITORY_FIELDS} for state in repositories]
     states.sort(key=lambda state: (state["uri"], state["suite"]))
     return {
-        PACKAGES_LABEL: json.dumps(dict(sorted(packages.items())), separators=(",", ":")),
-        REPOSITORIES_LABEL: json.dumps(states, separators=(",", ":")),
+        PACKAGES_LABEL: _packed(json.dumps(dict(sorted(packages.items())), separators=(",", ":"))),
+        REPOSITORIES_LABEL: _packed(json.dumps(states, separators=(",", ":"))),
     }
+
+
+def _packed(text: str) -> str:
+    if len(text) <= PACK_ABOVE:
+        return text
+    return PACKED_PREFIX + base64.b64encode(zlib.compress(text.encode("utf-8"), 9)).decode("ascii")
 
 
 def has_package_record(labels: Mapping[str, str]) -> bool:
@@ -105,9 +117,11 @@ def _json_label(labels: Mapping[str, str], name: str, kind: type) -> object:
     if text is None or text == "":
         return kind()
     try:
+        if text.startswith(PACKED_PREFIX):
+            text = zlib.decompress(base64.b64decode(text[len(PACKED_PREFIX):], validate=True)).decode("utf-8")
         value = json.loads(text)
-    except ValueError as exc:
-        raise ValueError(f"image label {name} is not JSON ({exc}); rebuild the layer (run site.yml)") from exc
+    except (ValueError, zlib.error) as exc:
+        raise ValueError(f"image label {name} is not a readable record ({exc}); rebuild the layer (run site.yml)") from exc
     if not isinstance(value, kind):
         raise ValueError(f"image label {name} holds a JSON {type(value).__name__}, not a {kind.__name__}; "
                          "rebuild the layer (run site.yml)")

@@ -127,7 +127,7 @@ def test_labels_without_a_record_and_malformed_ones():
     assert labels.packages_of({}) == {} and labels.repositories_of({}) == []
     assert labels.inputs_key_of({labels.KEY_LABEL: "k"}) == "k"
     assert labels.inputs_key_of({labels.KEY_LABEL: "k", labels.INPUTS_KEY_LABEL: "k0"}) == "k0"
-    with pytest.raises(ValueError, match="hpc.stateless.packages is not JSON.*run site.yml"):
+    with pytest.raises(ValueError, match="hpc.stateless.packages is not a readable record.*run site.yml"):
         labels.packages_of({labels.PACKAGES_LABEL: "{openssl"})
     with pytest.raises(ValueError, match="hpc.stateless.packages must map"):
         labels.packages_of({labels.PACKAGES_LABEL: json.dumps({"openssl": 3})})
@@ -137,3 +137,16 @@ def test_labels_without_a_record_and_malformed_ones():
 
 def test_what_a_layer_installed_is_what_its_parent_lacks_or_has_at_another_version():
     assert labels.installed_by_layer({"a": "1", "b": "2", "c": "3"}, {"a": "1", "b": "1"}) == {"b": "2", "c": "3"}
+
+
+def test_a_large_record_is_packed_under_the_argument_limit_and_read_back():
+    """Thousands of packages: the label reaches buildah as one argument (at most 128 KiB on Linux)."""
+    packages = {f"lib{i:05d}-very-long-package-name-of-a-vendor-stack": f"{i}.0.{i % 7}-1+deb12u{i % 3}" for i in range(6000)}
+    record = labels.record_labels(packages, [])
+    assert len(record[labels.PACKAGES_LABEL]) < 128 * 1024 < len(json.dumps(packages))
+    assert record[labels.PACKAGES_LABEL].startswith(labels.PACKED_PREFIX)
+    assert labels.packages_of(record) == packages
+    small = labels.record_labels({"openssl": "3.0.20-1"}, [])
+    assert json.loads(small[labels.PACKAGES_LABEL]) == {"openssl": "3.0.20-1"}  # readable as it is
+    with pytest.raises(ValueError, match="hpc.stateless.packages is not a readable record"):
+        labels.packages_of({labels.PACKAGES_LABEL: labels.PACKED_PREFIX + "bm90IHpsaWI="})
