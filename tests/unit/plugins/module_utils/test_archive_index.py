@@ -93,16 +93,16 @@ def test_view_of_file_sources_candidates_origins_and_states(repos, tmp_path):
 
 
 def test_candidate_matches_what_apt_sees(repos, tmp_path):
-    """apt is the judge: its candidate for each package of the served repositories is the view's."""
+    """apt is the judge: its candidate for a package the release suite and (twice, newer) the security suite
+    offer is the view's. (One package: each apt_policy is a whole apt-get update.)"""
     release, security = repos
     with release.serve(), security.serve():
         view = ArchiveView.load(_sources(release, security), arch=ARCH, cache_dir=str(tmp_path / "cache"))
         lines = release.source_line(str(release.keyring)) + security.source_line(str(security.keyring))
-        for package in ("openssl", "bash", "zlib1g"):
-            policy = apt_policy(tmp_path / "apt", lines, package)
-            assert policy.returncode == 0, policy.stderr
-            apt_candidate = re.search(r"Candidate: (\S+)", policy.stdout).group(1)
-            assert view.candidate(package)[0] == apt_candidate, package
+        policy = apt_policy(tmp_path / "apt", lines, "openssl")
+    assert policy.returncode == 0, policy.stderr
+    apt_candidate = re.search(r"Candidate: (\S+)", policy.stdout).group(1)
+    assert view.candidate("openssl")[0] == apt_candidate == "3.0.22-1~deb12u1"
 
 
 def test_pending_updates_under_each_policy(repos, tmp_path):
@@ -144,9 +144,8 @@ def test_repeated_declarations_are_read_once(repos, tmp_path):
     """Every layer lists its root's sources: the view reads each URI+suite once and keeps the first layer's name."""
     release, security = repos
     fetch = CountingFetch()
-    with release.serve(), security.serve():
-        sources = _sources(release, security, "base") + _sources(release, security, "compute")
-        view = ArchiveView.load(sources, arch=ARCH, cache_dir=str(tmp_path / "cache"), fetch=fetch)
+    sources = _sources(release, security, "base") + _sources(release, security, "compute")
+    view = ArchiveView.load(sources, arch=ARCH, cache_dir=str(tmp_path / "cache"), fetch=fetch)
     assert len(view.sources) == 2 and {s.layer for s in view.sources} == {"base"}
     assert len([url for url, _status in fetch.requests if url.endswith("/InRelease")]) == 2
 
