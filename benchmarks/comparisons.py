@@ -111,7 +111,31 @@ def _compliance(data: dict[str, Any]) -> list[dict[str, Any]]:
         f">= {COMPLIANCE_GOAL_SPEEDUP:g}x (~600 s -> <= {data.get('goal_seconds', 30):g} s), same verdicts",
         COMPLIANCE_GOAL_SPEEDUP, a_samples=base["runs"], b_samples=fast["runs"],
         also={"same verdict on every check": not data.get("verdict_mismatches")},
-        note=f"fast path {fast['suite_seconds']:g} s for {checks} checks{extrapolated}")]
+        note=f"fast path {fast['suite_seconds']:g} s for {checks} checks{extrapolated}")] + _compliance_booted(data)
+
+
+def _compliance_booted(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """Issue 28: the suite in the image booted under nspawn, and what it adds to verify.yml."""
+    rows = []
+    booted = data.get("booted")
+    if booted:
+        nsenter, local, suite = booted["nsenter"], booted["local"], booted["suite"]
+        rows.append(comparison(
+            "100 checks on the booted image: backend per command", nsenter["label"], nsenter["median_seconds"],
+            local["label"], local["median_seconds"], "reported side by side", None,
+            a_samples=nsenter["runs"], b_samples=local["runs"],
+            also={"same verdict on every check": not booted.get("verdict_mismatches")}))
+        rows.append(budget(f"compliance suite in the booted image ({suite['checks']} checks, one pytest process)",
+                           suite["goal_seconds"], suite["label"], suite["median_seconds"],
+                           f"<= {suite['goal_seconds']:g} s", b_samples=suite["runs"]))
+    verify = data.get("verify")
+    if verify:
+        rows.append(comparison(
+            "verify.yml on the default image (forced boot)", "without the suite", verify["without"]["median_seconds"],
+            "with the suite", verify["with"]["median_seconds"], "reported side by side", None,
+            a_samples=verify["without"]["runs"], b_samples=verify["with"]["runs"],
+            note=f"the suite adds {verify['added_seconds']:g} s to every verify boot"))
+    return rows
 
 
 def _nspawn(data: dict[str, Any]) -> list[dict[str, Any]]:

@@ -13,6 +13,20 @@ Both sides run the same checks, in one invocation, against the same working cont
 reach the same verdict on every check (the benchmark fails otherwise). Goal: the
 100-check suite in <= 30 s on the fast path.
 
+The booted image (issue 28: verify.yml runs the compliance suite in the image booted under systemd-nspawn),
+one boot of the same image (``--booted-runs N``, 0 leaves it out):
+
+  nsenter   the 100 checks through molecule/_shared/compliance.py's nsenter backend: every command is
+            ``nsenter --target <leader> ... sh -c`` from the build host (what verify uses);
+  local     the same 100 checks by testinfra's own local backend started INSIDE the container (one
+            ``python3`` entered with nsenter, pytest-testinfra of the build host bound read-only into the boot);
+  suite     the real compliance suite as verify runs it: one pytest process (module_utils/_verify/suite.py's
+            command and environment), every test of molecule/_shared and of the image's roles; goal <= 20 s.
+
+``--verify-runs N`` (0 leaves it out) times ``playbooks/verify.yml`` on the default inventory's image with
+the suite (hpc_stateless_verify_suite=true) and without it, forced to boot, N times each (records go to a
+temporary directory): what the suite adds to verify, and so to every integration test that runs site.yml.
+
     python benchmarks/compliance_bench.py [--image REF] [--fast-runs N] [--ansible-runs N]
                                           [--ansible-checks N] [--output FILE]
 
@@ -26,7 +40,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
+import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -216,6 +233,120 @@ def summarize(label: str, runs: list[float], checks: int) -> dict[str, Any]:
             "suite_seconds": round(per_check * SUITE_SIZE, 2)}
 
 
+BOOTED_GOAL_SECONDS = 20.0
+_IN_CONTAINER = "/run/hpc-stateless-bench"
+_LOCAL_SIDE = """
+import json, sys, time
+sys.path[:0] = ["{root}/site", "{root}/shared", "{root}/benchmarks"]
+import testinfra, compliance_bench
+host = testinfra.get_host("local://")
+seconds, verdicts = compliance_bench.run_suite(host, compliance_bench.suite())
+print(json.dumps({{"seconds": seconds, "verdicts": verdicts}}))
+"""
+
+
+def _collection() -> Any:
+    sys.path.insert(0, str(REPO / ".collections"))
+    from ansible_collections.hpc.stateless.plugins.module_utils._nspawn import session, spec  # noqa: E402
+    from ansible_collections.hpc.stateless.plugins.module_utils._verify import suite as verify_suite  # noqa: E402
+    return session, spec, verify_suite
+
+
+def booted_bench(image: str, checks: list[Check], runs: int) -> dict[str, Any]:
+    """The three sides on one boot of ``image`` (module docstring)."""
+    import site as site_module
+
+    session_mod, spec_mod, verify_suite = _collection()
+    site_packages = next(p for p in site_module.getsitepackages() if Path(p, "testinfra").is_dir())
+    runtime = tempfile.mkdtemp(prefix="hpc-stateless-bench-nspawn-")
+    key = Path(runtime, "munge.key")
+    key.write_bytes(os.urandom(1024))
+    binds = [f"--bind-ro={site_packages}:{_IN_CONTAINER}/site", f"--bind-ro={REPO / 'molecule' / '_shared'}:"
+             f"{_IN_CONTAINER}/shared", f"--bind-ro={REPO / 'benchmarks'}:{_IN_CONTAINER}/benchmarks",
+             f"--bind={key}:/etc/munge/munge.key"]
+    spec = spec_mod.SessionSpec(host="compliance-bench", image=image, boot=True, runtime_dir=runtime,
+                                owner_pid=os.getpid(), extra_args=binds)
+    session = session_mod.Session(spec)
+    log(f"booting {image} under systemd-nspawn")
+    state = session.ensure()
+    leader = int(state["leader_pid"])
+    try:
+        time.sleep(5)  # as verify's settle time: units that fail some seconds after boot do so
+        nsenter_runs, local_runs, suite_runs = [], [], []
+        nsenter_host = compliance.nsenter_host(leader)
+        nsenter_verdicts: list[bool | None] = []
+        local_verdicts: list[bool | None] = []
+        layers = yaml.safe_load((REPO / "inventory" / "group_vars" / "all" / "layers.yml").read_text(encoding="utf-8"))
+        layer = layers["hpc_stateless_images"]["compute"]["layer"]
+        roles = verify_suite.chain_roles({name: {"parent": spec.get("parent"), "roles": spec.get("roles") or []}
+                                          for name, spec in layers["hpc_stateless_layers"].items()}, layer)
+        paths = verify_suite.suite_paths(str(REPO / "molecule"), roles)
+        counts: dict[str, int] = {}
+        for run in range(runs):
+            seconds, nsenter_verdicts = run_suite(nsenter_host, checks)
+            nsenter_runs.append(seconds)
+            proc = subprocess_run(compliance.nsenter_argv(
+                leader, f"python3 -c {shlex.quote(_LOCAL_SIDE.format(root=_IN_CONTAINER))}"), compliance.CONTAINER_ENV)
+            local = json.loads(proc.stdout.strip().splitlines()[-1])
+            local_runs.append(local["seconds"])
+            local_verdicts = local["verdicts"]
+            with tempfile.TemporaryDirectory() as tmp:
+                report = str(Path(tmp, "junit.xml"))
+                env = verify_suite.suite_environment(os.environ, leader, "nsenter", layer, roles, image=image,
+                                                     inventory=str(REPO / "inventory"))
+                started = time.monotonic()
+                # rc 1: some check failed - the counts say which; anything else is a suite that could not run
+                subprocess_run(verify_suite.pytest_command(sys.executable, str(REPO / "molecule"), report, paths), env,
+                               ok=(0, 1))
+                suite_runs.append(time.monotonic() - started)
+                found = verify_suite.parse_junit(Path(report).read_bytes(), report)
+                counts = verify_suite.summary(found)
+            log(f"booted run {run + 1}/{runs}: nsenter {nsenter_runs[-1]:.2f} s, local {local_runs[-1]:.2f} s, "
+                f"suite {suite_runs[-1]:.2f} s ({sum(counts.values())} checks: {counts})")
+    finally:
+        problems = session.stop()
+        shutil.rmtree(runtime, ignore_errors=True)
+        if problems:
+            log(f"stopping the bench boot: {problems}")
+    mismatches = [c.name for c, a, b in zip(checks, nsenter_verdicts, local_verdicts) if a != b]
+    return {
+        "image": image, "roles": roles,
+        "nsenter": summarize("nsenter backend into the booted container", nsenter_runs, len(checks)),
+        "local": summarize("testinfra local backend inside the booted container", local_runs, len(checks)),
+        "suite": {"label": "compliance suite in the booted image (one pytest process, as verify)",
+                  "runs": [round(r, 3) for r in suite_runs], "median_seconds": round(statistics.median(suite_runs), 3),
+                  "checks": sum(counts.values()), "results": counts, "goal_seconds": BOOTED_GOAL_SECONDS,
+                  "goal_met": statistics.median(suite_runs) <= BOOTED_GOAL_SECONDS},
+        "verdict_mismatches": mismatches,
+    }
+
+
+def verify_bench(runs: int) -> dict[str, Any]:
+    """verify.yml on the default image, with and without the suite (forced boots, records in a temp dir)."""
+    sides: dict[str, list[float]] = {"without": [], "with": []}
+    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "BUILDAH_ISOLATION": "chroot"}
+    for run in range(runs):
+        for side, enabled in (("without", "false"), ("with", "true")):
+            with tempfile.TemporaryDirectory() as records:
+                argv = [str(REPO / ".venv" / "bin" / "ansible-playbook"), str(REPO / "playbooks" / "verify.yml"),
+                        "-e", "hpc_stateless_verify_force=true", "-e", f"hpc_stateless_verify_suite={enabled}",
+                        "-e", f"hpc_stateless_verify_record_dir={records}"]
+                started = time.monotonic()
+                subprocess_run(argv, env, cwd=str(REPO))
+                sides[side].append(time.monotonic() - started)
+            log(f"verify run {run + 1}/{runs} {side} the suite: {sides[side][-1]:.1f} s")
+    return {side: {"runs": [round(r, 2) for r in values], "median_seconds": round(statistics.median(values), 2)}
+            for side, values in sides.items()} | {
+        "added_seconds": round(statistics.median(sides["with"]) - statistics.median(sides["without"]), 2)}
+
+
+def subprocess_run(argv: list[str], env: dict[str, str], cwd: str = "/", ok: tuple[int, ...] = (0,)) -> Any:
+    proc = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, check=False)
+    if proc.returncode not in ok:
+        raise SystemExit(f"{shlex.join(argv[:4])} ... failed (rc {proc.returncode}): {(proc.stdout + proc.stderr)[-2000:]}")
+    return proc
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--image", help="image to check (default: the default inventory's compute image)")
@@ -223,6 +354,8 @@ def main() -> int:
     parser.add_argument("--ansible-runs", type=int, default=1, help="suite runs on the baseline (median)")
     parser.add_argument("--ansible-checks", type=int, default=SUITE_SIZE,
                         help="checks timed on the baseline; fewer than 100 are scaled to 100")
+    parser.add_argument("--booted-runs", type=int, default=3, help="runs of each side on the booted image (0: none)")
+    parser.add_argument("--verify-runs", type=int, default=1, help="verify.yml runs with and without the suite (0: none)")
     parser.add_argument("--output", type=Path, default=REPO / "benchmarks" / "results" / "compliance.json")
     args = parser.parse_args()
     if not 1 <= args.ansible_checks <= SUITE_SIZE:
@@ -279,6 +412,10 @@ def main() -> int:
         "host": {"cpus": os.cpu_count(), "loadavg_1min": round(os.getloadavg()[0], 2)},
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
+    if args.booted_runs > 0:
+        result["booted"] = booted_bench(image, checks, args.booted_runs)
+    if args.verify_runs > 0:
+        result["verify"] = verify_bench(args.verify_runs)
     result["comparisons"] = comparisons.derive("compliance", result)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
@@ -291,6 +428,15 @@ def main() -> int:
               f"{summary['per_check_seconds']:>8.3f} {summary['suite_seconds']:>13.2f}")
     print(f"speed-up {ratio:.0f}x{extrapolated}; goal <= {GOAL_SECONDS:.0f} s on the fast path: "
           f"{'met' if result['goal_met'] else 'NOT met'}; results in {args.output}")
+    if "booted" in result:
+        booted = result["booted"]
+        print(f"\nbooted image: 100 checks nsenter {booted['nsenter']['median_seconds']:.2f} s, local backend inside "
+              f"{booted['local']['median_seconds']:.2f} s; the compliance suite ({booted['suite']['checks']} checks) "
+              f"{booted['suite']['median_seconds']:.2f} s (goal <= {BOOTED_GOAL_SECONDS:.0f} s: "
+              f"{'met' if booted['suite']['goal_met'] else 'NOT met'})")
+    if "verify" in result:
+        print(f"verify.yml without the suite {result['verify']['without']['median_seconds']:.1f} s, with it "
+              f"{result['verify']['with']['median_seconds']:.1f} s (+{result['verify']['added_seconds']:.1f} s)")
     print("\n" + comparisons.text_table(result["comparisons"]))
     if failed:
         print(f"checks that fail on this image ({len(failed)}): {failed}")

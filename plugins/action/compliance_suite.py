@@ -28,6 +28,8 @@ from ansible_collections.hpc.stateless.plugins.module_utils._verify.suite import
     bad_checks,
     chain_roles,
     parse_junit,
+    pytest_command,
+    suite_environment,
     suite_paths,
     summary,
 )
@@ -89,26 +91,12 @@ class ActionModule(ActionBase):
         except SuiteError as exc:
             raise AnsibleActionFail(str(exc)) from exc
         leader, nsenter = _leader(self._connection)
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "MOLECULE_", "HPC_STATELESS_"))}
-        env.update({
-            "HPC_STATELESS_TEST_TARGET": f"nsenter://{leader}",
-            "HPC_STATELESS_NSENTER": nsenter,
-            "HPC_STATELESS_TEST_IMAGE": str(image),
-            "HPC_STATELESS_TEST_ROOT": str(root),
-            "HPC_STATELESS_TEST_INSTANCE": str(layer),
-            "HPC_STATELESS_TEST_ROLES": ",".join(roles),
-            "HPC_STATELESS_WAIVERS": ":".join(waivers),
-            "BUILDAH_ISOLATION": os.environ.get("BUILDAH_ISOLATION", "chroot"),
-        })
-        inventory = inventory_dir(args.get("inventory"))
-        if inventory:
-            env.update({"HPC_STATELESS_EXPECT_FROM_INVENTORY": "1", "HPC_STATELESS_MOLECULE_INVENTORY": inventory})
+        env = suite_environment(os.environ, leader, nsenter, str(layer), roles, image=str(image), root=str(root),
+                                waivers=waivers, inventory=inventory_dir(args.get("inventory")))
         timeout = int(args.get("timeout") or 600)
         with tempfile.TemporaryDirectory(prefix="hpc-stateless-suite-") as scratch:
             report = os.path.join(scratch, "junit.xml")
-            argv = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "--rootdir", SUITE_ROOT,
-                    "--tb=short", "-o", "junit_family=xunit1", "-o", "junit_logging=no", f"--junitxml={report}",
-                    *paths]
+            argv = pytest_command(sys.executable, SUITE_ROOT, report, paths)
             started = time.monotonic()
             try:
                 proc = subprocess.run(argv, env=env, cwd=SUITE_ROOT, capture_output=True, text=True,

@@ -56,7 +56,8 @@ options:
     default: query
   checks:
     description:
-      - With O(state=present), the checks verify ran, each C({name, passed, detail, result, waiver}).
+      - With O(state=present), the checks verify ran, each C({name, passed, detail, result, waiver}); a check
+        may give an C(id), which then names it in the record (its C(name) leads the detail).
       - C(result) is C(passed), C(failed), C(error) (the check could not run), C(waived) (C(waiver) gives the
         reason, required) or C(skipped) (does not apply to the image); without it, C(passed) decides.
         C(passed) must agree with it (failed and error never pass).

@@ -92,7 +92,13 @@ class Check:
         waiver = str(data.get("waiver") or "").strip()
         if result == WAIVED and not waiver:
             raise RecordError(f"{where}: check {data['name']!r} is waived without a reason; give the waiver's reason")
-        return cls(data["name"], data["passed"], str(data.get("detail") or ""), result, waiver)
+        detail = str(data.get("detail") or "")
+        check_id = data.get("id")
+        if isinstance(check_id, str) and check_id and check_id != data["name"]:
+            # {id, name}: the id names the check in the record; the name, its words, leads the detail
+            detail = f"{data['name']}: {detail}" if detail else data["name"]
+            return cls(check_id, data["passed"], detail, result, waiver)
+        return cls(data["name"], data["passed"], detail, result, waiver)
 
     def to_dict(self) -> dict[str, Any]:
         entry: dict[str, Any] = {"name": self.name, "passed": self.passed, "result": self.result, "detail": self.detail}

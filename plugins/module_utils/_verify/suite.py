@@ -90,6 +90,33 @@ def suite_paths(suite_root: str, roles: Iterable[str], extra: Iterable[str] = ()
     return paths
 
 
+def pytest_command(python: str, suite_root: str, report: str, paths: Iterable[str]) -> list[str]:
+    """argv of the ONE pytest process that runs the suite's ``paths`` and writes the JUnit ``report``."""
+    return [python, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "--rootdir", suite_root, "--tb=short",
+            "-o", "junit_family=xunit1", "-o", "junit_logging=no", f"--junitxml={report}", *paths]
+
+
+def suite_environment(base: Mapping[str, str], leader: int, nsenter: str, layer: str, roles: Iterable[str],
+                      image: str = "", root: str = "", waivers: Iterable[str] = (), inventory: str = "") -> dict[str, str]:
+    """Environment of that process: what molecule/conftest.py reads to enter the booted container (leader PID),
+    find the image at rest (``image`` or the packed tree ``root``), pick the roles' tests, the waivers and the
+    inventory whose values the checks expect. Nothing of an outer pytest, Molecule or verify run leaks in."""
+    env = {k: v for k, v in base.items() if not k.startswith(("PYTEST_", "MOLECULE_", "HPC_STATELESS_"))}
+    env.update({
+        "HPC_STATELESS_TEST_TARGET": f"nsenter://{int(leader)}",
+        "HPC_STATELESS_NSENTER": nsenter,
+        "HPC_STATELESS_TEST_IMAGE": image,
+        "HPC_STATELESS_TEST_ROOT": root,
+        "HPC_STATELESS_TEST_INSTANCE": layer,
+        "HPC_STATELESS_TEST_ROLES": ",".join(roles),
+        "HPC_STATELESS_WAIVERS": ":".join(waivers),
+        "BUILDAH_ISOLATION": base.get("BUILDAH_ISOLATION", "chroot"),
+    })
+    if inventory:
+        env.update({"HPC_STATELESS_EXPECT_FROM_INVENTORY": "1", "HPC_STATELESS_MOLECULE_INVENTORY": inventory})
+    return env
+
+
 def check_id(classname: str, name: str) -> str:
     """A check's id in the record: ``base/test_base::test_sysctl`` (role or ``_shared``, file, test)."""
     module = classname.replace(".tests.", "/", 1) if ".tests." in classname else classname

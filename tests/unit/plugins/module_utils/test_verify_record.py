@@ -224,3 +224,11 @@ def test_junit_report_beside_the_record_has_every_check(tmp_path):
     assert cases["_shared/test_baseline::test_y"].find("skipped").get("message") == "waived: scratch image"
     assert len(cases["systemd state"]) == 0
     assert junit_xml(_record(*checks)).startswith("<?xml")
+
+
+def test_a_check_with_an_id_is_named_by_it_and_keeps_its_words_in_the_detail():
+    check = Check.from_dict("c", {"id": "lynis/SSH-7408", "name": "Lynis suggestion SSH-7408: harden sshd",
+                                  "passed": True, "result": "waived", "waiver": "sshd is for admins", "detail": "x"})
+    assert (check.name, check.detail, check.waiver) == ("lynis/SSH-7408", "Lynis suggestion SSH-7408: harden sshd: x",
+                                                        "sshd is for admins")
+    assert Check.from_dict("c", {"id": "a", "name": "a", "passed": True}).name == "a"

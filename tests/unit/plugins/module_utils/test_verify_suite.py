@@ -18,6 +18,8 @@ from ansible_collections.hpc.stateless.plugins.module_utils._verify.suite import
     chain_roles,
     check_id,
     parse_junit,
+    pytest_command,
+    suite_environment,
     suite_paths,
     summary,
 )
@@ -144,3 +146,21 @@ def test_inventory_dir_is_the_first_directory_or_the_directory_of_a_hosts_file(t
     assert inventory_dir([str(tmp_path / "missing"), str(tmp_path / "inv")]) == str(tmp_path / "inv")
     assert inventory_dir(str(tmp_path / "inv")) == str(tmp_path / "inv")
     assert inventory_dir([]) == ""
+
+
+def test_suite_environment_points_conftest_at_the_booted_container_and_drops_outer_runs():
+    outer = {"PATH": "/bin", "PYTEST_ADDOPTS": "-x", "MOLECULE_SCENARIO_DIRECTORY": "/m", "HPC_STATELESS_TEST_CONTAINER": "c"}
+    env = suite_environment(outer, 4242, "/usr/bin/nsenter", "slurm", ["base", "slurm"], image="img:1",
+                            waivers=["/a.yml", "/b.yml"], inventory="/inv")
+    outer_only = {"PYTEST_ADDOPTS", "MOLECULE_SCENARIO_DIRECTORY", "HPC_STATELESS_TEST_CONTAINER"}
+    assert env["PATH"] == "/bin" and not outer_only & set(env)
+    assert (env["HPC_STATELESS_TEST_TARGET"], env["HPC_STATELESS_TEST_ROLES"], env["HPC_STATELESS_WAIVERS"]) == (
+        "nsenter://4242", "base,slurm", "/a.yml:/b.yml")
+    assert (env["HPC_STATELESS_EXPECT_FROM_INVENTORY"], env["HPC_STATELESS_MOLECULE_INVENTORY"]) == ("1", "/inv")
+    assert "HPC_STATELESS_EXPECT_FROM_INVENTORY" not in suite_environment({}, 1, "nsenter", "x", [])
+
+
+def test_pytest_command_is_one_process_with_a_junit_report():
+    argv = pytest_command("/py", "/suite", "/tmp/r.xml", ["/suite/_shared/tests", "/suite/base/tests"])
+    assert argv[:3] == ["/py", "-m", "pytest"]
+    assert "--junitxml=/tmp/r.xml" in argv and argv[-2:] == ["/suite/_shared/tests", "/suite/base/tests"]
