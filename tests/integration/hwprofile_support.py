@@ -33,7 +33,9 @@ def _mark(name: str) -> str:
     return f"echo hwp-{name.lower()} | tr a-z A-Z"
 
 
-_PROBE = (f"{_mark('BEGIN')}; cat /proc/uptime; grep -E ^Mem /proc/meminfo; "
+# udevadm settle: the modules udev loads for the guest's devices (e1000) are loaded before lsmod looks, however
+# early multi-user.target is reached (it does not wait for udev's coldplug).
+_PROBE = (f"{_mark('BEGIN')}; cat /proc/uptime; grep -E ^Mem /proc/meminfo; udevadm settle --timeout=120; "
           f"modprobe {KEPT_PROBE} && {_mark('KEPT-LOADED')}; lsmod; "
           f"modprobe {PRUNED_PROBE} || {_mark('PRUNED-ABSENT')}; "
           f"/usr/local/sbin/hpc-hwprofile-check && {_mark('CHECK-CLEAN')}; "
@@ -68,10 +70,13 @@ class GuestProbe:
         return _JOURNAL_PREFIX.sub("", match.group(1).replace("\r", "")) if match else ""
 
 
-def boot_and_probe(kernel: Path, initrd: Path, timeout: float = 600, machine: str = "pc") -> GuestProbe:
-    """Boot the cpio image (as test_pack.py does) and read the probe's output from the console."""
-    console = boot_qemu(kernel, initrd, f"console=ttyS0 panic=-1 {NO_SECRET_DELIVERY} {PROBE_ARGS}",
-                        [MULTI_USER, r"HWP-END"], timeout, extra=("-machine", machine))
+def boot_and_probe(kernel: Path, initrd: Path, timeout: float = 600, machine: str = "pc", args: str = "",
+                   extra: tuple[str, ...] = ()) -> GuestProbe:
+    """Boot the cpio image (as test_pack.py does) and read the probe's output from the console; ``args`` are
+    further kernel arguments, ``extra`` further qemu options (the test's, pack_support.NO_LOCAL_DISK_WAIT and
+    HEADLESS; the benchmark boots the image as it is)."""
+    console = boot_qemu(kernel, initrd, f"console=ttyS0 panic=-1 {NO_SECRET_DELIVERY} {args} {PROBE_ARGS}",
+                        [MULTI_USER, r"HWP-END"], timeout, extra=("-machine", machine, *extra))
     probe = GuestProbe(console, 0.0, 0, 0)
     section = probe.section()
     uptime = re.search(r"^([0-9.]+) [0-9.]+$", section, re.M)

@@ -21,6 +21,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
 from conftest import REPO, buildah, run_site
 
 DEFAULT_INVENTORY = REPO / "inventory"
@@ -199,6 +200,36 @@ IMAGE_RELEASE_TO_CONSOLE = ('systemd.unit=multi-user.target systemd.wants=kernel
 NO_SECRET_DELIVERY = "systemd.mask=munge.service"
 
 
+def _no_local_disk_wait() -> str:
+    """Kernel arguments that mask the compute role's node-local storage units (names from its defaults).
+
+    A qemu test guest has no local disk: hpc-local-storage.service waits ``compute_local_storage_disk_wait``
+    (30 s) for one, and the LABEL= fstab entries of scratch and swap (``x-systemd.device-timeout``, 30 s)
+    hold local-fs.target and swap.target as long - half of a TCG boot of the compute image. The boots that
+    test something else (a hardware profile, file capabilities) mask them; test_pack.py boots the image as
+    a diskless node boots it, and test_compute_local_storage.py runs the script on real disks.
+    """
+    defaults = yaml.safe_load((REPO / "roles/compute/defaults/main.yml").read_text(encoding="utf-8"))
+    paths = {"mount": [defaults["compute_local_scratch_mountpoint"]], "swap": []}
+    if defaults["compute_local_swap_size_mib"] > 0:
+        paths["swap"].append(f"/dev/disk/by-label/{defaults['compute_local_swap_label']}")
+    if defaults["compute_local_log_size_mib"] > 0:
+        paths["mount"].append(defaults["compute_local_log_mountpoint"])
+    units = ["hpc-local-storage.service"]
+    for suffix, found in paths.items():
+        for path in found:
+            escaped = subprocess.run(["systemd-escape", "--path", path], capture_output=True, text=True,
+                                     check=True).stdout.strip()
+            units.append(f"{escaped}.{suffix}")
+    return " ".join(f"systemd.mask={unit}" for unit in units)
+
+
+NO_LOCAL_DISK_WAIT = _no_local_disk_wait()
+# No display adapter: the guest is watched on its serial console only, and a framebuffer console (bochs-drm,
+# fbcon) would draw every console line once more in emulated instructions.
+HEADLESS = ("-vga", "none")
+
+
 def boot_qemu(kernel: Path, initrd: Path, append: str, expect: list[str], timeout: float = 170,
               extra: tuple[str, ...] = ()) -> str:
     """Boot under qemu (TCG) and return the serial console once every ``expect`` regex matched.
@@ -234,4 +265,4 @@ def boot_qemu(kernel: Path, initrd: Path, append: str, expect: list[str], timeou
 def boot_cpio(kernel: Path, initrd: Path, expect: list[str], timeout: float = 240) -> str:
     """The cpio image as the root: no root=, no initrd of its own."""
     return boot_qemu(kernel, initrd, f"console=ttyS0 panic=-1 {NO_SECRET_DELIVERY} {IMAGE_RELEASE_TO_CONSOLE}",
-                     expect, timeout)
+                     expect, timeout, extra=HEADLESS)
