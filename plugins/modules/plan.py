@@ -139,7 +139,8 @@ options:
   freshness_cache_dir:
     description:
       - Where the archive's Release files and parsed Packages indexes are cached between runs. Defaults to
-        C(/var/cache/hpc.stateless/archive) for root, else C(~/.cache/hpc.stateless/archive).
+        C(/var/cache/hpc.stateless/archive) for root, else (an unprivileged user, a rootless build inside
+        C(buildah unshare) too) C($XDG_CACHE_HOME/hpc.stateless/archive), by default below C(~/.cache).
       - In check mode the plan reads a private copy of it and writes nothing.
     type: path
   image_types:

@@ -266,3 +266,32 @@ def test_the_default_version_is_the_describe_of_a_clean_tree_else_it_carries_the
     assert result["versions"] == {"gpu": f"v7+{accel_key(result)[:12]}"}
     assert accel_key(result) != accel_key(clean)
     assert "the work tree differs from v7 (inventory/group_vars/gpu/marker.yml)" in result["version_notes"]["gpu"]
+
+
+def _bare_action(check_mode: bool = False):
+    task = Task()
+    task.check_mode = check_mode
+    loader = DataLoader()
+    return plan_action.ActionModule(task, NO_CONNECTION, PlayContext(), loader, Templar(loader), None)
+
+
+def test_a_rootless_plan_caches_the_archive_in_the_users_cache(monkeypatch, tmp_path):
+    """Inside `buildah unshare` the user is uid 0 but cannot write root's /var/cache (issue 27)."""
+    monkeypatch.setattr(plan_action.rootless, "is_rootless", lambda: True)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert _bare_action()._archive_options({"freshness_cache_dir": None}) == {
+        "cache_dir": str(tmp_path / "hpc.stateless" / "archive")}
+    assert _bare_action()._archive_options({"freshness_cache_dir": "/srv/c"}) == {"cache_dir": "/srv/c"}
+
+
+def test_a_plan_in_check_mode_reads_a_private_copy_of_the_archive_cache(tmp_path):
+    """Check mode writes nothing: the view gets hard links of the cache's files in a directory of its own,
+    removed after the plan; the cache's lock is not copied."""
+    cache = tmp_path / "cache"
+    write(cache, {"packages/abc.json": "{}", "lock": ""})
+    action = _bare_action(check_mode=True)
+    copy = Path(action._archive_options({"freshness_cache_dir": str(cache)})["cache_dir"])
+    assert copy != cache and (copy / "packages/abc.json").stat().st_ino == (cache / "packages/abc.json").stat().st_ino
+    assert not (copy / "lock").exists()
+    action._drop_check_cache()
+    assert not copy.exists() and (cache / "packages/abc.json").exists()
