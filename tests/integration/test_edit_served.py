@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BUILDAH_ENV, REPO, buildah, layer_images, our_containers
+from conftest import BUILDAH_ENV, REPO, TEST_EXTRA_VARS, buildah, layer_images, our_containers
 
 DEFAULT_PREFIX = "localhost/hpc-stateless"
 LAYERS = ("base", "hsn", "compute", "slurm", "bootstrap/base")
@@ -44,7 +44,7 @@ def git(project: Path, *args: str) -> str:
 
 
 def playbook(project: Path, target: str, *extra: str) -> tuple[subprocess.CompletedProcess, float]:
-    argv = [str(REPO / ".venv/bin/ansible-playbook"), "-i", str(project / "inventory"), target, *extra]
+    argv = [str(REPO / ".venv/bin/ansible-playbook"), "-i", str(project / "inventory"), target, *TEST_EXTRA_VARS, *extra]
     env = {**BUILDAH_ENV, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_FORCE_COLOR": "0",
            "ANSIBLE_NOCOLOR": "1"}
     start = time.monotonic()

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, run_site
+from conftest import REPO, TEST_EXTRA_VARS, run_site
 from rootless_support import (USER, as_user, buildah_as, copy_images, ensure_storage_conf, ensure_user, playbook_env,
                               tag_root_bootstrap, tags)
 
@@ -42,7 +42,7 @@ def user_playbook(user: str, project: Path, *extra: str) -> subprocess.Completed
     """site.yml of this checkout run by ``user`` the way a user runs it (the callback enters buildah
     unshare); outputs go to ``project``."""
     argv = ["ansible-playbook", "-i", str(INVENTORY), str(REPO / "site.yml"),
-            "-e", f"hpc_stateless_project_dir={project}", *extra]
+            "-e", f"hpc_stateless_project_dir={project}", *TEST_EXTRA_VARS, *extra]
     proc = as_user(user, argv, playbook_env(), cwd=REPO)
     log = REPO / "build" / "test-logs"
     log.mkdir(parents=True, exist_ok=True)
