@@ -135,9 +135,11 @@ BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in (
               ["--inventory", "tests/integration/rootless_inventory"]),
     Benchmark("rollout", "~8 min", lambda d: ["--nodes", "2,4,8"], ["--nodes", "2"]),
     Benchmark("edit", "~4 min", lambda d: [], ["--runs", "1"], True, lambda d: [d.image_ref]),
+    Benchmark("lynis", "~3 min (+5 min once for the plain image)", lambda d: ["--image", d.image_ref], ["--runs", "1"],
+              True, lambda d: [d.image_ref]),
 )}
 RUN_ORDER = ["plan", "secret_scan", "deploy", "diff", "boot", "hwprofile", "nspawn", "connection", "rollout", "compliance",
-             "peer", "rootless", "edit", "build", "pack"]
+             "peer", "rootless", "edit", "lynis", "build", "pack"]
 
 
 @dataclass
