@@ -117,3 +117,9 @@ def test_sshd_forbids_empty_passwords_and_root_password_login(sshd_settings):
     assert sshd_settings["permitrootlogin"] != "yes"
     assert sshd_settings["hostbasedauthentication"] == "no"
     assert sshd_settings["ignorerhosts"] == "yes"
+
+
+def test_no_lynis_in_the_image(at_rest):
+    """verify binds the build host's Lynis into the boot only (docs/hardening.md): the image never carries it."""
+    left = [p for p in ("/usr/sbin/lynis", "/usr/share/lynis", "/etc/lynis") if at_rest.file(p).exists]
+    assert not left, f"Lynis in the image: {left}"

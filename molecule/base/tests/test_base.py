@@ -284,3 +284,81 @@ def test_time_sync_runs_or_is_kept_out_of_the_container_only(host, base):
         assert "ConditionCapability=CAP_SYS_TIME" in status, f"chrony was kept from starting by another condition: {status}"
         bounding = host.check_output("sed -n 's/^CapBnd:[[:space:]]*//p' /proc/1/status")
         assert not int(bounding, 16) & (1 << CAP_SYS_TIME), "chrony was skipped although PID 1 has CAP_SYS_TIME"
+
+
+# --------------------------------------------------------------------------- hardening (docs/hardening.md)
+
+
+def _enabled(base, concern):
+    if not base.get(f"base_hardening_{concern}_enabled"):
+        pytest.skip(f"base_hardening_{concern}_enabled is false")
+
+
+def test_hardening_login_defs(host, base):
+    _enabled(base, "login_defs")
+    settings = dict(line.split(None, 1) for line in host.file("/etc/login.defs").content_string.splitlines()
+                    if line.strip() and not line.lstrip().startswith("#") and len(line.split(None, 1)) == 2)
+    wrong = {k: (settings.get(k, "").strip(), str(v)) for k, v in base["base_hardening_login_defs"].items()
+             if settings.get(k, "").strip() != str(v)}
+    assert not wrong, f"/etc/login.defs (found, wanted): {wrong}"
+
+
+def test_hardening_shell_timeout(host, base):
+    _enabled(base, "login_defs")
+    script = host.file("/etc/profile.d/hpc-stateless-tmout.sh")
+    if int(base["base_hardening_shell_timeout"]) == 0:
+        assert not script.exists
+        return
+    text = script.content_string
+    assert f"TMOUT={base['base_hardening_shell_timeout']}" in text and "readonly TMOUT" in text
+
+
+def test_hardening_core_dumps_off(host, base):
+    _enabled(base, "coredump")
+    conf = host.file("/etc/systemd/coredump.conf.d/50-hpc-stateless-hardening.conf").content_string.split()
+    assert "Storage=none" in conf and "ProcessSizeMax=0" in conf
+    assert "ulimit -c 0" in host.file("/etc/profile.d/hpc-stateless-coredump.sh").content_string
+
+
+def test_hardening_modules_cannot_load(host, base):
+    _enabled(base, "modules")
+    lines = {line.strip() for line in host.file("/etc/modprobe.d/hpc-stateless-hardening.conf").content_string.splitlines()}
+    command = base["base_hardening_modules_install_command"]
+    missing = [m for m in base["base_hardening_disabled_modules"]
+               if f"install {m} {command}" not in lines or f"blacklist {m}" not in lines]
+    assert not missing, f"modules that can still be loaded: {missing}"
+
+
+def test_hardening_banner(host, base, sshd_settings):
+    _enabled(base, "banner")
+    for path in ("/etc/issue", "/etc/issue.net"):
+        assert host.file(path).content_string.strip() == base["base_hardening_banner"].strip(), path
+    if sshd_settings and base.get("base_hardening_sshd_enabled"):
+        assert sshd_settings.get("banner") == "/etc/issue.net"
+
+
+def test_hardening_sshd_settings(sshd_settings, base):
+    _enabled(base, "sshd")
+    if not sshd_settings:
+        pytest.skip("sshd is not installed in this image")
+    wrong = {k: (sshd_settings.get(k.lower()), str(v)) for k, v in base["base_hardening_sshd_options"].items()
+             if str(sshd_settings.get(k.lower(), "")).lower() != str(v).lower()}
+    assert not wrong, f"effective sshd settings (found, wanted): {wrong}"
+
+
+def test_hardening_pam_and_integrity_packages(host, base, debian):
+    if not debian:
+        pytest.skip("the package names are Debian's")
+    wanted = []
+    if base.get("base_hardening_pam_enabled"):
+        wanted += base["base_hardening_pam_packages"] or ["libpam-pwquality", "libpam-tmpdir"]
+    if base.get("base_hardening_integrity_enabled"):
+        wanted += base["base_hardening_integrity_packages"] or ["debsums"]
+    if not wanted:
+        pytest.skip("PAM and integrity hardening are off")
+    missing = [name for name in wanted if not host.package(name).is_installed]
+    assert not missing, f"hardening packages not installed: {missing}"
+    if base.get("base_hardening_pam_enabled"):
+        quality = host.file("/etc/security/pwquality.conf.d/50-hpc-stateless-hardening.conf").content_string
+        assert f"minlen = {base['base_hardening_pwquality']['minlen']}" in quality or \
+            f"minlen={base['base_hardening_pwquality']['minlen']}" in quality, quality
