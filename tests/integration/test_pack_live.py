@@ -23,7 +23,7 @@ import time
 import pytest
 from conftest import REPO, run_site
 from deploy_support import GUEST_HOST_ADDRESS, access_log, http_server
-from pack_support import IMAGE_RELEASE_TO_CONSOLE, MULTI_USER, PACK_PREFIX, boot_qemu, run_pack_playbook
+from pack_support import HEADLESS, IMAGE_RELEASE_TO_CONSOLE, MULTI_USER, PACK_PREFIX, boot_qemu, run_pack_playbook
 
 DRACUT_INVENTORY = REPO / "tests" / "integration" / "pack_dracut_inventory"
 URL_PLACEHOLDER = "<URL of the squashfs>"
@@ -92,7 +92,7 @@ def test_dracut_initrd_boots_the_squashfs_over_http_with_writes_in_ram(tmp_path)
         console = boot_qemu(version_dir / "vmlinuz", version_dir / "initrd.img", append,
                             ["IMAGE=packlive", re.escape(f"VERSION={manifest['version']}"),
                              rf"(?m){JOURNAL_PREFIX}MOUNTS-END\s*$", rf"\d+ {UPPER}{PROBE}", MULTI_USER], timeout=420,
-                            extra=("-netdev", "user,id=n0", "-device", "e1000,netdev=n0"))
+                            extra=("-netdev", "user,id=n0", "-device", "e1000,netdev=n0", *HEADLESS))
         served = access_log(tmp_path / "lighttpd", [(f"/{squashfs.name}", "200")])
     times["boot"] = round(time.monotonic() - start, 1)
     log = REPO / "build" / "test-logs"
