@@ -66,10 +66,13 @@ options:
     default: []
   settings:
     description:
-      - What verify was told to accept (units allowed to fail or to be inactive, test secrets), recorded with
+      - What verify was told to accept and run (units allowed to fail or to be inactive, test secrets, the
+        compliance suite with its waivers and paths, Lynis with its minimum and waivers), recorded with
         O(state=present).
-      - With O(state=query), a record made with other settings is C(stale) (verify boots the image again);
-        without it the settings are not compared (the gate of M(hpc.stateless.pack)).
+      - With O(state=query), a record whose settings do not cover these is C(stale) (verify boots the image
+        again): the same units and secrets; a record made with the suite or Lynis also covers a request without
+        them, and one made with Lynis a request with the same waivers and a minimum no higher. Without O(settings)
+        they are not compared (the gate of M(hpc.stateless.pack)).
     type: dict
 notes:
   - Runs on the build host, which holds the layer images (buildah inspects the image ID).

@@ -263,9 +263,44 @@ class Verdict:
         return entry
 
 
+#: Settings a record may hold more of than a request asks: a boot that also ran the suite or Lynis proves what a
+#: request without them asks (the suite's waivers and paths, Lynis's minimum and waivers matter only when asked).
+_SUITE_KEYS = ("suite", "waivers", "suite_paths")
+
+
+def _lynis(settings: dict[str, Any]) -> dict[str, Any]:
+    value = settings.get("lynis")
+    return value if isinstance(value, dict) else {"enabled": False}
+
+
+def uncovered_settings(recorded: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
+    """Keys of ``wanted`` verify settings a record made with ``recorded`` does not cover: exact equality, except
+    that a record made with the compliance suite covers a request without it (whatever its waivers and paths),
+    and one made with Lynis covers a request without Lynis, or with Lynis at the same or a lower minimum and the
+    same waivers. A record from before a setting existed did not run what it switches on."""
+    keys = set(recorded) | set(wanted)
+    uncovered = {k for k in keys - set(_SUITE_KEYS) - {"lynis"} if recorded.get(k) != wanted.get(k)}
+    if wanted.get("suite"):
+        uncovered |= {k for k in _SUITE_KEYS if recorded.get(k) != wanted.get(k)}
+    want, have = _lynis(wanted), _lynis(recorded)
+    if want.get("enabled") and not (
+            have.get("enabled") and have.get("waivers") == want.get("waivers")
+            and _number(have.get("min_score")) >= _number(want.get("min_score"))):
+        uncovered.add("lynis")
+    return sorted(uncovered)
+
+
+def _number(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return float("-inf")
+
+
 def judge(record_dir: str, layer: str, key: str, image_id: str, settings: dict[str, Any] | None = None) -> Verdict:
     """The verdict on image ``image_id`` of ``layer`` at ``key`` without any override; with ``settings``,
-    a record made with other verify settings is stale too (verify boots the image again)."""
+    a record whose settings do not cover them (:func:`uncovered_settings`) is stale too (verify boots the image
+    again)."""
     try:
         record = read_record(record_dir, layer, key)
     except RecordError as exc:
@@ -280,8 +315,8 @@ def judge(record_dir: str, layer: str, key: str, image_id: str, settings: dict[s
                        f"{where}: the record {record_path(record_dir, layer, key)} verified image "
                        f"{record.image_id[:12]}, but the layer's image is now {image_id[:12]} (built again): "
                        f"run: {verify_command(layer)}", record)
-    if settings is not None and record.settings != settings:
-        changed = sorted(k for k in set(settings) | set(record.settings) if settings.get(k) != record.settings.get(k))
+    changed = uncovered_settings(record.settings, settings) if settings is not None else []
+    if changed:
         return Verdict("stale", layer, key,
                        f"{where}: the record {record_path(record_dir, layer, key)} was made with other verify "
                        f"settings ({', '.join(changed)}): run: {verify_command(layer)}", record)

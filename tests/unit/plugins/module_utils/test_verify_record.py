@@ -19,6 +19,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils._verify.record impor
     junit_path,
     junit_xml,
     read_record,
+    uncovered_settings,
     record_path,
     verify_command,
     write_record,
@@ -232,3 +233,41 @@ def test_a_check_with_an_id_is_named_by_it_and_keeps_its_words_in_the_detail():
     assert (check.name, check.detail, check.waiver) == ("lynis/SSH-7408", "Lynis suggestion SSH-7408: harden sshd: x",
                                                         "sshd is for admins")
     assert Check.from_dict("c", {"id": "a", "name": "a", "passed": True}).name == "a"
+
+
+BASE_SETTINGS = {"allowed_failed_units": ["slurmd.service"], "inactive_units": [], "test_secrets": []}
+FULL = {**BASE_SETTINGS, "suite": True, "waivers": ["/w.yml"], "suite_paths": [],
+        "lynis": {"enabled": True, "min_score": 80, "waivers": []}}
+
+
+@pytest.mark.parametrize("wanted, uncovered", [
+    (FULL, []),
+    # a request without Lynis, or with a lower minimum and the same waivers, is covered by a Lynis record
+    ({**FULL, "lynis": {"enabled": False, "min_score": 80, "waivers": []}}, []),
+    ({**FULL, "lynis": {"enabled": True, "min_score": 70, "waivers": []}}, []),
+    ({**FULL, "lynis": {"enabled": True, "min_score": 90, "waivers": []}}, ["lynis"]),
+    ({**FULL, "lynis": {"enabled": True, "min_score": 80, "waivers": ["/site.yml"]}}, ["lynis"]),
+    # a request without the suite is covered whatever the suite's waivers and paths were
+    ({**FULL, "suite": False, "waivers": [], "suite_paths": ["/x"]}, []),
+    ({**FULL, "waivers": []}, ["waivers"]),
+    ({**FULL, "suite_paths": ["/site/tests"]}, ["suite_paths"]),
+    # the boot's own settings stay exact
+    ({**FULL, "allowed_failed_units": []}, ["allowed_failed_units"]),
+    ({**FULL, "test_secrets": ["/etc/munge/munge.key"]}, ["test_secrets"]),
+])
+def test_a_record_made_with_more_checks_covers_a_request_for_fewer(wanted, uncovered):
+    assert uncovered_settings(FULL, wanted) == uncovered
+
+
+def test_a_record_from_before_the_suite_and_lynis_covers_only_requests_without_them():
+    assert uncovered_settings(BASE_SETTINGS, {**BASE_SETTINGS, "suite": False, "lynis": {"enabled": False}}) == []
+    assert uncovered_settings(BASE_SETTINGS, FULL) == ["lynis", "suite", "suite_paths", "waivers"]
+
+
+def test_judge_reuses_a_lynis_record_for_a_request_without_lynis(tmp_path):
+    write_record(str(tmp_path), Record("slurm", KEY, IMAGE, IMAGE_ID, PASSING, settings=FULL))
+    without = {**FULL, "lynis": {"enabled": False, "min_score": 80, "waivers": []}}
+    assert judge(str(tmp_path), "slurm", KEY, IMAGE_ID, without).status == "passed"
+    stricter = {**FULL, "lynis": {"enabled": True, "min_score": 95, "waivers": []}}
+    verdict = judge(str(tmp_path), "slurm", KEY, IMAGE_ID, stricter)
+    assert verdict.status == "stale" and "other verify settings (lynis)" in verdict.message
