@@ -70,7 +70,7 @@ options:
         compliance suite with its waivers and paths, Lynis with its minimum and waivers), recorded with
         O(state=present).
       - With O(state=query), a record whose settings do not cover these is C(stale) (verify boots the image
-        again): the same units and secrets; a record made with the suite or Lynis also covers a request without
+        again). It needs the same units and secrets; a record made with the suite or Lynis also covers a request without
         them, and one made with Lynis a request with the same waivers and a minimum no higher. Without O(settings)
         they are not compared (the gate of M(hpc.stateless.pack)).
     type: dict
