@@ -28,7 +28,7 @@ import yaml
 
 from ansible_collections.hpc.stateless.plugins.module_utils._contract.labels import packages_of, repositories_of
 from apt_repo_support import AptRepo, apt_policy
-from conftest import (apt_leaf_inventory, image_labels, layer_images, remove_prefix_images, run_site,
+from conftest import (apt_leaf_inventory, buildah, image_labels, layer_images, remove_prefix_images, run_site,
                       tag_default_layers)
 from pack_support import pack_module, run_module, small_root
 
@@ -152,6 +152,9 @@ def fixture_prefix():
     tag_default_layers(prefix)  # the default build's base, cached under its content key
     yield prefix
     remove_prefix_images(prefix)
+    for ref in layer_images(prefix):  # a batch rmi that one busy image failed leaves the others: one at a time
+        buildah("rmi", "--force", ref, check=False)
+    assert not layer_images(prefix), f"images of {prefix} left behind"
 
 
 def leaf_inventory(root: Path, uri: str, keyring: Path) -> Path:
