@@ -42,6 +42,8 @@ FINDING_KINDS = ("warning", "suggestion")
 _TEST_ID = re.compile(r"^([A-Z]{3,5}-\d{4}|LYNIS)$")
 _WAIVER_KEYS = {"check", "reason", "item"}
 _SKIP_KEYS = {"test", "reason"}
+_SETTING_KEYS = {"setting", "reason"}
+_SETTING = re.compile(r"^[a-z0-9-]+=[^\n]*$")
 
 
 class LynisError(ValueError):
@@ -102,6 +104,8 @@ class Waivers:
 
     waivers: list[Waiver] = field(default_factory=list)
     skips: list[Skip] = field(default_factory=list)
+    # Profile lines (``key=value``) with their reasons, e.g. paths a test does not scan.
+    settings: list[tuple[str, str, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -225,6 +229,7 @@ def load_waivers(paths: Iterable[str]) -> Waivers:
         more = waivers_from({} if data is None else data, str(path))
         found.waivers += more.waivers
         found.skips += more.skips
+        found.settings += more.settings
     return found
 
 
@@ -239,9 +244,10 @@ def _reason(entry: Mapping[str, Any], where: str, what: str) -> str:
 def waivers_from(data: Any, where: str) -> Waivers:
     """Waivers and skips from the parsed content of one file (``where`` names it in errors)."""
     if not isinstance(data, dict) or not isinstance(data.get("waivers", []), list) \
-            or not isinstance(data.get("skip_tests", []), list) or set(data) - {"waivers", "skip_tests"}:
+            or not isinstance(data.get("skip_tests", []), list) or not isinstance(data.get("profile", []), list) \
+            or set(data) - {"waivers", "skip_tests", "profile"}:
         raise LynisError(f"{where}: expected a mapping with a 'waivers' list of {{check, reason, item}} and "
-                         "optionally a 'skip_tests' list of {test, reason}")
+                         "optionally 'skip_tests' ({test, reason}) and 'profile' ({setting, reason}) lists")
     found = Waivers()
     for index, entry in enumerate(data.get("waivers", [])):
         at = f"{where}: waivers[{index}]"
@@ -264,12 +270,22 @@ def waivers_from(data: Any, where: str) -> Waivers:
         if unknown:
             raise LynisError(f"{at} ({entry['test']}) has unknown keys {sorted(unknown)}; allowed: {sorted(_SKIP_KEYS)}")
         found.skips.append(Skip(str(entry["test"]), _reason(entry, at, entry["test"]), where))
+    for index, entry in enumerate(data.get("profile", [])):
+        at = f"{where}: profile[{index}]"
+        if not isinstance(entry, dict) or not _SETTING.match(str(entry.get("setting") or "")) \
+                or set(entry) - _SETTING_KEYS or str(entry["setting"]).startswith("skip-test="):
+            raise LynisError(f"{at} needs 'setting', one Lynis profile line 'key=value' (skip tests with "
+                             f"skip_tests), and 'reason', got {entry!r:.120}")
+        found.settings.append((str(entry["setting"]), _reason(entry, at, entry["setting"]), where))
     return found
 
 
 def profile_text(waivers: Waivers) -> str:
-    """The Lynis profile of the verify run (``--profile``): one ``skip-test=`` line per skipped test."""
+    """The Lynis profile of the verify run (``--profile``): the settings, then a ``skip-test=`` line per skipped test."""
     lines = ["# Written by hpc.stateless verify for this boot only, from the Lynis waiver files."]
+    for setting, reason, source in waivers.settings:
+        lines.append(f"# {reason} ({source})")
+        lines.append(setting)
     for skip in waivers.skips:
         lines.append(f"# {skip.reason} ({skip.source})")
         lines.append(f"skip-test={skip.test}")

@@ -181,3 +181,19 @@ def test_the_verdict_filter_reads_the_collection_file_then_the_sites(tmp_path):
         lynis_filter.lynis_verdict(REPORT, site)
     with pytest.raises(AnsibleFilterError, match="hpc_stateless_verify_lynis_min_score: expected a whole number"):
         lynis_filter.lynis_verdict(REPORT, [], "eighty")
+
+
+def test_profile_settings_come_before_the_skips_each_with_its_reason(tmp_path):
+    path = write(tmp_path, "w.yml", {"profile": [{"setting": "hostid=ab12", "reason": "no MAC in the boot"}],
+                                     "skip_tests": [{"test": "KRNL-6000", "reason": "host sysctl"}]})
+    assert lynis.profile_text(lynis.load_waivers([path])).splitlines()[1:] == [
+        f"# no MAC in the boot ({path})", "hostid=ab12", f"# host sysctl ({path})", "skip-test=KRNL-6000"]
+
+
+@pytest.mark.parametrize("entry", [{"setting": "hostid=1"}, {"setting": "no equals sign", "reason": "r"},
+                                   {"setting": "skip-test=KRNL-6000", "reason": "r"},
+                                   {"setting": "hostid=1", "reason": "r", "why": "x"}])
+def test_a_bad_profile_setting_is_named(tmp_path, entry):
+    path = write(tmp_path, "w.yml", {"profile": [entry]})
+    with pytest.raises(lynis.LynisError, match=r"w.yml: profile\[0\]"):
+        lynis.load_waivers([path])
