@@ -27,6 +27,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator
 
+from ansible_collections.hpc.stateless.plugins.module_utils._archive import debversion
 from ansible_collections.hpc.stateless.plugins.module_utils._paths import write_atomic
 from ansible_collections.hpc.stateless.plugins.module_utils._diff.listing import Member
 from ansible_collections.hpc.stateless.plugins.module_utils._contract.manifest import human_size
@@ -61,45 +62,17 @@ class Side:
 
 
 # -- versions --------------------------------------------------------------------------------------
-def _order(char: str) -> int:
-    if char == "~":
-        return -1
-    if char.isalpha():
-        return ord(char)
-    return ord(char) + 256
-
-
-def _compare_part(left: str, right: str) -> int:
-    """Debian's comparison of an upstream version or revision (digits as numbers, '~' before all)."""
-    while left or right:
-        lead_l = re.match(r"[^0-9]*", left).group(0)  # type: ignore[union-attr]
-        lead_r = re.match(r"[^0-9]*", right).group(0)  # type: ignore[union-attr]
-        for a, b in zip(lead_l + "\0" * len(lead_r), lead_r + "\0" * len(lead_l)):
-            oa, ob = (0 if a == "\0" else _order(a)), (0 if b == "\0" else _order(b))
-            if oa != ob:
-                return -1 if oa < ob else 1
-        left, right = left[len(lead_l):], right[len(lead_r):]
-        num_l = re.match(r"[0-9]*", left).group(0)  # type: ignore[union-attr]
-        num_r = re.match(r"[0-9]*", right).group(0)  # type: ignore[union-attr]
-        if int(num_l or 0) != int(num_r or 0):
-            return -1 if int(num_l or 0) < int(num_r or 0) else 1
-        left, right = left[len(num_l):], right[len(num_r):]
-    return 0
-
-
 def compare_versions(left: str, right: str) -> int:
-    """-1, 0 or 1 as dpkg orders two package versions ``[epoch:]upstream[-revision]``.
+    """-1, 0 or 1 as dpkg orders two package versions ``[epoch:]upstream[-revision]`` (the archive view's
+    :func:`debversion.compare`, the one rule of the collection).
 
-    rpm versions (``[epoch:]version-release``) order the same way in all but corner cases.
+    rpm versions (``[epoch:]version-release``) order the same way in all but corner cases; a version that
+    is no Debian version at all (empty, white space) falls back to plain text order, so a listing never fails.
     """
-    def split(version: str) -> tuple[int, str, str]:
-        epoch, _colon, rest = version.partition(":") if ":" in version else ("0", "", version)
-        upstream, _dash, revision = rest.rpartition("-") if "-" in rest else (rest, "", "")
-        return (int(epoch) if epoch.isdigit() else 0, upstream, revision)
-    (ea, ua, ra), (eb, ub, rb) = split(left), split(right)
-    if ea != eb:
-        return -1 if ea < eb else 1
-    return _compare_part(ua, ub) or _compare_part(ra, rb)
+    try:
+        return debversion.compare(left, right)
+    except ValueError:
+        return (left > right) - (left < right)
 
 
 # -- comparisons -----------------------------------------------------------------------------------
