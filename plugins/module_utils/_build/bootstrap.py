@@ -172,7 +172,7 @@ class BootstrapSpec:
         object.__setattr__(self, "family", distro_family(self.distro))
         object.__setattr__(self, "sources", bootstrap_sources({
             "distro": self.distro, "release": self.release, "mirror": self.mirror, "components": self.components,
-            "keyring": self.keyring if self.gpg_check else None, "updates_mirror": self.updates_mirror,
+            "keyring": self.keyring, "gpg_check": self.gpg_check, "updates_mirror": self.updates_mirror,
             "security_mirror": self.security_mirror, "updates": self.updates, "security": self.security,
         }, self.layer))
         object.__setattr__(self, "tool", resolve_tool(self.distro, self.tool))

@@ -122,7 +122,8 @@ def bootstrap_sources(bootstrap: Mapping, layer: str = "") -> tuple[Source, ...]
     ValueError (a :class:`SourceSpecError`) when an rpm distribution has no ``mirror``.
     """
     distro, release = bootstrap["distro"], str(bootstrap["release"])
-    keyring = bootstrap.get("keyring") or None
+    # Without signature checks (gpg_check: false) no keyring is named.
+    keyring = (bootstrap.get("keyring") or None) if bootstrap.get("gpg_check") is not False else None
     path = f"{LAYERS_VAR}.{layer}.bootstrap" if layer else "bootstrap"
     if distro in DEBIAN_STYLE_MIRRORS:
         default_mirror, default_security = DEBIAN_STYLE_MIRRORS[distro]

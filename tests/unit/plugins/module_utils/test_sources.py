@@ -65,6 +65,9 @@ def test_ubuntu_defaults_and_each_mirror_settable():
                             ("updates", "http://u.example/debian", "bookworm-updates"),
                             ("security", "http://s.example/ds", "bookworm-security")]
     assert {(s.components, s.signed_by, s.layer) for s in mine} == {(("main", "contrib"), "/k/site.gpg", "base")}
+    unchecked = bootstrap_sources({"distro": "debian", "release": "bookworm", "keyring": "/k/site.gpg",
+                                   "gpg_check": False})
+    assert {s.signed_by for s in unchecked} == {None}
 
 
 def test_each_suite_switches_off_and_development_releases_have_none():
