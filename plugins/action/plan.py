@@ -61,6 +61,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils._layers.freshness im
     ArchiveViews,
     FreshnessCheck,
     Storage,
+    rebuilt_for_updates,
 )
 from ansible_collections.hpc.stateless.plugins.module_utils._layers.graph import LayerGraph, LayerSpecError
 from ansible_collections.hpc.stateless.plugins.module_utils._layers.render import render_dot, render_table
@@ -339,6 +340,10 @@ class ActionModule(ActionBase):
             covered = sorted(name for name in extra if any(name in keys[layer].variables for layer in chain))
             if not inexact and covered:
                 inexact = f"extra variables set {', '.join(covered)}, which the layer keys cover"
+            moved = rebuilt_for_updates(chain, keys)
+            if not inexact and moved:
+                # The commit's first build may already be packed under the describe: this one differs.
+                inexact = f"layer {', '.join(moved)} was rebuilt for archive updates"
             facts = VersionFacts(describe, inexact)
             try:
                 versions[image] = default_version(facts, keys[spec["layer"]].key)

@@ -78,6 +78,12 @@ def updated_key(inputs_key: str, updates: Iterable[Update | str]) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+def rebuilt_for_updates(chain: Iterable[str], keys: Mapping[str, Any]) -> list[str]:
+    """The layers of ``chain`` whose key is not their inputs key (``compute_keys``' LayerKey): rebuilt for archive
+    updates, so their image is not what the configuration alone builds (the default version says so)."""
+    return [layer for layer in chain if keys[layer].inputs_key and keys[layer].key != keys[layer].inputs_key]
+
+
 @dataclasses.dataclass(frozen=True)
 class StoredImage:
     """A layer image in local storage (an entry of hpc.stateless.layer_info's ``images``)."""

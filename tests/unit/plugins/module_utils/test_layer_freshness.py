@@ -20,6 +20,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils._layers.freshness im
     ArchiveViews,
     FreshnessCheck,
     Storage,
+    rebuilt_for_updates,
     updated_key,
 )
 from ansible_collections.hpc.stateless.plugins.module_utils._layers.graph import LayerGraph
@@ -140,6 +141,9 @@ def test_only_the_moved_layer_and_its_descendants_get_new_keys():
     for child in ("compute", "slurm"):
         assert keys[child].key != first[child].key and check.verdicts[child].reason.startswith("parent ")
     assert check.archive_reasons() == {"hsn": [moved.reason]}  # what the change plan adds
+    # The image of a chain holding hsn is not what the commit alone builds: its default version says so.
+    assert rebuilt_for_updates(["base", "hsn", "compute", "slurm"], keys) == ["hsn"]
+    assert rebuilt_for_updates(["base", "hsn", "compute", "slurm"], first) == []
 
     # The rebuild installs the new version: the next plan reuses it, and the children built on it.
     site.build(keys, check, {**INSTALLED, "hsn": {"rdma-core": "44.0-2+deb12u1"}})
