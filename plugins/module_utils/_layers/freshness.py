@@ -254,8 +254,9 @@ class FreshnessCheck:
         except ValueError as exc:  # ArchiveError is a ValueError
             if self.policy != "never":
                 raise
-            self.warnings.append(f"{layer}: the archive cannot be read, so its lag is unknown "
-                                 f"(policy never: kept): {exc}")
+            said = any(str(exc) in warning for warning in self.warnings)
+            self.warnings.append(f"{layer}: the archive cannot be read, so its lag is unknown (policy never: kept)"
+                                 + (" - see above" if said else f": {exc}"))
             return None, "archive unreadable (policy never)"
         return view, "" if view is not None else "packages from no apt archive: not compared with one"
 
@@ -275,6 +276,7 @@ class ArchiveViews:
         self._load = load
         self._options = load_options
         self._views: dict[str, Any] = {}
+        self._failed: dict[str, ValueError] = {}
 
     def _root_bootstrap(self, layer: str) -> Mapping[str, Any]:
         return self._layers[layer_chain(layer, self._layers)[0]].get("bootstrap") or {}
@@ -293,8 +295,14 @@ class ArchiveViews:
         if not self._apt(layer):
             return None
         arch = self._arch(layer)
+        if arch in self._failed:  # loaded once per run: an unreachable mirror is not asked again per layer
+            raise self._failed[arch]
         if arch not in self._views:
             sources = [source for name in self._layers if self._apt(name) and self._arch(name) == arch
                        for source in layer_sources(name, self._layers)]
-            self._views[arch] = self._load(sources, arch=arch, **self._options)
+            try:
+                self._views[arch] = self._load(sources, arch=arch, **self._options)
+            except ValueError as exc:  # ArchiveError
+                self._failed[arch] = exc
+                raise
         return self._views[arch].restricted(layer_sources(layer, self._layers))

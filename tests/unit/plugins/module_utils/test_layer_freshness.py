@@ -208,7 +208,25 @@ def test_an_unreadable_archive_fails_the_plan_unless_the_policy_is_never():
         site.plan(view)
     keys, check = site.plan(view, "never")
     assert keys["slurm"].key == first["slurm"].key
-    assert any("the archive cannot be read" in w for w in check.warnings)
+    assert check.warnings[0].startswith("base: the archive cannot be read, so its lag is unknown (policy never: "
+                                        "kept): base: apt source http://deb.debian.org/debian bookworm: cannot reach")
+    assert check.warnings[1:] == [f"{n}: the archive cannot be read, so its lag is unknown (policy never: kept) - "
+                                  "see above" for n in ("hsn", "compute", "slurm")]
+
+
+def test_an_unreachable_archive_is_asked_once_per_run():
+    specs = {name: LayerGraph.from_spec(LAYERS).spec(name) for name in LAYERS}
+    calls = []
+
+    def load(sources, *, arch, **_options):
+        calls.append(arch)
+        raise ArchiveError("cannot reach deb.debian.org", RELEASE)
+
+    views = ArchiveViews(specs, load)
+    for name in LAYERS:
+        with pytest.raises(ArchiveError, match="cannot reach"):
+            views.for_layer(name)
+    assert len(calls) == 1
 
 
 def test_an_image_without_a_package_record_is_rebuilt_once_never_taken_as_fresh():
