@@ -323,6 +323,46 @@ def test_zypper_refuses_metadata_signed_with_another_key(rpm_repo, tmp_path):
     assert not (root / "etc" / "hpc-test-release").exists()
 
 
+# --- updates repositories (issue 27) ---------------------------------------------------------
+
+def test_zypper_and_dnf_enable_the_updates_mirror_beside_the_mirror(rpm_repo, tmp_path):
+    """updates_mirror is a second repository: hpc-test-release comes from it, hpc-test-base from the mirror."""
+    updates = tmp_path / "updates"
+    updates.mkdir()
+    shutil.copy(next(rpm_repo.dir.glob("hpc-test-release-*.rpm")), updates)
+    _run(["createrepo_c", "--quiet", str(updates)], {**os.environ, "LC_ALL": "C"})
+    base_only = tmp_path / "base-only"
+    base_only.mkdir()
+    shutil.copy(next(rpm_repo.dir.glob("hpc-test-base-*.rpm")), base_only)
+    _run(["createrepo_c", "--quiet", str(base_only)], {**os.environ, "LC_ALL": "C"})
+    for distro in ("opensuse-leap", "fedora"):
+        root = tmp_path / distro
+        result, code = run_rootfs({"path": str(root), "distro": distro, "release": "15.6", "mirror": str(base_only),
+                                   "updates_mirror": str(updates), "gpg_check": False,
+                                   "packages": ["hpc-test-release"], "cache_dir": str(tmp_path / f"cache-{distro}")},
+                                  tmp_path)
+        assert code == 0, result.get("msg")
+        assert installed(root, distro) == ["hpc-test-base", "hpc-test-release"]
+        assert result["record"]["sources"] == [f"release file://{base_only}", f"updates file://{updates}"]
+    repos = sorted(p.name for p in (tmp_path / "opensuse-leap" / "etc" / "zypp" / "repos.d").iterdir())
+    assert repos == ["hpc-stateless-base.repo", "hpc-stateless-updates.repo"]
+
+
+def test_an_updates_mirror_without_a_repository_fails_before_anything_runs(rpm_repo, tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    root = tmp_path / "root"
+    result, code = run_rootfs({"path": str(root), "distro": "fedora", "release": "40", "mirror": str(rpm_repo.dir),
+                               "updates_mirror": str(empty), "packages": ["hpc-test-release"], "layer": "base",
+                               "cache_dir": str(tmp_path / "cache")}, tmp_path)
+    assert code == 1
+    assert result["msg"].startswith(f"the updates source file://{empty} of layer base cannot be used: the mirror holds "
+                                    f"no repository (file://{empty}/repodata/repomd.xml: no such file)")
+    assert result["msg"].endswith("or switch it off with updates: false.")
+    assert result["source"] == {"kind": "updates", "uri": f"file://{empty}", "suite": ""}
+    assert not root.exists()
+
+
 # --- without root (rootless builds) ----------------------------------------------------------
 # The module runs as the rootless build user of tests/integration/test_rootless.py: as that user
 # (the module wraps each tool in `buildah unshare`), and as root of the user namespace
@@ -398,3 +438,9 @@ def test_debian_root_as_root_of_a_user_namespace(user_dir):
     assert not [entry.name for entry in (root / "dev").iterdir()
                 if stat.S_ISCHR(entry.lstat().st_mode) or stat.S_ISBLK(entry.lstat().st_mode)]
     assert stored_record(root) == record
+    # bootstrapped from the three suites, and the root keeps them (issue 27)
+    sources = root / "etc" / "apt" / "sources.list"
+    assert sources.read_text().splitlines()[1:] == [
+        "deb http://deb.debian.org/debian bookworm main", "deb http://deb.debian.org/debian bookworm-updates main",
+        "deb http://deb.debian.org/debian-security bookworm-security main"]
+    assert (sources.stat().st_uid, sources.stat().st_gid) == (account.pw_uid, account.pw_gid)
