@@ -305,10 +305,6 @@ class ActionModule(ActionBase):
         """Where the archive view caches what it reads. In check mode the plan writes nothing: the view reads a
         private copy of the cache (hard links: the cache's files are replaced by rename, never written in place)."""
         cache_dir = args["freshness_cache_dir"] or None
-        if cache_dir is None and rootless.is_rootless():
-            # Inside `buildah unshare` the user is uid 0 but cannot write root's cache: the user's own one.
-            cache_dir = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
-                                     "hpc.stateless", "archive")
         self._check_cache = None
         if self._task.check_mode:
             source = cache_dir or default_cache_dir()

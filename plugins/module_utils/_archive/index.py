@@ -126,8 +126,11 @@ def fetch_url(url: str, *, headers: Mapping[str, str] | None = None, timeout: fl
 
 
 def default_cache_dir() -> str:
-    """Where the archive cache lives: /var/cache/hpc.stateless/archive as root, else under $XDG_CACHE_HOME or ~/.cache."""
-    if os.geteuid() == 0:
+    """Where the archive cache lives: /var/cache/hpc.stateless/archive as root, else under $XDG_CACHE_HOME or ~/.cache.
+
+    Inside a user namespace (``buildah unshare`` of a rootless build) uid 0 is the user, who cannot write root's
+    cache: the user's own one then."""
+    if os.geteuid() == 0 and not _process.in_user_namespace():
         return "/var/cache/hpc.stateless/archive"
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "hpc.stateless", "archive")

@@ -20,7 +20,9 @@ pytest's JUnit report is read back here into one record check per test case:
 
 from __future__ import annotations
 
+import hashlib
 import os
+import stat
 import xml.etree.ElementTree as ET
 from typing import Any, Iterable, Mapping
 
@@ -176,3 +178,40 @@ def summary(checks: Iterable[Mapping[str, Any]]) -> dict[str, int]:
 def bad_checks(checks: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     """The checks the gate refuses on: failed or errored, not waived."""
     return [check for check in checks if not check.get("passed")]
+
+
+#: Files of the suite whose content decides a check (tests, helpers, waivers, pytest settings).
+DIGEST_SUFFIXES = (".py", ".yml", ".yaml", ".ini", ".cfg", ".toml", ".prf")
+
+
+def _digest_files(path: str) -> list[tuple[str, str]]:
+    """``(name, absolute path)`` of every regular file below ``path`` (or ``path`` itself) that a check reads;
+    links are not followed, caches are left out."""
+    info = os.lstat(path)
+    if stat.S_ISREG(info.st_mode):
+        return [(os.path.basename(path), path)]
+    found = []
+    for top, dirs, files in os.walk(path):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__" and not d.startswith("."))
+        for name in sorted(files):
+            full = os.path.join(top, name)
+            if name.endswith(DIGEST_SUFFIXES) and stat.S_ISREG(os.lstat(full).st_mode):
+                found.append((os.path.relpath(full, path), full))
+    return found
+
+
+def suite_digest(paths: Iterable[str]) -> str:
+    """sha256 over the names and contents of the suite's files below ``paths`` (directories or files, in
+    order): a record made by another version of the checks or waivers is not the evidence of this one.
+    SuiteError names a path that does not exist."""
+    digest = hashlib.sha256()
+    for path in paths:
+        if not os.path.lexists(path):
+            raise SuiteError(f"{path} does not exist: the suite's digest cannot cover it; name an existing test "
+                             "or waiver file (hpc_stateless_verify_suite_paths, hpc_stateless_verify_waivers, "
+                             "hpc_stateless_verify_lynis_waivers)")
+        digest.update(f"{path}\0".encode())
+        for name, full in _digest_files(path):
+            with open(full, "rb") as handle:
+                digest.update(f"{name}\0".encode() + hashlib.sha256(handle.read()).digest())
+    return digest.hexdigest()

@@ -275,12 +275,9 @@ def _bare_action(check_mode: bool = False):
     return plan_action.ActionModule(task, NO_CONNECTION, PlayContext(), loader, Templar(loader), None)
 
 
-def test_a_rootless_plan_caches_the_archive_in_the_users_cache(monkeypatch, tmp_path):
-    """Inside `buildah unshare` the user is uid 0 but cannot write root's /var/cache (issue 27)."""
-    monkeypatch.setattr(plan_action.rootless, "is_rootless", lambda: True)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    assert _bare_action()._archive_options({"freshness_cache_dir": None}) == {
-        "cache_dir": str(tmp_path / "hpc.stateless" / "archive")}
+def test_the_plan_passes_the_archive_cache_it_is_given_and_leaves_the_default_to_the_archive_view():
+    """The default (root's, or the user's inside `buildah unshare`) is the archive view's rule (default_cache_dir)."""
+    assert _bare_action()._archive_options({"freshness_cache_dir": None}) == {}
     assert _bare_action()._archive_options({"freshness_cache_dir": "/srv/c"}) == {"cache_dir": "/srv/c"}
 
 

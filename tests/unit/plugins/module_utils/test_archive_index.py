@@ -347,7 +347,13 @@ def test_busy_cache_names_its_holder(repos, tmp_path, monkeypatch):
 
 def test_default_cache_dir(monkeypatch):
     monkeypatch.setattr(os, "geteuid", lambda: 0)
+    monkeypatch.setattr(archive._process, "in_user_namespace", lambda: False)
     assert archive.default_cache_dir() == "/var/cache/hpc.stateless/archive"
+    # Inside `buildah unshare` of a rootless build uid 0 is the user, who cannot write root's cache (issue 27).
+    monkeypatch.setattr(archive._process, "in_user_namespace", lambda: True)
+    monkeypatch.setenv("XDG_CACHE_HOME", "/home/u/.xdg")
+    assert archive.default_cache_dir() == "/home/u/.xdg/hpc.stateless/archive"
+    monkeypatch.setattr(archive._process, "in_user_namespace", lambda: False)
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     monkeypatch.setenv("XDG_CACHE_HOME", "/home/u/.xdg")
     assert archive.default_cache_dir() == "/home/u/.xdg/hpc.stateless/archive"

@@ -164,3 +164,47 @@ def test_pytest_command_is_one_process_with_a_junit_report():
     argv = pytest_command("/py", "/suite", "/tmp/r.xml", ["/suite/_shared/tests", "/suite/base/tests"])
     assert argv[:3] == ["/py", "-m", "pytest"]
     assert "--junitxml=/tmp/r.xml" in argv and argv[-2:] == ["/suite/_shared/tests", "/suite/base/tests"]
+
+
+# -- the digest of the checks a record is made with ----------------------------------------------------------
+def _suite_tree(root):
+    (root / "_shared/tests").mkdir(parents=True)
+    (root / "_shared/tests/test_baseline.py").write_text("def test_a():\n    pass\n")
+    (root / "_shared/waivers.yml").write_text("---\n[]\n")
+    return root
+
+
+def test_the_digest_changes_with_a_check_a_waiver_or_a_site_file_and_nothing_else(tmp_path):
+    from ansible_collections.hpc.stateless.plugins.module_utils._verify.suite import suite_digest
+    root = _suite_tree(tmp_path / "molecule")
+    site = tmp_path / "site_waivers.yml"
+    site.write_text("---\n[]\n")
+    first = suite_digest([str(root), str(site)])
+    assert suite_digest([str(root), str(site)]) == first
+    # A compiled cache or an unrelated file is not a check.
+    (root / "_shared/tests/__pycache__").mkdir()
+    (root / "_shared/tests/__pycache__/x.pyc").write_bytes(b"\0")
+    (root / "README.md").write_text("notes")
+    assert suite_digest([str(root), str(site)]) == first
+    (root / "_shared/tests/test_baseline.py").write_text("def test_a():\n    assert False\n")
+    changed_check = suite_digest([str(root), str(site)])
+    assert changed_check != first
+    (root / "_shared/waivers.yml").write_text("---\n- id: x\n  reason: y\n")
+    changed_waiver = suite_digest([str(root), str(site)])
+    assert changed_waiver != changed_check
+    site.write_text("---\n- id: z\n  reason: w\n")
+    assert suite_digest([str(root), str(site)]) != changed_waiver
+
+
+def test_the_digest_does_not_follow_links_and_names_a_missing_path(tmp_path):
+    from ansible_collections.hpc.stateless.plugins.module_utils._verify.suite import SuiteError, suite_digest
+    root = _suite_tree(tmp_path / "molecule")
+    outside = tmp_path / "outside.py"
+    outside.write_text("secret = 1\n")
+    before = suite_digest([str(root)])
+    (root / "_shared/tests/linked.py").symlink_to(outside)
+    assert suite_digest([str(root)]) == before
+    outside.write_text("secret = 2\n")
+    assert suite_digest([str(root)]) == before
+    with pytest.raises(SuiteError, match="nowhere.yml does not exist"):
+        suite_digest([str(root), str(tmp_path / "nowhere.yml")])
