@@ -44,7 +44,6 @@ from ansible_collections.hpc.stateless.plugins.module_utils._contract.versions i
     version_note,
 )
 from ansible_collections.hpc.stateless.plugins.module_utils._archive.index import default_cache_dir
-from ansible_collections.hpc.stateless.plugins.module_utils._build import rootless
 from ansible_collections.hpc.stateless.plugins.module_utils._ci.gitlab import gitlab_pipeline, pipeline_yaml
 from ansible_collections.hpc.stateless.plugins.module_utils._layers.change_plan import (
     DEFAULT_BUILD_PLAYBOOKS,
