@@ -24,7 +24,7 @@ import os
 import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterable
 
 from ansible_collections.hpc.stateless.plugins.module_utils._paths import write_atomic
 from ansible_collections.hpc.stateless.plugins.module_utils._time import iso_utc
@@ -174,20 +174,28 @@ def junit_path(record_path_: str) -> str:
 
 
 def junit_xml(record: Record) -> str:
-    """The record as a JUnit XML report: one test suite (the layer), one test case per check; a failed
-    check is a ``failure``, one that could not run an ``error``, a waived or skipped one ``skipped``
-    with the waiver's reason."""
-    counts = {result: sum(1 for c in record.checks if c.result == result) for result in RESULTS}
+    """The record as a JUnit XML report: one test suite (the layer), one test case per check (:func:`checks_junit`)."""
+    return checks_junit(f"verify {record.layer}", f"verify.{record.layer}", record.image, record.verified_at,
+                        (("layer", record.layer), ("key", record.key), ("image", record.image),
+                         ("image_id", record.image_id)), record.checks)
+
+
+def checks_junit(suite_name: str, classname: str, hostname: str, epoch: int,
+                 properties: Iterable[tuple[str, str]], checks: Iterable[Check]) -> str:
+    """Checks as a JUnit XML report (GitLab's test report): one test suite, one test case per check; a failed
+    check is a ``failure``, one that could not run an ``error``, a waived or skipped one ``skipped`` with the
+    waiver's reason. Verify's record and the live nodes' drift report (_verify/drift.py) both use it."""
+    checks = list(checks)
+    counts = {result: sum(1 for c in checks if c.result == result) for result in RESULTS}
     suite = ET.Element("testsuite", {
-        "name": f"verify {record.layer}", "tests": str(len(record.checks)), "failures": str(counts["failed"]),
+        "name": suite_name, "tests": str(len(checks)), "failures": str(counts["failed"]),
         "errors": str(counts["error"]), "skipped": str(counts["waived"] + counts["skipped"]),
-        "timestamp": iso_utc(record.verified_at), "hostname": record.image})
-    properties = ET.SubElement(suite, "properties")
-    for name, value in (("layer", record.layer), ("key", record.key), ("image", record.image),
-                        ("image_id", record.image_id)):
-        ET.SubElement(properties, "property", {"name": name, "value": value})
-    for check in record.checks:
-        case = ET.SubElement(suite, "testcase", {"classname": f"verify.{record.layer}", "name": check.name})
+        "timestamp": iso_utc(epoch), "hostname": hostname})
+    element_properties = ET.SubElement(suite, "properties")
+    for name, value in properties:
+        ET.SubElement(element_properties, "property", {"name": name, "value": value})
+    for check in checks:
+        case = ET.SubElement(suite, "testcase", {"classname": classname, "name": check.name})
         if check.result in ("failed", "error"):
             element = ET.SubElement(case, "failure" if check.result == "failed" else "error",
                                     {"message": check.detail.splitlines()[0][:500] if check.detail else check.result})
