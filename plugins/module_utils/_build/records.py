@@ -77,14 +77,7 @@ def parse_sources_list(text: str) -> list[tuple[str, str]]:
 def parse_deb822_sources(text: str) -> list[tuple[str, str]]:
     """``(uri, suite)`` of each enabled ``deb`` entry of a deb822-style ``.sources`` file."""
     found = []
-    for block in re.split(r"\n[ \t]*\n", text.replace("\r\n", "\n")):
-        fields: dict[str, str] = {}
-        for line in block.splitlines():
-            if not line or line[0] in " \t#":
-                continue
-            name, sep, value = line.partition(":")
-            if sep:
-                fields[name.strip().lower()] = value.strip()
+    for fields in pkgdb.stanzas(text):
         if "deb" not in fields.get("types", "").split() or fields.get("enabled", "yes").lower() == "no":
             continue
         found += [(uri, suite) for uri in fields.get("uris", "").split() for suite in fields.get("suites", "").split()]

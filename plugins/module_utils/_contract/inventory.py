@@ -14,6 +14,7 @@ the schema without importing each other.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
 #: The inventory variable of the layer DAG: ``{layer name: layer mapping}``.
 LAYERS_VAR = "hpc_stateless_layers"
@@ -84,3 +85,18 @@ PROFILE_KEYS: tuple[str, ...] = ("modules", "modaliases", "modaliases_file", "fo
 def bootstrap_tool_choices() -> list[str]:
     """Every tool a ``bootstrap.tool`` may name, sorted."""
     return sorted({tool for tools in BOOTSTRAP_TOOLS.values() for tool in tools})
+
+
+def type_name(value: object) -> str:
+    """How an error message names the YAML type of ``value`` (null, bool, string, mapping, list...)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, Mapping):
+        return "mapping"
+    if isinstance(value, (list, tuple)):
+        return "list"
+    return type(value).__name__

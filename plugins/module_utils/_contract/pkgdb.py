@@ -80,7 +80,7 @@ class PackageDb:
 
 
 # -- pure parsers --------------------------------------------------------------------------------
-def _stanzas(text: str) -> list[dict[str, str]]:
+def stanzas(text: str) -> list[dict[str, str]]:
     """RFC 822 style paragraphs (dpkg status, debian/copyright) as ``{field: first line}``.
 
     Continuation lines (descriptions, conffiles, license texts) are dropped: no field read here
@@ -113,7 +113,7 @@ def parse_dpkg_status(text: str) -> list[Package]:
     version is the binary version, without ``Source:`` the source name is the package name.
     """
     packages = []
-    for fields in _stanzas(text):
+    for fields in stanzas(text):
         name = fields.get("package", "")
         if not name or fields.get("status", "").split()[-1:] != ["installed"]:
             continue
@@ -136,10 +136,10 @@ def parse_copyright(text: str) -> tuple[str, ...]:
     only carry texts. Free-form copyright files (no ``Format:``) give nothing: guessing from prose
     would invent facts.
     """
-    stanzas = _stanzas(text)
-    if not stanzas or "format" not in stanzas[0]:
+    paragraphs = stanzas(text)
+    if not paragraphs or "format" not in paragraphs[0]:
         return ()
-    names = {fields["license"] for index, fields in enumerate(stanzas)
+    names = {fields["license"] for index, fields in enumerate(paragraphs)
              if fields.get("license") and (index == 0 or "files" in fields)}
     return tuple(sorted(names))
 

@@ -29,7 +29,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ansible_collections.hpc.stateless.plugins.module_utils._contract.inventory import LAYERS_VAR
+from ansible_collections.hpc.stateless.plugins.module_utils._contract.inventory import LAYERS_VAR, type_name
 
 #: The kinds of source: a distribution's release, updates and security suites, and a site's extra ones.
 KINDS: tuple[str, ...] = ("release", "updates", "security", "extra")
@@ -182,19 +182,19 @@ def normalise_extra_sources(path: str, raw: object) -> list[dict]:
     if raw is None:
         return []
     if not isinstance(raw, (list, tuple)):
-        raise SourceSpecError(path, f"expected a list of sources, got {_type_name(raw)}")
+        raise SourceSpecError(path, f"expected a list of sources, got {type_name(raw)}")
     result: list[dict] = []
     keyring_names: dict[str, str] = {}
     for index, entry in enumerate(raw):
         where = f"{path}[{index}]"
         if not isinstance(entry, Mapping):
-            raise SourceSpecError(where, f"expected a mapping with {', '.join(SOURCE_KEYS)}, got {_type_name(entry)}")
+            raise SourceSpecError(where, f"expected a mapping with {', '.join(SOURCE_KEYS)}, got {type_name(entry)}")
         unknown = sorted(str(key) for key in entry if key not in SOURCE_KEYS)
         if unknown:
             raise SourceSpecError(f"{where}.{unknown[0]}", f"unknown key (allowed: {', '.join(SOURCE_KEYS)})")
         for key in ("uri", "suite"):
             if not isinstance(entry.get(key), str) or not entry[key]:
-                raise SourceSpecError(f"{where}.{key}", f"is required (a string), got {_type_name(entry.get(key))}")
+                raise SourceSpecError(f"{where}.{key}", f"is required (a string), got {type_name(entry.get(key))}")
         uri, suite = entry["uri"], entry["suite"]
         if not is_location(uri):
             raise SourceSpecError(f"{where}.uri", f"{uri!r} is neither an http(s):// or file:// URL nor an absolute "
@@ -206,7 +206,7 @@ def normalise_extra_sources(path: str, raw: object) -> list[dict]:
         if components is None:
             components = [] if suite.endswith("/") else ["main"]
         if not isinstance(components, (list, tuple)) or not all(isinstance(c, str) for c in components):
-            raise SourceSpecError(f"{where}.components", f"expected a list of strings, got {_type_name(components)}")
+            raise SourceSpecError(f"{where}.components", f"expected a list of strings, got {type_name(components)}")
         for number, component in enumerate(components):
             if not _WORD_PATTERN.fullmatch(component):
                 raise SourceSpecError(f"{where}.components[{number}]", f"{component!r} is not a component name")
@@ -218,27 +218,13 @@ def normalise_extra_sources(path: str, raw: object) -> list[dict]:
         keyring = entry.get("keyring")
         if keyring is not None:
             if not isinstance(keyring, str) or not keyring:
-                raise SourceSpecError(f"{where}.keyring", f"expected a file name, got {_type_name(keyring)}")
+                raise SourceSpecError(f"{where}.keyring", f"expected a file name, got {type_name(keyring)}")
             name = keyring_file_name(keyring)
             if keyring_names.setdefault(name, keyring) != keyring:
                 raise SourceSpecError(f"{where}.keyring", f"{keyring!r} and {keyring_names[name]!r} would both become "
                                       f"{name} in the image: rename one")
         result.append({"uri": file_uri(uri), "suite": suite, "components": list(components), "keyring": keyring})
     return result
-
-
-def _type_name(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, Mapping):
-        return "mapping"
-    if isinstance(value, (list, tuple)):
-        return "list"
-    return type(value).__name__
 
 
 def extra_sources(layer: str, entries: object) -> tuple[Source, ...]:

@@ -38,6 +38,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils._contract.inventory 
     PROFILE_KEYS as HARDWARE_PROFILE_KEYS,
     ROLE_ENTRY_KEYS,
     SUPPORTED_DISTROS,
+    type_name,
 )
 from ansible_collections.hpc.stateless.plugins.module_utils._contract.sources import (
     DEBIAN_STYLE_MIRRORS,
@@ -83,36 +84,22 @@ def _unknown_distro(distro: object) -> str:
     return f"unsupported distro {distro!r} (supported: {', '.join(sorted(SUPPORTED_DISTROS))})"
 
 
-def _type_name(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, Mapping):
-        return "mapping"
-    if isinstance(value, (list, tuple)):
-        return "list"
-    return type(value).__name__
-
-
 def _expect_string(path: str, value: object, hint: str = "") -> str:
     if not isinstance(value, str):
         suffix = f" ({hint})" if hint else ""
-        raise LayerSpecError(path, f"expected a string, got {_type_name(value)}{suffix}")
+        raise LayerSpecError(path, f"expected a string, got {type_name(value)}{suffix}")
     return value
 
 
 def _expect_mapping(path: str, value: object) -> Mapping:
     if not isinstance(value, Mapping):
-        raise LayerSpecError(path, f"expected a mapping, got {_type_name(value)}")
+        raise LayerSpecError(path, f"expected a mapping, got {type_name(value)}")
     return value
 
 
 def _expect_list(path: str, value: object) -> list:
     if not isinstance(value, (list, tuple)):
-        raise LayerSpecError(path, f"expected a list, got {_type_name(value)}")
+        raise LayerSpecError(path, f"expected a list, got {type_name(value)}")
     return list(value)
 
 
@@ -161,7 +148,7 @@ def _normalise_bootstrap(path: str, raw: object) -> dict[str, Any]:
             result[key] = _expect_string(key_path, value, hint)
         elif kind == KIND_BOOL:
             if not isinstance(value, bool):
-                raise LayerSpecError(key_path, f"expected a bool, got {_type_name(value)}")
+                raise LayerSpecError(key_path, f"expected a bool, got {type_name(value)}")
             result[key] = value
         elif key == "extra_args" and isinstance(value, str):
             try:
