@@ -20,6 +20,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils._deploy import bootl
 
 PLAY = "playbooks/compliance.yml"
 CHANGED = "/etc/hpc-stateless-drift-test.conf"
+DOWN = "node003"  # in slurm.conf, never booted by the two-node cluster
 
 
 def served(cluster: Cluster) -> str:
@@ -80,7 +81,12 @@ def test_drift_of_live_nodes(cluster, tmp_path):
         newer = served(cluster)
         assert newer != version
 
-        drift = compliance(cluster, tmp_path / "drift")
+        # and a node of the group that is not running (an inventory of its own: the cluster has no node003)
+        down = tmp_path / "down.json"
+        down.write_text(json.dumps({"all": {"children": {"hpc_stateless_nodes": {"hosts": {DOWN: {
+            "ansible_connection": "cluster_node", "ansible_cluster_node_dir": str(cluster.work / "nodes" / DOWN),
+            "hpc_stateless_boot_image": COMPUTE_IMAGE}}}}}}))
+        drift = compliance(cluster, tmp_path / "drift", "-i", str(down))
         assert drift.returncode != 0, drift.stdout[-4000:]
         found = reports(tmp_path / "drift", cluster)
         first, second = found[node.name], found[other.name]
@@ -97,6 +103,9 @@ def test_drift_of_live_nodes(cluster, tmp_path):
         assert f"{node.name}: drift::image-release failed" in drift.stdout
         assert f"{other.name}: drift::image-release failed" in drift.stdout
         assert CHANGED in drift.stdout
+        unreachable = json.loads((tmp_path / "drift" / f"{DOWN}.json").read_text(encoding="utf-8"))
+        assert set(results(unreachable).values()) == {"error"}, unreachable  # never passed
+        assert f"{DOWN}: drift::image-release error: the node is unreachable" in drift.stdout
 
         # a waiver with its reason excuses the file; the policy can only report
         waived = compliance(cluster, tmp_path / "waived", "-e", json.dumps({
