@@ -229,8 +229,8 @@ def _freshness(fresh: dict[str, Any]) -> list[dict[str, Any]]:
     return [
         budget(f"freshness check of the {dag}, warm (conditional GET per source)", fresh["goal_seconds"],
                "archive view + pending updates", fresh["warm_median_seconds"], f"<= {fresh['goal_seconds']:g} s",
-               b_samples=fresh["warm_samples"], note=f"answers: {', '.join(sorted(set(fresh['warm_network'].values())))}; "
-                                                    f"no-op plan {fmt_value(noop)}"),
+               b_samples=fresh["warm_samples"],
+               note=f"answers: {', '.join(sorted(set(fresh['warm_network'].values())))}; no-op plan {fmt_value(noop)}"),
         budget(f"freshness check of the {dag}, within max_age (no request)", fresh["goal_seconds"],
                "archive view + pending updates", fresh["within_max_age_median_seconds"],
                f"<= {fresh['goal_seconds']:g} s", b_samples=fresh["within_max_age_samples"],

@@ -32,9 +32,10 @@ import tempfile
 import time
 import urllib.error
 import urllib.parse
-import urllib.request
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, NamedTuple, Sequence
+
+from ansible.module_utils.urls import ConnectionError as UrlsConnectionError, open_url
 
 from ansible_collections.hpc.stateless.plugins.module_utils import _process
 from ansible_collections.hpc.stateless.plugins.module_utils._archive import debversion
@@ -108,9 +109,10 @@ def fetch_url(url: str, *, headers: Mapping[str, str] | None = None, timeout: fl
             raise FetchFailed(f"cannot read {path}: {exc.strerror or exc}") from None
     if parsed.scheme not in ("http", "https"):
         raise FetchFailed(f"unsupported URI scheme {parsed.scheme!r} (use http://, https:// or file://)")
-    request = urllib.request.Request(url, headers={"User-Agent": "hpc.stateless archive check", **(headers or {})})
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as reply:  # nosec B310 - scheme checked above
+        # Ansible's own HTTP client: its proxy, CA and netrc handling, as every module of the collection.
+        with open_url(url, headers=dict(headers or {}), http_agent="hpc.stateless archive check", timeout=timeout,
+                      decompress=False) as reply:
             return Response(reply.status, reply.read(), reply.headers.get("ETag", ""),
                             reply.headers.get("Last-Modified", ""))
     except urllib.error.HTTPError as exc:
@@ -121,6 +123,8 @@ def fetch_url(url: str, *, headers: Mapping[str, str] | None = None, timeout: fl
         raise FetchFailed(f"HTTP {exc.code} {exc.reason} for {url}") from None
     except urllib.error.URLError as exc:
         raise FetchFailed(f"cannot reach {parsed.netloc or url}: {exc.reason}") from None
+    except UrlsConnectionError as exc:
+        raise FetchFailed(f"cannot reach {parsed.netloc or url}: {exc}") from None
     except (TimeoutError, OSError) as exc:
         raise FetchFailed(f"no answer from {parsed.netloc or url} within {timeout:g} s ({exc})") from None
 

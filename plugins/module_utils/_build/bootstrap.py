@@ -26,14 +26,13 @@ import os
 import shlex
 import shutil
 import tempfile
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 from ansible_collections.hpc.stateless.plugins.module_utils._process import INITIAL_ID_MAP, parse_id_map
 from ansible_collections.hpc.stateless.plugins.module_utils import _process
+from ansible_collections.hpc.stateless.plugins.module_utils._archive.index import FetchFailed, fetch_url
 from ansible_collections.hpc.stateless.plugins.module_utils._fs import Flock, LockBusy, mounts_below, wait_message
 from ansible_collections.hpc.stateless.plugins.module_utils._paths import write_atomic
 from ansible_collections.hpc.stateless.plugins.module_utils._build.rootless import HOST_CACHE_ROOT, host_cache_path
@@ -493,18 +492,14 @@ def release_files(source: Source) -> list[str]:
 
 
 def probe_url(url: str, timeout: float = PROBE_TIMEOUT) -> str | None:
-    """None when ``url`` (http(s):// or file://) can be read; otherwise why not."""
-    if url.startswith("file://"):
-        return None if os.path.isfile(url[len("file://"):]) else "no such file"
-    request = urllib.request.Request(url, method="HEAD")
+    """None when ``url`` (http(s):// or file://) can be read; otherwise why not. Read the way the archive view
+    reads it (_archive/index.py fetch_url: one HTTP client, one set of error messages)."""
     try:
-        with urllib.request.urlopen(request, timeout=timeout):  # nosec B310 - http(s) only: checked by the schema
-            return None
-    except urllib.error.HTTPError as exc:
-        return f"HTTP {exc.code} {exc.reason}"
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        reason = getattr(exc, "reason", exc)
-        return f"unreachable ({reason})"
+        answer = fetch_url(url, timeout=timeout)
+    except FetchFailed as exc:
+        return f"unreachable ({exc})"
+    return "no such file" if url.startswith("file://") and answer.status == 404 else (
+        None if answer.status == 200 else f"HTTP {answer.status}")
 
 
 def source_problem(source: Source, probe: Callable[[str], str | None] = probe_url) -> str | None:

@@ -24,7 +24,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-import yaml
+try:
+    import yaml
+except ImportError:  # on the controller PyYAML is there (Ansible needs it); the check below says so otherwise
+    yaml = None
 
 # The build host's Lynis as the Debian/Ubuntu package (and the upstream tarball's layout) installs it:
 # the script, its include/ and db/ directories and the default profile. plugins/ is optional.
@@ -218,6 +221,8 @@ def load_waivers(paths: Iterable[str]) -> Waivers:
     measure the build host or the container, not the image). Every entry needs a reason.
     """
     found = Waivers()
+    if yaml is None and paths:
+        raise LynisError("reading Lynis waiver files needs PyYAML on the controller: install it (pip install pyyaml)")
     for path in paths:
         try:
             with open(path, encoding="utf-8") as handle:

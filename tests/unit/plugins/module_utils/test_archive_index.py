@@ -415,7 +415,7 @@ def test_an_unprivileged_user_checks_into_its_own_cache(repos):
         collections = str(Path(archive.__file__).resolve().parents[5])
         with security.serve() as uri:
             proc = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "env", f"HOME={home}",
-                                   "/usr/bin/python3", "-c", UNPRIVILEGED_CHECK, collections, uri, str(keyring)],
+                                   sys.executable, "-c", UNPRIVILEGED_CHECK, collections, uri, str(keyring)],
                                   capture_output=True, text=True, check=False, cwd=str(home))
         packages_owner = os.stat(home / ".cache/hpc.stateless/archive/packages").st_uid if proc.returncode == 0 else None
     finally:
