@@ -11,7 +11,12 @@ that has built before; the report says so.
 Goals: no-op re-run <= 15 s with zero layers built; leaf-role rebuild <= 20 % of
 the full build.
 
-    python benchmarks/build_bench.py [--inventory DIR] [--noop-runs N] [--output FILE]
+Beside it (issue 27), a second full build of the same DAG whose Debian-style roots bootstrap from the
+release suite alone (``updates: false``, ``security: false``, as the build did before the updates and
+security suites became the default), under a prefix of its own: the full build's cost of the two suites,
+reported side by side (``--no-suites-compare`` leaves it out).
+
+    python benchmarks/build_bench.py [--inventory DIR] [--noop-runs N] [--no-suites-compare] [--output FILE]
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+
+import yaml
 
 import comparisons
 
@@ -90,6 +97,21 @@ def plan(workdir: Path, inventory: Path, prefix: str) -> dict:
     return json.loads(proc.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
 
 
+def release_only_inventory(inventory: Path, target: Path) -> Path:
+    """A copy of ``inventory`` whose Debian-style root layers bootstrap from the release suite alone."""
+    shutil.copytree(inventory, target, symlinks=True)
+    layers_file = target / "group_vars" / "all" / "layers.yml"
+    data = yaml.safe_load(layers_file.read_text(encoding="utf-8"))
+    roots = [spec["bootstrap"] for spec in data["hpc_stateless_layers"].values()
+             if isinstance(spec.get("bootstrap"), dict)]
+    if not roots:
+        raise SystemExit(f"{layers_file}: no root layer with a bootstrap mapping to compare suites on")
+    for bootstrap in roots:
+        bootstrap.update(updates=False, security=False)
+    layers_file.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    return target
+
+
 def role_dir(workdir: Path, role: str) -> Path:
     if role.startswith("hpc.stateless."):
         return workdir / "roles" / role.split(".")[-1]
@@ -134,6 +156,8 @@ def main() -> int:
     parser.add_argument("--noop-runs", type=int, default=3, help="no-op re-runs; the median is reported")
     parser.add_argument("--output", default=str(REPO / "benchmarks" / "results" / "build.json"))
     parser.add_argument("--keep-images", action="store_true", help="leave the benchmark's images in storage")
+    parser.add_argument("--no-suites-compare", action="store_true",
+                        help="leave out the second full build from the release suite alone")
     args = parser.parse_args()
 
     prefix = f"localhost/hpc-stateless-bench-{uuid.uuid4().hex[:6]}"
@@ -151,6 +175,15 @@ def main() -> int:
                 handle.write(f"# touched by build_bench {uuid.uuid4().hex}\n")
             log(f"touched {tasks.relative_to(workdir)} (role {role} of leaf layer {leaf})")
             leaf_run = run_build(workdir, inventory, prefix, "leaf-role rebuild")
+            release_only = None
+            if not args.no_suites_compare:
+                release_prefix = f"{prefix}-release"
+                try:
+                    release_only = run_build(workdir, release_only_inventory(inventory, workdir / "inventory-release-only"),
+                                             release_prefix, "full build, release suite only")
+                finally:
+                    if not args.keep_images:
+                        remove_images(release_prefix)
         finally:
             if not args.keep_images:
                 remove_images(prefix)
@@ -168,6 +201,10 @@ def main() -> int:
         "leaf": {**leaf_run, "layer": leaf, "role": role, "ratio_to_full": round(ratio, 3),
                  "goal_ratio": LEAF_GOAL_RATIO, "met": ratio <= LEAF_GOAL_RATIO},
     }
+    if release_only is not None:
+        result["suites"] = {"release_only": release_only, "all_suites": full,
+                            "note": "roots bootstrap from <release> only vs <release>, -updates and -security; "
+                                    "package caches warm for both"}
     result["comparisons"] = comparisons.derive("build", result)
     output = Path(args.output)
     output.parent.mkdir(parents=True, exist_ok=True)
@@ -182,7 +219,8 @@ def main() -> int:
         (f"touch role {role} of leaf {leaf}", f"{leaf_run['seconds']:.1f}",
          f"{leaf_run['built']}/{leaf_run['layers']}",
          f"ratio {ratio:.2f} <= {LEAF_GOAL_RATIO:.2f}: " + ("met" if result["leaf"]["met"] else "MISSED")),
-    ]))
+    ] + ([("full build, release suite only", f"{release_only['seconds']:.1f}",
+           f"{release_only['built']}/{release_only['layers']}", "reported")] if release_only else [])))
     print("\n" + comparisons.text_table(result["comparisons"]))
     print(f"\nwritten: {output}")
     return 0
