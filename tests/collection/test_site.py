@@ -216,7 +216,11 @@ def test_artifacts_and_boot_tree_are_in_the_site_tree_with_the_site_version(site
     assert manifest["version"] == SITE_TAG  # git describe of the site repository, not of the collection
     # packed through the verification gate: the site layer booted under verify first, once
     assert manifest["verification"]["status"] == "passed", manifest["verification"]
-    assert [p.name.split("-")[0] for p in (repo / "build/verify").iterdir()] == ["site"]
+    # one record (and the JUnit report of its checks beside it)
+    records = sorted(p.name for p in (repo / "build/verify").iterdir())
+    assert [name.split("-")[0] for name in records if name.endswith(".json")] == ["site"], records
+    assert [name.removesuffix(".junit.xml") for name in records if name.endswith(".junit.xml")] == [
+        name.removesuffix(".json") for name in records if name.endswith(".json")], records
     assert "not booted again" in site["second"].stdout
     served = repo / "build/tftpboot/site"
     assert json.loads((served / "manifest.json").read_text())["version"] == SITE_TAG
