@@ -129,7 +129,11 @@ def test_pack_refuses_until_verified_then_records_the_verification(packkernel, t
     rc, output = _run("playbooks/verify.yml", records, ansible_nspawn_runtime_dir=runtime_dir)
     assert rc == 0, output[-5000:]
     assert "packkernel: systemd is running" in output
-    assert [p.name.split("-")[0] for p in records.iterdir()] == ["packkernel"]
+    # one record, and the JUnit report of its checks beside it
+    names = sorted(p.name for p in records.iterdir())
+    assert [name.split("-")[0] for name in names if name.endswith(".json")] == ["packkernel"], names
+    assert [name for name in names if not name.endswith(".json")] == [
+        name.removesuffix(".json") + ".junit.xml" for name in names if name.endswith(".json")], names
     rc, output = _run("playbooks/verify.yml", records, ansible_nspawn_runtime_dir=runtime_dir)
     assert rc == 0, output[-5000:]
     assert "passed verification at" in output and "not booted again" in output
