@@ -219,7 +219,8 @@ def role_vars(instance: tuple[str, str | None]) -> Callable[[str], dict[str, Any
     def load(role: str) -> dict[str, Any]:
         values = compliance.scenario_vars(PROJECT_DIR, role, scenario, instance[0])
         if inventory:
-            values.update(compliance.inventory_vars(inventory, role))
+            # verify names the layer (or packed image) under test: its own chain's values
+            values.update(compliance.inventory_vars(inventory, role, os.environ.get("HPC_STATELESS_TEST_INSTANCE")))
         return values
 
     return load

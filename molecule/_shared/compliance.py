@@ -357,15 +357,44 @@ def applied_roles(inventory: Path) -> set[str]:
             for role in spec.get("roles") or []}
 
 
-def inventory_vars(inventory: Path, role: str) -> dict[str, Any]:
+def inventory_images(inventory: Path) -> dict[str, Any]:
+    """``hpc_stateless_images`` of an inventory directory (group_vars/all)."""
+    images: dict[str, Any] = {}
+    for path in _inventory_files(inventory):
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        images.update(data.get("hpc_stateless_images") or {})
+    return images
+
+
+def layer_chain(inventory: Path, name: str | None) -> list[str] | None:
+    """The layers from the root to ``name`` (a layer, or an image whose layer it is), or None when the
+    inventory has no such layer or image: then every layer counts."""
+    layers = inventory_layers(inventory)
+    if name and name not in layers:
+        name = (inventory_images(inventory).get(name) or {}).get("layer")
+    if not name or name not in layers:
+        return None
+    chain: list[str] = []
+    while name and name not in chain and name in layers:
+        chain.insert(0, name)
+        name = (layers[name] or {}).get("parent")
+    return chain
+
+
+def inventory_vars(inventory: Path, role: str, layer: str | None = None) -> dict[str, Any]:
     """What a layer build gives ``role``: its prefixed variables from ``group_vars/all`` of the
-    inventory, overlaid with the ``vars`` of the layer(s) that apply the role. Values are taken
-    as written (Jinja is not rendered)."""
+    inventory, overlaid with the ``vars`` of the layer(s) that apply the role: those of ``layer``'s chain
+    (root first) when ``layer`` names a layer or image of the inventory, else every layer. Two layers may
+    apply one role differently (the test cluster's slurm node and controller): an image expects what its
+    own chain applied. Values are taken as written (Jinja is not rendered)."""
     merged: dict[str, Any] = {}
     for path in _inventory_files(inventory):
         data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
         merged.update({k: v for k, v in data.items() if k.startswith(f"{role}_")})
-    for spec in inventory_layers(inventory).values():
+    layers = inventory_layers(inventory)
+    chain = layer_chain(inventory, layer)
+    for name in chain if chain is not None else list(layers):
+        spec = layers[name] or {}
         if role in spec.get("roles", []) or f"hpc.stateless.{role}" in spec.get("roles", []):
             merged.update({k: v for k, v in (spec.get("vars") or {}).items() if k.startswith(f"{role}_")})
     return merged

@@ -240,3 +240,27 @@ def test_cgroup_path_prefers_the_unified_hierarchy():
     assert compliance.cgroup_path(hybrid) == "/system.slice/ssh.service"
     assert compliance.cgroup_path("1:name=systemd:/user.slice/x.scope\n") == "/user.slice/x.scope"
     assert compliance.cgroup_path("") == ""
+
+
+def test_an_image_expects_the_values_its_own_chain_gave_a_role(tmp_path):
+    """Two layers apply one role differently (the test cluster's slurm compute node and controller): verify
+    of the node's image, or of a child of it, expects the node's values, not whichever layer came last."""
+    group_vars = tmp_path / "group_vars" / "all"
+    group_vars.mkdir(parents=True)
+    (group_vars / "layers.yml").write_text(
+        "hpc_stateless_layers:\n"
+        "  base: {roles: [hpc.stateless.base]}\n"
+        "  node: {parent: base, roles: [hpc.stateless.slurm], vars: {slurm_cluster_name: t}}\n"
+        "  mpi: {parent: node, roles: [mpi_hello]}\n"
+        "  controller: {parent: base, roles: [hpc.stateless.slurm], vars: {slurm_cluster_name: t, slurm_role: controller}}\n"
+        "hpc_stateless_images:\n"
+        "  compute: {layer: mpi}\n"
+        "unrelated: 1\n", encoding="utf-8")
+    assert compliance.layer_chain(tmp_path, "mpi") == ["base", "node", "mpi"]
+    assert compliance.layer_chain(tmp_path, "compute") == ["base", "node", "mpi"]
+    assert compliance.layer_chain(tmp_path, "nowhere") is None
+    assert compliance.inventory_vars(tmp_path, "slurm", "mpi") == {"slurm_cluster_name": "t"}
+    assert compliance.inventory_vars(tmp_path, "slurm", "compute") == {"slurm_cluster_name": "t"}
+    assert compliance.inventory_vars(tmp_path, "slurm", "controller") == {"slurm_cluster_name": "t", "slurm_role": "controller"}
+    # no layer named (Molecule's own instances): every layer, as before
+    assert compliance.inventory_vars(tmp_path, "slurm")["slurm_role"] == "controller"
