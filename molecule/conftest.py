@@ -219,8 +219,10 @@ def role_vars(instance: tuple[str, str | None]) -> Callable[[str], dict[str, Any
     def load(role: str) -> dict[str, Any]:
         values = compliance.scenario_vars(PROJECT_DIR, role, scenario, instance[0])
         if inventory:
-            # verify names the layer (or packed image) under test: its own chain's values
-            values.update(compliance.inventory_vars(inventory, role, os.environ.get("HPC_STATELESS_TEST_INSTANCE")))
+            # verify names the image's layers (root first) or the layer under test: that chain's values
+            chain = [name for name in os.environ.get("HPC_STATELESS_TEST_CHAIN", "").split(",") if name] or None
+            values.update(compliance.inventory_vars(inventory, role, os.environ.get("HPC_STATELESS_TEST_INSTANCE"),
+                                                    chain))
         return values
 
     return load

@@ -381,19 +381,22 @@ def layer_chain(inventory: Path, name: str | None) -> list[str] | None:
     return chain
 
 
-def inventory_vars(inventory: Path, role: str, layer: str | None = None) -> dict[str, Any]:
+def inventory_vars(inventory: Path, role: str, layer: str | None = None,
+                   chain: list[str] | None = None) -> dict[str, Any]:
     """What a layer build gives ``role``: its prefixed variables from ``group_vars/all`` of the
-    inventory, overlaid with the ``vars`` of the layer(s) that apply the role: those of ``layer``'s chain
-    (root first) when ``layer`` names a layer or image of the inventory, else every layer. Two layers may
-    apply one role differently (the test cluster's slurm node and controller): an image expects what its
-    own chain applied. Values are taken as written (Jinja is not rendered)."""
+    inventory, overlaid with the ``vars`` of the layer(s) that apply the role: those of ``chain`` (the
+    image's layers, root first, as verify's plan has them), else of ``layer``'s chain when ``layer`` names a
+    layer or image of the inventory, else every layer. Two layers may apply one role differently (the test
+    cluster's slurm node and controller): an image expects what its own chain applied. Values are taken as
+    written (Jinja is not rendered)."""
     merged: dict[str, Any] = {}
     for path in _inventory_files(inventory):
         data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
         merged.update({k: v for k, v in data.items() if k.startswith(f"{role}_")})
     layers = inventory_layers(inventory)
-    chain = layer_chain(inventory, layer)
-    for name in chain if chain is not None else list(layers):
+    if chain is None:
+        chain = layer_chain(inventory, layer)
+    for name in [n for n in chain if n in layers] if chain is not None else list(layers):
         spec = layers[name] or {}
         if role in spec.get("roles", []) or f"hpc.stateless.{role}" in spec.get("roles", []):
             merged.update({k: v for k, v in (spec.get("vars") or {}).items() if k.startswith(f"{role}_")})

@@ -26,6 +26,7 @@ from ansible.plugins.action import ActionBase
 from ansible_collections.hpc.stateless.plugins.module_utils._verify.suite import (
     SuiteError,
     bad_checks,
+    chain_layers,
     chain_roles,
     parse_junit,
     pytest_command,
@@ -87,12 +88,13 @@ class ActionModule(ActionBase):
                                     "(waivers: [{check, item, reason}])")
         try:
             roles = chain_roles(layers, layer)
+            chain = chain_layers(layers, layer)
             paths = suite_paths(SUITE_ROOT, roles, [str(p) for p in args.get("paths") or []])
         except SuiteError as exc:
             raise AnsibleActionFail(str(exc)) from exc
         leader, nsenter = _leader(self._connection)
         env = suite_environment(os.environ, leader, nsenter, str(layer), roles, image=str(image), root=str(root),
-                                waivers=waivers, inventory=inventory_dir(args.get("inventory")))
+                                waivers=waivers, inventory=inventory_dir(args.get("inventory")), chain=chain)
         timeout = int(args.get("timeout") or 600)
         with tempfile.TemporaryDirectory(prefix="hpc-stateless-suite-") as scratch:
             report = os.path.join(scratch, "junit.xml")

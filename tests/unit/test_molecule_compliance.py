@@ -264,3 +264,16 @@ def test_an_image_expects_the_values_its_own_chain_gave_a_role(tmp_path):
     assert compliance.inventory_vars(tmp_path, "slurm", "controller") == {"slurm_cluster_name": "t", "slurm_role": "controller"}
     # no layer named (Molecule's own instances): every layer, as before
     assert compliance.inventory_vars(tmp_path, "slurm")["slurm_role"] == "controller"
+
+
+def test_the_chain_verify_passes_wins_over_the_inventory_files(tmp_path):
+    """A layer added with extra variables (the rollout test's rollout_c over cluster_mpi) is in no inventory
+    file: verify passes the plan's chain, and the slurm values are those of the chain's slurm layer."""
+    group_vars = tmp_path / "group_vars" / "all"
+    group_vars.mkdir(parents=True)
+    (group_vars / "layers.yml").write_text(
+        "hpc_stateless_layers:\n"
+        "  node: {roles: [hpc.stateless.slurm], vars: {slurm_cluster_name: t}}\n"
+        "  controller: {roles: [hpc.stateless.slurm], vars: {slurm_role: controller}}\n", encoding="utf-8")
+    assert compliance.inventory_vars(tmp_path, "slurm", "extra_c", ["node", "extra_c"]) == {"slurm_cluster_name": "t"}
+    assert compliance.inventory_vars(tmp_path, "slurm", "extra_c")["slurm_role"] == "controller"

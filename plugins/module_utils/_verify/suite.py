@@ -52,8 +52,8 @@ def short_role(role: str) -> str:
     return role.rsplit(".", 1)[-1]
 
 
-def chain_roles(layers: Mapping[str, Any], layer: str) -> list[str]:
-    """Short names of the roles applied to ``layer``'s image, root layer first (each once)."""
+def chain_layers(layers: Mapping[str, Any], layer: str) -> list[str]:
+    """The layers of ``layer``'s image, root layer first, as the plan (hpc_stateless_plan.layers) has them."""
     chain: list[str] = []
     seen: set[str] = set()
     name: str | None = layer
@@ -63,6 +63,12 @@ def chain_roles(layers: Mapping[str, Any], layer: str) -> list[str]:
         seen.add(name)
         chain.insert(0, name)
         name = layers[name].get("parent")
+    return chain
+
+
+def chain_roles(layers: Mapping[str, Any], layer: str) -> list[str]:
+    """Short names of the roles applied to ``layer``'s image, root layer first (each once)."""
+    chain = chain_layers(layers, layer)
     roles: list[str] = []
     for item in chain:
         for role in layers[item].get("roles") or []:
@@ -99,7 +105,8 @@ def pytest_command(python: str, suite_root: str, report: str, paths: Iterable[st
 
 
 def suite_environment(base: Mapping[str, str], leader: int, nsenter: str, layer: str, roles: Iterable[str],
-                      image: str = "", root: str = "", waivers: Iterable[str] = (), inventory: str = "") -> dict[str, str]:
+                      image: str = "", root: str = "", waivers: Iterable[str] = (), inventory: str = "",
+                      chain: Iterable[str] = ()) -> dict[str, str]:
     """Environment of that process: what molecule/conftest.py reads to enter the booted container (leader PID),
     find the image at rest (``image`` or the packed tree ``root``), pick the roles' tests, the waivers and the
     inventory whose values the checks expect. Nothing of an outer pytest, Molecule or verify run leaks in."""
@@ -111,6 +118,8 @@ def suite_environment(base: Mapping[str, str], leader: int, nsenter: str, layer:
         "HPC_STATELESS_TEST_ROOT": root,
         "HPC_STATELESS_TEST_INSTANCE": layer,
         "HPC_STATELESS_TEST_ROLES": ",".join(roles),
+        # The layers of the image, root first: the checks expect the role values of these layers only.
+        "HPC_STATELESS_TEST_CHAIN": ",".join(chain),
         "HPC_STATELESS_WAIVERS": ":".join(waivers),
         "BUILDAH_ISOLATION": base.get("BUILDAH_ISOLATION", "chroot"),
     })

@@ -151,12 +151,13 @@ def test_inventory_dir_is_the_first_directory_or_the_directory_of_a_hosts_file(t
 def test_suite_environment_points_conftest_at_the_booted_container_and_drops_outer_runs():
     outer = {"PATH": "/bin", "PYTEST_ADDOPTS": "-x", "MOLECULE_SCENARIO_DIRECTORY": "/m", "HPC_STATELESS_TEST_CONTAINER": "c"}
     env = suite_environment(outer, 4242, "/usr/bin/nsenter", "slurm", ["base", "slurm"], image="img:1",
-                            waivers=["/a.yml", "/b.yml"], inventory="/inv")
+                            waivers=["/a.yml", "/b.yml"], inventory="/inv", chain=["base", "hsn", "slurm"])
     outer_only = {"PYTEST_ADDOPTS", "MOLECULE_SCENARIO_DIRECTORY", "HPC_STATELESS_TEST_CONTAINER"}
     assert env["PATH"] == "/bin" and not outer_only & set(env)
     assert (env["HPC_STATELESS_TEST_TARGET"], env["HPC_STATELESS_TEST_ROLES"], env["HPC_STATELESS_WAIVERS"]) == (
         "nsenter://4242", "base,slurm", "/a.yml:/b.yml")
     assert (env["HPC_STATELESS_EXPECT_FROM_INVENTORY"], env["HPC_STATELESS_MOLECULE_INVENTORY"]) == ("1", "/inv")
+    assert env["HPC_STATELESS_TEST_CHAIN"] == "base,hsn,slurm"
     assert "HPC_STATELESS_EXPECT_FROM_INVENTORY" not in suite_environment({}, 1, "nsenter", "x", [])
 
 
