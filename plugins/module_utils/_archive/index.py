@@ -478,30 +478,26 @@ class _Loader:
             headers["If-Modified-Since"] = record["last_modified"]
         dists = self._dists(source)
         reply = self._get(source, f"{dists}/InRelease", headers)
+        inline_signed = reply.status != 404
+        if not inline_signed:
+            reply = self._get(source, f"{dists}/Release", headers)
+            if reply.status == 404:
+                raise ArchiveError(f"suite {source.suite} not found at {source.uri} (no {dists}/InRelease or Release)",
+                                   source, "check the suite's spelling and that the URI is the archive that holds it "
+                                   "(a snapshot URL must include the archive: .../archive/debian-security/<date>/ "
+                                   "for <release>-security)")
         if reply.status == 304 and record:
             entry.network = "304"
             record["checked"] = self.now
             write_atomic(path, json.dumps(record), sync=False)
             return record
         detached = None
-        if reply.status == 404:
-            reply = self._get(source, f"{dists}/Release", headers)
-            if reply.status == 304 and record:
-                entry.network = "304"
-                record["checked"] = self.now
-                write_atomic(path, json.dumps(record), sync=False)
-                return record
-            if reply.status == 404:
-                raise ArchiveError(f"suite {source.suite} not found at {source.uri} (no {dists}/InRelease or Release)",
-                                   source, "check the suite's spelling and that the URI is the archive that holds it "
-                                   "(a snapshot URL must include the archive: .../archive/debian-security/<date>/ "
-                                   "for <release>-security)")
-            if not self._trusted(source):
-                signature = self._get(source, f"{dists}/Release.gpg")
-                if signature.status != 200:
-                    raise ArchiveError("the repository is not signed (no InRelease, no Release.gpg)", source,
-                                       "sign its Release file, or declare the source trusted if it is trusted by other means")
-                detached = signature.body
+        if not inline_signed and not self._trusted(source):
+            signature = self._get(source, f"{dists}/Release.gpg")
+            if signature.status != 200:
+                raise ArchiveError("the repository is not signed (no InRelease, no Release.gpg)", source,
+                                   "sign its Release file, or declare the source trusted if it is trusted by other means")
+            detached = signature.body
         if reply.status != 200:
             raise ArchiveError(f"unexpected answer {reply.status} for {dists}/InRelease", source)
         digest = hashlib.sha256(reply.body).hexdigest()
