@@ -9,7 +9,10 @@
 * :class:`Flock` - an exclusive ``flock(2)`` on a file or a directory: a package cache, the boot root,
   a runtime directory. A lock file may record who holds it (pid, what for, since when); a waiter is
   told once who it waits for (:func:`wait_message`), and one that gives up after its timeout raises
-  :class:`LockBusy` naming that holder.
+  :class:`LockBusy` naming that holder. A lock held across tasks (each Ansible task is a process of its
+  own) is handed over to a small holder process (:meth:`Flock.hand_over`) that keeps it until the
+  ``ansible-playbook`` it serves ends, or :func:`release_holder` ends it; a killed playbook (its process
+  group) takes the holder, and so the lock, with it.
 """
 
 from __future__ import annotations
@@ -18,9 +21,15 @@ import errno
 import fcntl
 import os
 import re
+import select
+import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Callable, Optional, Union
 
+from ansible_collections.hpc.stateless.plugins.module_utils._process import command_env, proc_stat
 from ansible_collections.hpc.stateless.plugins.module_utils._time import iso_utc
 
 PathName = Union[str, bytes, os.PathLike]
@@ -32,6 +41,12 @@ _MOUNT_ESCAPE = re.compile(r"\\([0-7]{3})")
 LOCK_POLL = 0.1
 _NOTE_MAX = 512
 UNKNOWN_HOLDER = "unknown process"
+#: How often a holder process looks whether the playbook it serves is still there.
+HOLDER_POLL = 0.5
+#: How long a hand-over waits for the holder to say it holds the lock, and a release for it to end.
+HOLDER_START_TIMEOUT = 30.0
+HOLDER_STOP_TIMEOUT = 10.0
+_HOLDER_NOTE = re.compile(r"pid (\d+) ")
 
 
 def mounts_below(path: str, mounts_file: str = MOUNTS_FILE) -> list[str]:
@@ -49,6 +64,16 @@ def mounts_below(path: str, mounts_file: str = MOUNTS_FILE) -> list[str]:
 def wait_message(what: str, holder: str) -> str:
     """What a build that must wait says: ``waiting for <what>, held by <holder>``."""
     return f"waiting for {what}, held by {holder}"
+
+
+def holder_note(pid: int, purpose: str, since: str) -> str:
+    """What a lock file says about its holder: ``pid <pid> <purpose> since <time>``."""
+    return f"pid {pid} {purpose} since {since}"
+
+
+def _write_note(fd: int, note: str) -> None:
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, note.encode("utf-8"), 0)
 
 
 class LockBusy(TimeoutError):
@@ -99,8 +124,7 @@ class Flock:
         try:
             self._wait(fd, timeout, on_wait)
             if self.purpose:
-                os.ftruncate(fd, 0)
-                os.pwrite(fd, f"pid {os.getpid()} {self.purpose} since {iso_utc()}".encode("utf-8"), 0)
+                _write_note(fd, holder_note(os.getpid(), self.purpose, iso_utc()))
         except BaseException:
             os.close(fd)
             raise
@@ -141,9 +165,128 @@ class Flock:
             fd, self.fd = self.fd, None
             os.close(fd)
 
+    def hand_over(self, owner: int) -> int:
+        """Hand the held lock to a holder process that keeps it until process ``owner`` ends; return its pid.
+
+        The holder (a detached Python process in our process group, stdio on ``/dev/null``) writes itself into
+        the lock file as its holder, then keeps the lock until ``owner`` is gone, or until it gets SIGTERM
+        (:func:`release_holder`), SIGINT or SIGHUP. This Flock no longer holds it afterwards. Raises
+        RuntimeError when the lock is not held, OSError when the holder does not start (the lock is released).
+        """
+        if self.fd is None or self.directory or not self.purpose:
+            raise RuntimeError(f"{os.fsdecode(self.path)}: only a held lock file with a purpose can be handed over")
+        owner_stat = proc_stat(owner)
+        if owner_stat is None:
+            raise RuntimeError(f"process {owner} to hold {os.fsdecode(self.path)} for does not exist")
+        ready_read, ready_write = os.pipe()
+        try:
+            config = [str(self.fd), str(ready_write), str(owner), owner_stat.start_time, self.purpose,
+                      os.fsdecode(self.path), _collection_root()]
+            with subprocess.Popen([sys.executable, "-B", "-c", _HOLDER_BOOT, *config], stdin=subprocess.DEVNULL,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=command_env(),
+                                  pass_fds=(self.fd, ready_write), cwd="/") as starter:
+                os.close(ready_write)
+                ready_write = -1
+                said = _read_until_eof(ready_read, HOLDER_START_TIMEOUT)
+                starter.wait(timeout=HOLDER_START_TIMEOUT)
+        finally:
+            os.close(ready_read)
+            if ready_write >= 0:
+                os.close(ready_write)
+            self.release()  # the holder's descriptor keeps the lock; ours goes
+        if not said.strip().isdigit():
+            raise OSError(errno.ECHILD, f"the holder of {os.fsdecode(self.path)} did not start (it said {said!r})")
+        return int(said)
+
     def __enter__(self) -> Flock:
         self.acquire()
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         self.release()
+
+
+def _collection_root() -> str:
+    """The directory that holds ``ansible_collections`` (the holder process imports this module from it)."""
+    return str(Path(__file__).parents[len(__name__.split(".")) - 1])
+
+
+def _read_until_eof(fd: int, timeout: float) -> str:
+    deadline = time.monotonic() + timeout
+    data = b""
+    while time.monotonic() < deadline:
+        if not select.select([fd], [], [], max(deadline - time.monotonic(), 0.0))[0]:
+            break
+        chunk = os.read(fd, 64)
+        if not chunk:
+            break
+        data += chunk
+    return data.decode("ascii", "replace")
+
+
+def keep_lock(fd: int, ready: int, owner: int, owner_start: str, purpose: str) -> None:
+    """The holder process (:meth:`Flock.hand_over`): detach, say who holds the lock open as ``fd``, keep it."""
+    if os.fork():
+        os._exit(0)  # pylint: disable=protected-access
+    stop: list[int] = []
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, lambda signum, _frame: stop.append(signum))
+    _write_note(fd, holder_note(os.getpid(), purpose, iso_utc()))
+    os.write(ready, str(os.getpid()).encode("ascii"))
+    os.close(ready)
+    while not stop:
+        info = proc_stat(owner)
+        if info is None or not info.running or info.start_time != owner_start:
+            break
+        time.sleep(HOLDER_POLL)
+    os._exit(0)  # pylint: disable=protected-access
+
+
+_HOLDER_BOOT = ("import sys; a = sys.argv[1:]; sys.path[:0] = [a[6]]; "
+                "from ansible_collections.hpc.stateless.plugins.module_utils._fs import keep_lock; "
+                "keep_lock(int(a[0]), int(a[1]), int(a[2]), a[3], a[4])")
+
+
+def note_pid(path: PathName) -> int | None:
+    """The pid the lock file ``path`` names as its holder (its note), None when it names none."""
+    try:
+        with open(path, "rb") as handle:
+            note = handle.read(_NOTE_MAX).decode("utf-8", "replace")
+    except OSError:
+        return None
+    found = _HOLDER_NOTE.match(note)
+    return int(found.group(1)) if found else None
+
+
+def release_holder(path: PathName, pid: int, timeout: float = HOLDER_STOP_TIMEOUT) -> bool:
+    """End holder process ``pid`` of the lock file ``path`` (:meth:`Flock.hand_over`) and wait until it is gone.
+
+    Only a process the lock file names as its holder and whose command line holds ``path`` is signalled (a
+    holder that ended already, its pid now another process's, is left alone). True when it was ended, False
+    when ``pid`` held nothing there any more. Raises TimeoutError when it is still there after ``timeout``.
+    """
+    name = os.fsdecode(path)
+    if note_pid(path) != pid or not _runs_holder_of(pid, name):
+        return False
+    before = proc_stat(pid)
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return False
+    deadline = time.monotonic() + timeout
+    while True:
+        info = proc_stat(pid)
+        if info is None or not info.running or (before is not None and info.start_time != before.start_time):
+            return True
+        if time.monotonic() >= deadline:
+            raise TimeoutError(errno.ETIMEDOUT, f"the holder (pid {pid}) of {name} did not end within {timeout:g} s")
+        time.sleep(LOCK_POLL / 10)
+
+
+def _runs_holder_of(pid: int, path: str) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            argv = handle.read().split(b"\0")
+    except OSError:
+        return False
+    return b"keep_lock" in b" ".join(argv) and os.fsencode(path) in argv
