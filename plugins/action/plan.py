@@ -21,6 +21,7 @@ from ansible import context
 from ansible.errors import AnsibleError
 from ansible.inventory.manager import InventoryManager
 from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
 from ansible.utils.vars import load_extra_vars
 from ansible.vars.manager import VariableManager
 from jinja2 import Undefined
@@ -69,6 +70,8 @@ from ansible_collections.hpc.stateless.plugins.module_utils._project import proj
 
 # ansible_collections/hpc/stateless/plugins/action/plan.py -> the dir holding ansible_collections
 _OWN_COLLECTIONS_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), *[os.pardir] * 5))
+
+display = Display()
 
 _ARGUMENT_SPEC = dict(
     layers=dict(type="dict"),
@@ -312,7 +315,8 @@ class ActionModule(ActionBase):
             if os.path.isdir(source):
                 shutil.copytree(source, cache_dir, copy_function=os.link,
                                 ignore=shutil.ignore_patterns("lock"))
-        return {"cache_dir": cache_dir} if cache_dir else {}
+        # A plan that waits for another run's read of the archive cache says so when its wait begins.
+        return {"on_wait": display.warning, **({"cache_dir": cache_dir} if cache_dir else {})}
 
     def _drop_check_cache(self) -> None:
         if self._check_cache:

@@ -39,7 +39,7 @@ from ansible.module_utils.urls import ConnectionError as UrlsConnectionError, op
 
 from ansible_collections.hpc.stateless.plugins.module_utils import _process
 from ansible_collections.hpc.stateless.plugins.module_utils._archive import debversion
-from ansible_collections.hpc.stateless.plugins.module_utils._fs import Flock, LockBusy
+from ansible_collections.hpc.stateless.plugins.module_utils._fs import Flock, LockBusy, wait_message
 from ansible_collections.hpc.stateless.plugins.module_utils._paths import write_atomic
 from ansible_collections.hpc.stateless.plugins.module_utils._time import iso_utc
 
@@ -265,12 +265,15 @@ class ArchiveView:
     @classmethod
     def load(cls, sources: Iterable, *, arch: str, cache_dir: str | None = None, max_age: float = DEFAULT_MAX_AGE,
              fetch: Fetch | None = None, timeout: float = DEFAULT_TIMEOUT, check_valid_until: bool = True,
-             trusted: bool = False, now: float | None = None) -> ArchiveView:
+             trusted: bool = False, now: float | None = None,
+             on_wait: Callable[[str], None] | None = None) -> ArchiveView:
         """Read every source (each URI+suite+keyring once; components of repeated declarations merged).
 
         ``check_valid_until=False`` accepts a Release file past its Valid-Until (a dated snapshot);
         ``trusted=True`` (or a source's own ``trusted`` attribute) skips the signature check - only for a
-        repository trusted by other means. Raises :class:`ArchiveError` naming the layer, source and suite.
+        repository trusted by other means. Runs of one host read one cache in turn: ``on_wait`` gets, once, the
+        message of a run that must wait (``waiting for the apt archive index cache <dir>, held by pid N ...``).
+        Raises :class:`ArchiveError` naming the layer, source and suite.
         """
         merged: dict[tuple[str, str, str], _Loaded] = {}
         for source in sources:
@@ -287,12 +290,15 @@ class ArchiveView:
         loader = _Loader(cache, arch, max_age, fetch or fetch_url, timeout, check_valid_until, trusted,
                          time.time() if now is None else now)
         loader.prepare()
-        lock = Flock(os.path.join(cache, "lock"), "reading apt archive indexes")
+        lock = Flock(os.path.join(cache, "lock"), f"reading apt archive indexes for the plan of ansible-playbook pid "
+                                                  f"{_process.playbook_pid()}")
         try:
-            lock.acquire(timeout=LOCK_TIMEOUT)
+            lock.acquire(timeout=LOCK_TIMEOUT, on_wait=on_wait and (
+                lambda holder: on_wait(wait_message(f"the apt archive index cache {cache}", holder))))
         except LockBusy as exc:
             raise ArchiveError(f"the archive cache {cache} is busy: {exc}",
-                               hint="wait for that run to end, or remove the lock file if its process is gone") from None
+                               hint="wait for that run to end, or end it if it hangs (the ansible-playbook pid its "
+                                    "note names)") from None
         try:
             entries = list(merged.values())
             # The sources are independent (their own record files; index files named by content): read them

@@ -705,15 +705,16 @@ def unknown_entries(path: str) -> list[str]:
     return sorted(entry for entry in os.listdir(path) if entry not in IGNORED_ENTRIES)
 
 
-def cache_lock(cache_dir: str, root: str = "") -> Flock:
+def cache_lock(cache_dir: str, root: str = "", layer: str = "") -> Flock:
     """The exclusive lock on the package cache while one bootstrap uses it.
 
     Two root layers (or two builds, of two projects) may bootstrap at once: apt refuses a package cache
     whose lock another apt holds, and dnf's and zypper's caches take no second writer either; the second
     bootstrap waits here instead of failing (:meth:`RootfsBootstrap.locked_cache`). The lock file says
-    which process holds it, and for which root.
+    which process holds it, and for which layer and root.
     """
-    return Flock(os.path.join(cache_dir, CACHE_LOCK_NAME), f"rootfs bootstrap of {root}" if root else "rootfs bootstrap")
+    whose = " ".join(part for part in (f"layer {layer}" if layer else "", f"({root})" if layer and root else root) if part)
+    return Flock(os.path.join(cache_dir, CACHE_LOCK_NAME), f"rootfs bootstrap of {whose}" if whose else "rootfs bootstrap")
 
 
 class RootfsBootstrap:
@@ -952,7 +953,7 @@ class RootfsBootstrap:
         holder that keeps it past ``timeout`` seconds fails the bootstrap with its name."""
         spec = self.spec
         what = f"the {spec.family} package cache {spec.cache_dir}"
-        lock = cache_lock(spec.cache_dir, spec.path)
+        lock = cache_lock(spec.cache_dir, spec.path, spec.layer)
         try:
             lock.acquire(timeout=timeout, on_wait=lambda holder: self.warn(wait_message(what, holder)))
         except LockBusy as exc:

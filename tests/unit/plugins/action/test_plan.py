@@ -276,9 +276,11 @@ def _bare_action(check_mode: bool = False):
 
 
 def test_the_plan_passes_the_archive_cache_it_is_given_and_leaves_the_default_to_the_archive_view():
-    """The default (root's, or the user's inside `buildah unshare`) is the archive view's rule (default_cache_dir)."""
-    assert _bare_action()._archive_options({"freshness_cache_dir": None}) == {}
-    assert _bare_action()._archive_options({"freshness_cache_dir": "/srv/c"}) == {"cache_dir": "/srv/c"}
+    """The default (root's, or the user's inside `buildah unshare`) is the archive view's rule (default_cache_dir).
+    A wait for another run's read of the cache is a warning on the playbook's output."""
+    warn = plan_action.display.warning
+    assert _bare_action()._archive_options({"freshness_cache_dir": None}) == {"on_wait": warn}
+    assert _bare_action()._archive_options({"freshness_cache_dir": "/srv/c"}) == {"cache_dir": "/srv/c", "on_wait": warn}
 
 
 def test_a_plan_in_check_mode_reads_a_private_copy_of_the_archive_cache(tmp_path):

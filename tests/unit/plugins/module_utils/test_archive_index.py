@@ -338,11 +338,19 @@ def test_busy_cache_names_its_holder(repos, tmp_path, monkeypatch):
     holder = archive.Flock(str(cache / "lock"), "another plan")
     holder.acquire()
     monkeypatch.setattr(archive, "LOCK_TIMEOUT", 0.2)
+    told = []
     try:
         with pytest.raises(ArchiveError, match=rf"the archive cache {cache} is busy: .*pid {os.getpid()} another plan"):
-            ArchiveView.load(_sources(release, security), arch=ARCH, cache_dir=str(cache))
+            ArchiveView.load(_sources(release, security), arch=ARCH, cache_dir=str(cache), on_wait=told.append)
     finally:
         holder.release()
+    # The run that waits said so once, when its wait began, naming the holder.
+    assert len(told) == 1
+    assert told[0].startswith(f"waiting for the apt archive index cache {cache}, held by pid {os.getpid()} another plan since ")
+    view = ArchiveView.load(_sources(release, security), arch=ARCH, cache_dir=str(cache), on_wait=told.append)
+    assert view.sources and len(told) == 1  # free: nobody waited for
+    assert (cache / "lock").read_text().startswith(f"pid {os.getpid()} reading apt archive indexes for the plan of "
+                                                   f"ansible-playbook pid {os.getpid()} since ")
 
 
 def test_default_cache_dir(monkeypatch):

@@ -446,16 +446,20 @@ def test_a_bootstrap_that_waits_for_the_cache_says_whom_it_waits_for(tmp_path):
     keys = {key: None for key in BOOTSTRAP_KEYS}
     keys.update(distro="debian", release="bookworm")
     warnings: list[str] = []
-    job = RootfsBootstrap(RootfsRequest(path=str(tmp_path / "root"), bootstrap=keys, cache_dir=str(cache)),
+    job = RootfsBootstrap(RootfsRequest(path=str(tmp_path / "root"), bootstrap=keys, cache_dir=str(cache), layer="base"),
                           warn=warnings.append, mode="root")
-    held = cache_lock(str(cache), "/other/root")
+    held = cache_lock(str(cache), "/other/root", "hpc")
     held.acquire()
     try:
-        with pytest.raises(RootfsError, match=r"still held by pid \d+ rootfs bootstrap of /other/root since .* after 0.2 s"):
+        with pytest.raises(RootfsError, match=r"still held by pid \d+ rootfs bootstrap of layer hpc \(/other/root\) since "
+                                              r".* after 0.2 s; wait for that bootstrap to finish \(or end it\)"):
             job.locked_cache(timeout=0.2)
     finally:
         held.release()
     assert len(warnings) == 1 and warnings[0].startswith(
-        f"waiting for the debootstrap package cache {cache}, held by pid {os.getpid()} rootfs bootstrap of /other/root")
+        f"waiting for the debootstrap package cache {cache}, held by pid {os.getpid()} rootfs bootstrap of layer hpc "
+        "(/other/root) since ")
     job.locked_cache(timeout=0).release()
-    assert (cache / CACHE_LOCK_NAME).read_text().startswith(f"pid {os.getpid()} rootfs bootstrap of {tmp_path / 'root'}")
+    assert (cache / CACHE_LOCK_NAME).read_text().startswith(
+        f"pid {os.getpid()} rootfs bootstrap of layer base ({tmp_path / 'root'}) since ")
+    assert cache_lock(str(cache), "/r").purpose == "rootfs bootstrap of /r"  # a bootstrap outside a layer build
