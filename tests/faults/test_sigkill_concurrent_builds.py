@@ -6,11 +6,15 @@ SIGKILLed, its whole process group, while apt runs in its layer (apt holds the l
 directory bound there: the build's own view of the host cache, plugins/module_utils/_build/caches.py).
 The other build finishes; the next run of the killed project builds its layer and removes what the
 kill left (working container, cache bind, the view); the host's cache is whole.
+
+Two runs of one project: the one that holds the leaf layer's build lock is SIGKILLed; the lock goes with it
+and the other run builds the layer.
 """
 
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from pathlib import Path
 
@@ -19,6 +23,10 @@ import pytest
 from faults_site import (apt_leaf_inventory, layer_images, our_containers, our_mounts, remove_prefix_images,
                          run_site, start_playbook, tag_default_layers)
 from faults_support import group_processes, kill_group, stop_group_when
+
+from ansible_collections.hpc.stateless.plugins.module_utils import _fs, _process
+from ansible_collections.hpc.stateless.plugins.module_utils._build import buildlock
+from ansible_collections.hpc.stateless.plugins.module_utils._fs import Flock
 
 VIEWS = Path("/var/cache/hpc-stateless/.builds")
 APT_PROGRAMS = ("apt-get", "dpkg", "dpkg-deb")
@@ -72,3 +80,58 @@ def test_sigkill_of_one_of_two_concurrent_builds_while_its_apt_holds_the_cache_l
     assert our_containers(prefix) == [], "working containers left after the next run"
     assert our_mounts() == [], "package-cache or container mounts leaked"
     assert not (VIEWS.is_dir() and [name for name in os.listdir(VIEWS) if killed_leaf in name or other_leaf in name])
+
+
+def test_sigkill_of_the_run_that_holds_a_layers_build_lock_lets_the_other_run_of_the_project_build_it(prefix, tmp_path):
+    """Two runs of ONE project at once: the one holding the leaf layer's build lock (plugins/module_utils/_build/
+    buildlock.py; its holder process is in the run's process group) is SIGKILLed while apt runs in its layer. The
+    lock goes with it: the other run, which waited naming it, takes the lock, removes the killed run's working
+    container and view (its clean-up, safe under the lock) and builds the layer."""
+    leaf = "lockedapt"
+    extra = ("-e", f"hpc_stateless_image_prefix={prefix}")
+    inventory = apt_leaf_inventory(tmp_path, leaf, uuid.uuid4().hex[:8])
+    env = {"ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-local")}
+    runs = {name: start_playbook(*extra, inventory=inventory, playbook="playbooks/build.yml", log=tmp_path / f"{name}.log",
+                                 env=env) for name in ("one", "two")}
+    lock = Path(buildlock.lock_path(str(VIEWS.parent), prefix, leaf))
+
+    def holder_run() -> tuple[str, int] | None:
+        """The run whose build holds the lock (its note names the run's ansible-playbook) while apt works for it."""
+        note = lock.read_text() if lock.is_file() else ""
+        for name, proc in runs.items():
+            if f"for ansible-playbook pid {proc.pid} since " in note:
+                holder = _fs.note_pid(lock)
+                group = group_processes(proc.pid)
+                if holder in group and any(argv and os.path.basename(argv[0]) in APT_PROGRAMS for argv in group.values()):
+                    return name, holder
+        return None
+
+    try:
+        deadline = time.monotonic() + 600
+        found = None
+        while found is None and time.monotonic() < deadline and all(p.poll() is None for p in runs.values()):
+            found = holder_run()
+            time.sleep(0.01)
+        assert found, "no run held the layer's build lock while apt worked in its layer:\n" + "\n".join(
+            (tmp_path / f"{name}.log").read_text()[-2000:] for name in runs)
+        killed, holder = found
+        kill_group(runs[killed])
+        info = _process.proc_stat(holder)
+        assert info is None or not info.running, "the lock's holder process outlived the killed run"
+        (survivor,) = set(runs) - {killed}
+        assert runs[survivor].wait(timeout=600) == 0, (tmp_path / f"{survivor}.log").read_text()[-4000:]
+    finally:
+        for proc in runs.values():
+            kill_group(proc)
+    log = (tmp_path / f"{survivor}.log").read_text()
+    flat = "".join(log.split())
+    assert "".join(f"waiting for the build lock of layer {leaf} ({prefix}), held by pid {holder} ".split()) in flat
+    assert "".join(f"for ansible-playbook pid {runs[killed].pid} since".split()) in flat
+    assert f"layer {leaf} committed as {prefix}/{leaf}:" in log  # built by the survivor, not reused
+    assert len(leaf_images(prefix, leaf)) == 1
+    assert our_containers(prefix) == [], "the killed run's working container was left"
+    assert our_mounts() == [], "package-cache or container mounts leaked"
+    assert not (VIEWS.is_dir() and [name for name in os.listdir(VIEWS) if leaf in name])
+    free = Flock(str(lock))
+    free.acquire(timeout=0)  # released after the survivor's commit
+    free.release()
