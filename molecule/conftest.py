@@ -6,7 +6,10 @@
 
 The image under test is, in order of preference:
   0. the image booted under systemd-nspawn by ``playbooks/verify.yml`` (``$HPC_STATELESS_TEST_TARGET``
-     ``nsenter://<leader PID>``): every command runs with nsenter in the running container;
+     ``nsenter://<leader PID>``): every command runs with nsenter in the running container; or a live node
+     checked by ``playbooks/compliance.yml`` (``ansible://<node>?ansible_inventory=<file>``): testinfra's ansible
+     backend, one ssh per command with the SSH settings Ansible uses for the node (checks of the image at rest
+     are skipped there, saying so: the node made its host keys, machine ID and secrets at boot);
   1. the scenario's instance (``$MOLECULE_INSTANCE_CONFIG``, written by ``_shared/create.yml``),
   2. the working container named by ``$HPC_STATELESS_TEST_CONTAINER``,
   3. a throw-away working container of the image ``$HPC_STATELESS_TEST_IMAGE``
@@ -62,12 +65,18 @@ def _waiver_files() -> list[Path]:
 
 
 def _target() -> str:
-    """``nsenter://<leader PID>`` of the booted image under test (verify.yml), or ''."""
+    """``nsenter://<leader PID>`` of the booted image under test (verify.yml), ``ansible://<node>?...`` of a live
+    node (compliance.yml), or ''."""
     return os.environ.get("HPC_STATELESS_TEST_TARGET", "")
 
 
 def _booted() -> bool:
     return bool(_target())
+
+
+def _live() -> bool:
+    """A live node over SSH (playbooks/compliance.yml), not an image booted by verify.yml."""
+    return _target().startswith("ansible://")
 
 
 def _test_roles() -> set[str] | None:
@@ -175,6 +184,17 @@ def host(request: pytest.FixtureRequest, instance: tuple[str, str | None]) -> An
     backend on the working container's root; overrides testinfra's own fixture."""
     assert instance, "one host per instance under test"
     target = _target()
+    if _live():
+        import testinfra  # pylint: disable=import-outside-toplevel
+
+        live = testinfra.get_host(target)
+        try:
+            probe = live.run("true")
+        except RuntimeError as exc:  # testinfra's ssh backend: ssh itself failed (rc 255)
+            raise RuntimeError(f"{target}: the node cannot be reached over ssh: {exc}") from None
+        if probe.rc != 0:
+            raise RuntimeError(f"{target}: 'true' failed on the node (rc {probe.rc}): {probe.stderr.strip()}")
+        return live
     if target:
         scheme, _sep, leader = target.partition("://")
         if scheme != "nsenter" or not leader.isdigit():
@@ -191,6 +211,9 @@ def at_rest(request: pytest.FixtureRequest, host: Any) -> Any:
     of ``$HPC_STATELESS_TEST_IMAGE``, the image that was booted."""
     if not _booted():
         return host
+    if _live():
+        pytest.skip("needs the image at rest (before boot): a live node made its host keys, machine ID and secrets "
+                    "at boot; verify.yml checks the image itself, compliance.yml's drift checks find changes since")
     if not os.environ.get("HPC_STATELESS_TEST_IMAGE") and not os.environ.get("HPC_STATELESS_TEST_ROOT"):
         raise pytest.UsageError("HPC_STATELESS_TEST_TARGET is set without HPC_STATELESS_TEST_IMAGE or "
                                 "HPC_STATELESS_TEST_ROOT: the checks of the image at rest need what was booted")

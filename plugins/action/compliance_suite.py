@@ -2,17 +2,26 @@
 # Copyright (c) 2026 hpc.stateless developers
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Controller side of hpc.stateless.compliance_suite: the testinfra suite against a booted image.
+"""Controller side of hpc.stateless.compliance_suite: the testinfra suite against a booted image or a live node.
 
-The task runs over the hpc.stateless.nspawn connection in booted mode (verify.yml); this action
+Booted image (verify.yml): the task runs over the hpc.stateless.nspawn connection in booted mode; this action
 reads the leader PID of that connection's container and runs the suite (molecule/ of this collection,
 module_utils/_verify/suite.py picks the files) in ONE pytest process on the controller, whose testinfra
 backend enters the container with nsenter for every command (molecule/_shared/compliance.py).
+
+Live node (``live: true``, playbooks/compliance.yml): the task runs over the node's own ssh connection. The
+action checks that Ansible reaches the node, writes a one-host inventory with the SSH settings Ansible resolved
+for it (host, port, user, key, ssh args, the connection master's ControlPath: suite.live_inventory) and runs the
+same suite in one pytest process per node through testinfra's ansible backend, which maps that ssh connection
+onto its own ssh backend. What keeps the suite from running on the node is one ``error`` check
+(suite.RUN_CHECK), never a passed one; the checks go into the node's drift report (``report``).
+
 pytest's JUnit report is read back into record checks.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -20,16 +29,21 @@ import tempfile
 import time
 from typing import Any
 
-from ansible.errors import AnsibleActionFail
+from ansible.errors import AnsibleActionFail, AnsibleError
 from ansible.plugins.action import ActionBase
 
+from ansible_collections.hpc.stateless.plugins.module_utils._verify.drift import with_suite
 from ansible_collections.hpc.stateless.plugins.module_utils._verify.suite import (
+    SSH_CONNECTIONS,
     SuiteError,
     bad_checks,
     chain_layers,
     chain_roles,
+    live_environment,
+    live_inventory,
     parse_junit,
     pytest_command,
+    run_error,
     suite_environment,
     suite_paths,
     summary,
@@ -67,12 +81,76 @@ def inventory_dir(sources: Any) -> str:
     return ""
 
 
+def _ssh_settings(connection: Any, play_context: Any) -> dict[str, Any]:
+    """The options Ansible resolved for a node's ssh connection (inventory, ansible.cfg, environment, command
+    line), and the path of the connection master Ansible's own ssh commands share."""
+    from ansible.plugins.connection.ssh import Connection as SshConnection  # pylint: disable=import-outside-toplevel
+    from ansible.utils.path import unfrackpath  # pylint: disable=import-outside-toplevel
+
+    def option(name: str) -> Any:
+        try:
+            return connection.get_option(name)
+        except (KeyError, AnsibleError):
+            return None
+
+    names = ("host", "port", "remote_user", "private_key_file", "ssh_args", "ssh_common_args", "ssh_extra_args",
+             "host_key_checking", "timeout", "password")
+    settings = {name: option(name) for name in names}
+    settings["host"] = settings["host"] or play_context.remote_addr
+    path = option("control_path") or SshConnection._create_control_path(  # pylint: disable=protected-access
+        settings["host"], settings["port"], settings["remote_user"])
+    settings["control_path"] = path % {"directory": unfrackpath(option("control_path_dir") or "~/.ansible/cp")}
+    settings.update(become=bool(play_context.become), become_user=play_context.become_user,
+                    become_method=play_context.become_method)
+    return settings
+
+
+def run_suite(paths: list[str], env: dict[str, str], timeout: int, what: str) -> tuple[list[dict[str, Any]], float, str]:
+    """The ONE pytest process of the suite: ``(checks, seconds, output tail)``; SuiteError when it hangs past
+    ``timeout`` or cannot run (no JUnit report)."""
+    with tempfile.TemporaryDirectory(prefix="hpc-stateless-suite-") as scratch:
+        report = os.path.join(scratch, "junit.xml")
+        argv = pytest_command(sys.executable, SUITE_ROOT, report, paths)
+        started = time.monotonic()
+        try:
+            proc = subprocess.run(argv, env=env, cwd=SUITE_ROOT, capture_output=True, text=True,
+                                  timeout=timeout, check=False)
+        except subprocess.TimeoutExpired:
+            raise SuiteError(f"the compliance suite of {what} ran longer than {timeout}s and was stopped; a check "
+                             "hangs (see the tests' commands)") from None
+        seconds = round(time.monotonic() - started, 2)
+        output = (proc.stdout + proc.stderr)[-_OUTPUT_TAIL:]
+        if proc.returncode not in (0, 1) or not os.path.isfile(report):
+            hint = (" (install pytest-testinfra on the controller: pip install pytest-testinfra)"
+                    if "No module named" in output else "")
+            raise SuiteError(f"the compliance suite of {what} could not run (pytest rc {proc.returncode}){hint}: "
+                             f"{output}")
+        with open(report, "rb") as handle:
+            text = handle.read()
+    try:
+        return parse_junit(text, f"JUnit report of {what}'s suite"), seconds, output
+    except SuiteError as exc:
+        raise SuiteError(f"{exc}; pytest said: {output}") from None
+
+
+def _waiver_files(args: Any) -> list[str]:
+    waivers = [str(w) for w in args.get("waivers") or []]
+    missing = [w for w in waivers if not os.path.isfile(w)]
+    if missing:
+        raise AnsibleActionFail(f"hpc_stateless_verify_waivers: {missing} do not exist; name waiver files "
+                                "(waivers: [{check, item, reason}])")
+    return waivers
+
+
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("layer", "layers", "image", "root", "inventory", "waivers", "paths", "timeout"))
+    _VALID_ARGS = frozenset(("layer", "layers", "image", "root", "inventory", "waivers", "paths", "timeout", "live",
+                             "boot_image", "report"))
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result = super().run(tmp, task_vars)
+        if self._task.args.get("live"):
+            return self._live(result, task_vars or {})
         args = self._task.args
         layer = args.get("layer")
         layers = args.get("layers")
@@ -81,11 +159,7 @@ class ActionModule(ActionBase):
         if not layer or not isinstance(layers, dict) or bool(image) == bool(root):
             raise AnsibleActionFail("compliance_suite needs layer, layers (hpc_stateless_plan.layers) and one of "
                                     "image (the booted layer image) and root (the booted packed tree)")
-        waivers = [str(w) for w in args.get("waivers") or []]
-        missing = [w for w in waivers if not os.path.isfile(w)]
-        if missing:
-            raise AnsibleActionFail(f"hpc_stateless_verify_waivers: {missing} do not exist; name waiver files "
-                                    "(waivers: [{check, item, reason}])")
+        waivers = _waiver_files(args)
         try:
             roles = chain_roles(layers, layer)
             chain = chain_layers(layers, layer)
@@ -95,32 +169,71 @@ class ActionModule(ActionBase):
         leader, nsenter = _leader(self._connection)
         env = suite_environment(os.environ, leader, nsenter, str(layer), roles, image=str(image), root=str(root),
                                 waivers=waivers, inventory=inventory_dir(args.get("inventory")), chain=chain)
-        timeout = int(args.get("timeout") or 600)
-        with tempfile.TemporaryDirectory(prefix="hpc-stateless-suite-") as scratch:
-            report = os.path.join(scratch, "junit.xml")
-            argv = pytest_command(sys.executable, SUITE_ROOT, report, paths)
-            started = time.monotonic()
-            try:
-                proc = subprocess.run(argv, env=env, cwd=SUITE_ROOT, capture_output=True, text=True,
-                                      timeout=timeout, check=False)
-            except subprocess.TimeoutExpired as exc:
-                raise AnsibleActionFail(f"the compliance suite of {layer} ran longer than {timeout}s and was "
-                                        "stopped; a check hangs (see the tests' commands)") from exc
-            seconds = round(time.monotonic() - started, 2)
-            output = (proc.stdout + proc.stderr)[-_OUTPUT_TAIL:]
-            if proc.returncode not in (0, 1) or not os.path.isfile(report):
-                hint = (" (install pytest-testinfra on the controller: pip install pytest-testinfra)"
-                        if "No module named" in output else "")
-                raise AnsibleActionFail(f"the compliance suite of {layer} could not run (pytest rc "
-                                        f"{proc.returncode}){hint}: {output}")
-            try:
-                with open(report, "rb") as handle:
-                    checks = parse_junit(handle.read(), f"JUnit report of {layer}'s suite")
-            except SuiteError as exc:
-                raise AnsibleActionFail(f"{exc}; pytest said: {output}") from exc
+        try:
+            checks, seconds, output = run_suite(paths, env, int(args.get("timeout") or 600), str(layer))
+        except SuiteError as exc:
+            raise AnsibleActionFail(str(exc)) from exc
         bad = bad_checks(checks)
         result.update(changed=False, checks=checks, counts=summary(checks), seconds=seconds, roles=roles,
                       paths=paths, failed_checks=[c["name"] for c in bad], output=output,
                       msg=f"{layer}: {len(checks)} checks in {seconds}s, " + ", ".join(
                           f"{n} {r}" for r, n in summary(checks).items() if n))
         return result
+
+    # -- live nodes (playbooks/compliance.yml) ------------------------------------------------------------
+    def _live(self, result: dict[str, Any], task_vars: dict[str, Any]) -> dict[str, Any]:
+        """The suite against the live node of this task over its ssh connection; what stops it is an error check."""
+        args = self._task.args
+        node = str(task_vars.get("inventory_hostname") or self._play_context.remote_addr)
+        report = args.get("report")
+        if report is not None and not isinstance(report, dict):
+            raise AnsibleActionFail(f"compliance_suite: report must be the node's drift report (a dict), got {report!r}")
+        started = time.monotonic()
+        try:
+            checks, roles, paths, output = self._live_checks(node, args)
+        except SuiteError as exc:
+            checks, roles, paths, output = [run_error(f"{node}: {exc}")], [], [], ""
+        seconds = round(time.monotonic() - started, 2)
+        counts = summary(checks)
+        result.update(changed=False, checks=checks, counts=counts, seconds=seconds, roles=roles, paths=paths,
+                      failed_checks=[c["name"] for c in bad_checks(checks)], output=output,
+                      msg=f"{node}: {len(checks)} checks over SSH in {seconds}s, " + ", ".join(
+                          f"{n} {r}" for r, n in counts.items() if n))
+        if report is not None:
+            result["report"] = with_suite(report, checks, seconds)
+        return result
+
+    def _live_checks(self, node: str, args: Any) -> tuple[list[dict[str, Any]], list[str], list[str], str]:
+        layer, layers = args.get("layer"), args.get("layers")
+        if not isinstance(layers, dict):
+            raise AnsibleActionFail("compliance_suite: live needs layers (hpc_stateless_plan.layers)")
+        waivers = _waiver_files(args)
+        if not layer:
+            raise SuiteError(f"its image {args.get('boot_image') or '(none)'} is no image of hpc_stateless_images, "
+                             "so the checks it should pass are unknown; set hpc_stateless_boot_image for the node "
+                             "(or hpc_stateless_boot_default_image)")
+        roles = chain_roles(layers, layer)
+        chain = chain_layers(layers, layer)
+        paths = suite_paths(SUITE_ROOT, roles, [str(p) for p in args.get("paths") or []])
+        transport = str(getattr(self._connection, "transport", ""))
+        if transport not in SSH_CONNECTIONS:
+            raise SuiteError(f"the suite reaches live nodes over ssh (testinfra's ssh backend); the node's connection "
+                             f"is {transport!r}: set ansible_connection: ssh for it")
+        try:
+            self._connection._connect()  # pylint: disable=protected-access
+            probe = self._low_level_execute_command("true")
+        except AnsibleError as exc:  # AnsibleConnectionFailure included
+            raise SuiteError(f"the node is unreachable over ssh ({str(exc).strip()[:500]}): no check could run") from None
+        if probe.get("rc") != 0:
+            raise SuiteError(f"the node is unreachable over ssh (rc {probe.get('rc')}: "
+                             f"{str(probe.get('stderr') or '').strip()[:500]}): no check could run")
+        settings = _ssh_settings(self._connection, self._play_context)
+        with tempfile.TemporaryDirectory(prefix="hpc-stateless-live-") as scratch:
+            inventory_file = os.path.join(scratch, "node.json")
+            with open(inventory_file, "w", encoding="utf-8") as handle:
+                json.dump(live_inventory(node, settings), handle)
+            env = live_environment(os.environ, node, inventory_file, str(layer), roles, waivers=waivers,
+                                   inventory=inventory_dir(args.get("inventory")), chain=chain,
+                                   bindirs=[os.path.dirname(os.path.abspath(sys.argv[0])), os.path.dirname(sys.executable)])
+            checks, _seconds, output = run_suite(paths, env, int(args.get("timeout") or 600), node)
+        return checks, roles, paths, output

@@ -27,6 +27,12 @@ description:
   - The task fails when the suite cannot run at all (pytest-testinfra missing on the controller, no booted
     container, a waiver file missing); failed checks do not fail it (RV(failed_checks) names them, verify.yml
     records them and then fails the layer).
+  - With O(live), the same suite checks a running node over its own ssh connection (C(playbooks/compliance.yml)),
+    in one pytest process per node through testinfra's ansible backend, which maps the connection onto testinfra's
+    ssh backend with the SSH settings Ansible resolved for the node (host, port, user, key, ssh arguments, the
+    connection master). Checks of the image at rest are skipped on a live node, saying so. A node the suite
+    cannot check (unreachable, not an ssh connection, pytest failed, its image unknown) gets one C(error) check
+    C(suite::run) instead of failing the task.
   - Runs on the controller (action plugin).
 extends_documentation_fragment:
   - hpc.stateless.attributes
@@ -78,6 +84,19 @@ options:
     description: Seconds the whole suite may take before it is stopped (an error).
     type: int
     default: 600
+  live:
+    description:
+      - Check the task's host, a live node reached over C(ssh), instead of an image booted under systemd-nspawn.
+        O(layer) is the layer of the node's image (empty when it is unknown, which is an error check); O(image) and
+        O(root) are not given.
+    type: bool
+    default: false
+  boot_image:
+    description: With O(live), the node's image (C(hpc_stateless_boot_image)), named when it is no known image.
+    type: str
+  report:
+    description: With O(live), the node's drift report; RV(report) is that report with the suite's checks added.
+    type: dict
 notes:
   - Needs pytest-testinfra in the Python that runs Ansible on the controller (requirements.txt of the collection).
 seealso:
@@ -143,4 +162,10 @@ output:
   description: The tail of pytest's output.
   returned: success
   type: str
+report:
+  description:
+    - With O(live) and O(report), the node's report with the suite's checks after the drift checks, C(passed) only
+      when every check of both passed, and C(suite) (C(checks), C(counts) per result, C(seconds)).
+  returned: when O(live) and O(report) are given
+  type: dict
 """

@@ -99,6 +99,7 @@ BOOT_TIMEOUT = 180.0
 WORK_ROOT = "/var/tmp"
 WORK_PREFIX = "hpc-cluster-"
 NETNS_PREFIX = "hpccl-"
+SSH_KEY_DIR = Path("/var/lib/hpc-stateless-test/cluster-ssh")
 
 
 class NodeDown(Exception):
@@ -124,10 +125,35 @@ def playbook_args(pack_dir: Path, boot_root: Path, version: str, images: list[st
             "-e", json.dumps({"hpc_stateless_pack_images": images, "hpc_stateless_deploy_images": images})]
 
 
+def root_ssh_key() -> Path:
+    """The private key that logs in as root on the compute nodes over SSH (test_compliance_live.py); its public
+    half (``<key>.pub``) is in the compute image (``cluster_root_keys``, inventory_cluster's cluster_mpi layer).
+    Made once per test host and kept under SSH_KEY_DIR (root's, 0700): a new key would rebuild that layer every
+    session. Never in the repository or an image."""
+    key = SSH_KEY_DIR / "id_ed25519"
+    if not (key.is_file() and key.with_suffix(".pub").is_file()):
+        SSH_KEY_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(SSH_KEY_DIR, 0o700)
+        partial = SSH_KEY_DIR / f"new-{os.getpid()}"
+        for stale in (partial, partial.with_suffix(".pub")):
+            stale.unlink(missing_ok=True)
+        run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "hpc-stateless test cluster root", "-f",
+             str(partial)], hint="the test cluster's root key needs ssh-keygen (openssh-client)")
+        os.replace(partial.with_suffix(".pub"), key.with_suffix(".pub"))
+        os.replace(partial, key)
+    return key
+
+
+def root_keys_vars() -> list[str]:
+    """``-e`` of every cluster playbook: the public key the compute image authorizes for root."""
+    public = root_ssh_key().with_suffix(".pub").read_text(encoding="utf-8").strip()
+    return ["-e", json.dumps({"cluster_root_keys": [public]})]
+
+
 def run_playbook(*extra: str, inventory: Path = INVENTORY, playbook: str = "site.yml") -> subprocess.CompletedProcess:
     """A playbook of the checkout with the cluster inventory and the ``cluster_node`` connection plugin;
     the log goes to build/test-logs like every test playbook's."""
-    argv, env = playbook_command(extra, inventory, playbook)
+    argv, env = playbook_command((*root_keys_vars(), *extra), inventory, playbook)
     env["ANSIBLE_CONNECTION_PLUGINS"] = str(PLUGINS / "connection")
     proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, check=False)
     log = REPO / "build" / "test-logs"

@@ -248,6 +248,24 @@ def test_ssh_host_keys_made_at_this_boot(host, base):
     assert (key.user, key.mode) == ("root", 0o600)
 
 
+def test_root_authorized_keys(host, base):
+    """Root's authorized_keys holds exactly the configured public keys (base_root_authorized_keys), root's own,
+    not readable by others, and no private key."""
+    keys = base["base_root_authorized_keys"]
+    if not isinstance(keys, list):
+        pytest.skip(f"base_root_authorized_keys is {keys!r} as written in the inventory (a template the suite does "
+                    "not render): the configured keys are unknown here")
+    if not keys:
+        pytest.skip("base_root_authorized_keys is empty: the role leaves root's keys alone")
+    directory, found = host.file("/root/.ssh"), host.file("/root/.ssh/authorized_keys")
+    assert (directory.user, directory.mode) == ("root", 0o700), f"/root/.ssh is {directory.user} {directory.mode:o}"
+    assert found.exists, "/root/.ssh/authorized_keys is missing"
+    assert (found.user, found.mode) == ("root", 0o600), f"authorized_keys is {found.user} {found.mode:o}"
+    text = found.content_string
+    assert "PRIVATE KEY" not in text, "a private key in /root/.ssh/authorized_keys"
+    assert set(compliance.lines(text)) == {k.strip() for k in keys}, "root's keys differ from base_root_authorized_keys"
+
+
 @pytest.mark.booted
 def test_live_network_sysctl_as_configured(host, sysctl_settings):
     """systemd-sysctl applied the image's per-network-namespace parameters (net.ipv4.*, net.ipv6.*) in the

@@ -29,7 +29,13 @@ from ansible_collections.hpc.stateless.plugins.module_utils._contract.names impo
 from ansible_collections.hpc.stateless.plugins.module_utils._contract.release import parse_image_release
 from ansible_collections.hpc.stateless.plugins.module_utils._time import iso_utc
 from ansible_collections.hpc.stateless.plugins.module_utils._verify.record import Check
-from ansible_collections.hpc.stateless.plugins.module_utils._verify.suite import ERROR, FAILED, WAIVED
+from ansible_collections.hpc.stateless.plugins.module_utils._verify.suite import (
+    ERROR,
+    FAILED,
+    RESULTS,
+    WAIVED,
+    run_error,
+)
 
 REPORT_FORMAT = 1
 #: The checks, in report order.
@@ -307,11 +313,30 @@ def node_report(node: str, image: str, boot_root: str, checks: Sequence[Check], 
             "checks": [c.to_dict() for c in checks]}
 
 
+def with_suite(report: Mapping[str, Any], checks: Sequence[Mapping[str, Any]], seconds: float | None = None
+               ) -> dict[str, Any]:
+    """The node's report with the checks of the compliance suite run on it (_verify/suite.py: ``{name, passed,
+    result, waiver, detail}``) after its drift checks; ``passed`` only when every check of both passed,
+    ``suite`` counts them by result and says how long the suite took. A suite that ran no check is an error."""
+    suite = [dict(c) for c in checks] or [run_error("the compliance suite ran no check on the node")]
+    counts = {result: 0 for result in RESULTS}
+    for check in suite:
+        counts[check.get("result") or ERROR] += 1
+    merged = dict(report)
+    merged["checks"] = [*report.get("checks", []), *suite]
+    merged["passed"] = bool(report.get("passed", True)) and all(c.get("passed") for c in suite)
+    merged["suite"] = {"checks": len(suite), "counts": counts, "seconds": seconds}
+    return merged
+
+
 def findings_message(reports: Sequence[Mapping[str, Any]]) -> str:
-    """One line per node that drifted or could not be checked, naming the checks and their details."""
+    """One line per node that drifted or could not be checked, naming the checks and the first line of their
+    details (a suite check's detail is its assertion with the traceback, in the report)."""
     lines = []
     for report in reports:
         bad = [c for c in report.get("checks", []) if not c.get("passed")]
         if bad:
-            lines.append(f"{report['node']}: " + "; ".join(f"{c['name']} {c['result']}: {c['detail']}" for c in bad))
+            lines.append(f"{report['node']}: " + "; ".join(
+                f"{c['name']} {c['result']}: {(str(c.get('detail') or '').splitlines() or [''])[0][:300]}"
+                for c in bad))
     return "\n".join(lines)

@@ -8,6 +8,8 @@ The suite is the pytest-testinfra checks of ``molecule/`` (shipped in the collec
 baseline (``molecule/_shared/tests``) for every image, and ``molecule/<role>/tests`` for each role of
 the image's layer chain; a site adds its own files beside them. verify.yml runs them once per image, in
 one pytest process, against the image booted under systemd-nspawn (action ``hpc.stateless.compliance_suite``);
+playbooks/compliance.yml runs the same suite against LIVE nodes over SSH (:func:`live_inventory`,
+:func:`live_environment`: testinfra's ansible backend with the SSH settings Ansible resolved for the node).
 pytest's JUnit report is read back here into one record check per test case:
 
 - ``passed``; ``failed`` (an assertion; the message is the detail);
@@ -22,9 +24,11 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shlex
 import stat
 import xml.etree.ElementTree as ET
 from typing import Any, Iterable, Mapping
+from urllib.parse import quote
 
 PASSED = "passed"
 FAILED = "failed"
@@ -110,9 +114,29 @@ def suite_environment(base: Mapping[str, str], leader: int, nsenter: str, layer:
     """Environment of that process: what molecule/conftest.py reads to enter the booted container (leader PID),
     find the image at rest (``image`` or the packed tree ``root``), pick the roles' tests, the waivers and the
     inventory whose values the checks expect. Nothing of an outer pytest, Molecule or verify run leaks in."""
+    return _environment(base, f"nsenter://{int(leader)}", layer, roles, nsenter=nsenter, image=image, root=root,
+                        waivers=waivers, inventory=inventory, chain=chain)
+
+
+def live_environment(base: Mapping[str, str], node: str, inventory_file: str, layer: str, roles: Iterable[str],
+                     waivers: Iterable[str] = (), inventory: str = "", chain: Iterable[str] = (),
+                     bindirs: Iterable[str] = ()) -> dict[str, str]:
+    """Environment of the pytest process that checks the live ``node`` (playbooks/compliance.yml): the target is
+    testinfra's ansible backend on the one-host ``inventory_file`` (:func:`live_inventory`); no image at rest.
+    ``bindirs`` go in front of PATH (testinfra runs ``ansible-inventory`` of the controller's Ansible)."""
+    env = _environment(base, live_target(node, inventory_file), layer, roles, waivers=waivers, inventory=inventory,
+                       chain=chain)
+    path = [d for d in bindirs if d] + [d for d in env.get("PATH", "").split(os.pathsep) if d]
+    env["PATH"] = os.pathsep.join(dict.fromkeys(path))
+    return env
+
+
+def _environment(base: Mapping[str, str], target: str, layer: str, roles: Iterable[str], nsenter: str = "nsenter",
+                 image: str = "", root: str = "", waivers: Iterable[str] = (), inventory: str = "",
+                 chain: Iterable[str] = ()) -> dict[str, str]:
     env = {k: v for k, v in base.items() if not k.startswith(("PYTEST_", "MOLECULE_", "HPC_STATELESS_"))}
     env.update({
-        "HPC_STATELESS_TEST_TARGET": f"nsenter://{int(leader)}",
+        "HPC_STATELESS_TEST_TARGET": target,
         "HPC_STATELESS_NSENTER": nsenter,
         "HPC_STATELESS_TEST_IMAGE": image,
         "HPC_STATELESS_TEST_ROOT": root,
@@ -126,6 +150,68 @@ def suite_environment(base: Mapping[str, str], leader: int, nsenter: str, layer:
     if inventory:
         env.update({"HPC_STATELESS_EXPECT_FROM_INVENTORY": "1", "HPC_STATELESS_MOLECULE_INVENTORY": inventory})
     return env
+
+
+#: The scheme of a live node's target: testinfra's ansible backend (``ansible://<node>?ansible_inventory=<file>``).
+LIVE_SCHEME = "ansible"
+#: Connections of a live node the suite can use: testinfra's ansible backend maps them onto its own ssh backend
+#: (one ``ssh`` per command, through the connection master Ansible opened). Others would run one ``ansible``
+#: process per command - minutes per node - and are refused.
+SSH_CONNECTIONS = ("ssh", "ansible.builtin.ssh", "ansible.legacy.ssh", "smart")
+#: The check a live node gets when its suite could not run at all (unreachable, no ssh, pytest failed).
+RUN_CHECK = "suite::run"
+
+
+def live_target(node: str, inventory_file: str) -> str:
+    """testinfra host spec of a live node: its ansible backend on the one-host inventory."""
+    return f"{LIVE_SCHEME}://{node}?ansible_inventory={quote(inventory_file, safe='/')}"
+
+
+def _has_option(args: str, option: str) -> bool:
+    return option.lower() in args.lower()
+
+
+def live_inventory(node: str, settings: Mapping[str, Any]) -> dict[str, Any]:
+    """The one-host inventory (``ansible-inventory`` YAML/JSON) that hands testinfra's ansible backend the SSH
+    settings Ansible itself uses for ``node``: ``settings`` are the resolved options of the node's ssh connection
+    (``host``, ``port``, ``remote_user``, ``private_key_file``, ``ssh_args``, ``ssh_common_args``,
+    ``ssh_extra_args``, ``host_key_checking``, ``timeout``, ``control_path`` - the socket path Ansible's master
+    listens on - ``password``, ``become``, ``become_user``, ``become_method``). The values are written resolved:
+    testinfra reads inventory variables as written, and one source is all it takes. Keys only: a password is
+    refused (SuiteError), it would go on ssh's command line."""
+    if settings.get("password") and not settings.get("private_key_file"):
+        raise SuiteError(f"{node}: the suite logs in with SSH keys only (a password would go on the command line); "
+                         "give root a key (base_root_authorized_keys) and ansible_ssh_private_key_file")
+    common = [str(settings.get(k) or "").strip() for k in ("ssh_args", "ssh_common_args")]
+    joined = " ".join(common)
+    if settings.get("host_key_checking") is False and not _has_option(joined, "StrictHostKeyChecking"):
+        common.append("-o StrictHostKeyChecking=no")
+    if settings.get("timeout") and not _has_option(joined, "ConnectTimeout"):
+        common.append(f"-o ConnectTimeout={int(settings['timeout'])}")
+    if settings.get("control_path") and _has_option(joined, "ControlPersist") and not _has_option(joined, "ControlPath"):
+        common.append(f"-o ControlPath={shlex.quote(str(settings['control_path']))}")
+    hostvars: dict[str, Any] = {"ansible_connection": "ssh", "ansible_host": str(settings.get("host") or node),
+                                "ansible_ssh_common_args": " ".join(c for c in common if c)}
+    if settings.get("port"):
+        hostvars["ansible_port"] = int(settings["port"])
+    if settings.get("remote_user"):
+        hostvars["ansible_user"] = str(settings["remote_user"])
+    if settings.get("private_key_file"):
+        hostvars["ansible_ssh_private_key_file"] = os.path.expanduser(str(settings["private_key_file"]))
+    if settings.get("ssh_extra_args"):
+        hostvars["ansible_ssh_extra_args"] = str(settings["ssh_extra_args"])
+    if settings.get("become"):
+        if (settings.get("become_method") or "sudo") != "sudo":
+            raise SuiteError(f"{node}: become_method {settings['become_method']!r}: testinfra becomes root with sudo "
+                             "only; log in as root (base_root_authorized_keys) or use sudo")
+        hostvars["ansible_become"] = True
+        hostvars["ansible_become_user"] = str(settings.get("become_user") or "root")
+    return {"all": {"hosts": {node: hostvars}}}
+
+
+def run_error(detail: str) -> dict[str, Any]:
+    """The record check of a live node whose suite could not run: an error, never passed."""
+    return {"name": RUN_CHECK, "passed": False, "result": ERROR, "waiver": "", "detail": detail[:DETAIL_LIMIT]}
 
 
 def check_id(classname: str, name: str) -> str:

@@ -179,3 +179,23 @@ def test_filter_report_junit_and_message():
         drift_filters.compliance_drift("node001", image="compute", boot_root="/srv/tftp", served={"compute": "{"},
                                        release=slurped(RELEASE), packages=PACKAGES, changed=search())
     assert Check.from_dict("x", report["checks"][0]).result == "error"
+
+
+def test_with_suite_adds_the_suites_checks_and_fails_the_node_on_one():
+    checks, facts = judge()
+    report = drift.node_report("node001", "compute", "/srv/tftp", list(checks.values()), facts, 0)
+    good = [{"name": "base/test_base::test_sysctl", "passed": True, "result": "passed", "waiver": "", "detail": ""},
+            {"name": "_shared/test_baseline::test_no_ssh_host_keys", "passed": True, "result": "skipped",
+             "waiver": "", "detail": "needs the image at rest"}]
+    merged = drift.with_suite(report, good, 3.5)
+    assert merged["passed"] and [c["name"] for c in merged["checks"]][:3] == list(drift.CHECKS)
+    assert merged["suite"] == {"checks": 2, "seconds": 3.5, "counts": {"passed": 1, "failed": 0, "error": 0,
+                                                                       "waived": 0, "skipped": 1}}
+    assert report["passed"] and len(report["checks"]) == 3  # the drift report itself is left as it was
+    bad = dict(good[0], passed=False, result="failed", detail="assert '1' == '0'\nTraceback ...")
+    failed = drift.with_suite(report, [bad, good[1]])
+    assert not failed["passed"]
+    assert drift.findings_message([failed]) == "node001: base/test_base::test_sysctl failed: assert '1' == '0'"
+    # a suite that ran nothing proves nothing
+    empty = drift.with_suite(report, [])
+    assert not empty["passed"] and empty["checks"][-1]["name"] == "suite::run" and empty["suite"]["counts"]["error"] == 1

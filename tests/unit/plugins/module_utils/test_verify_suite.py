@@ -13,12 +13,17 @@ import pytest
 
 from ansible_collections.hpc.stateless.plugins.action.compliance_suite import inventory_dir
 from ansible_collections.hpc.stateless.plugins.module_utils._verify.suite import (
+    RUN_CHECK,
     SuiteError,
     bad_checks,
     chain_roles,
     check_id,
+    live_environment,
+    live_inventory,
+    live_target,
     parse_junit,
     pytest_command,
+    run_error,
     suite_environment,
     suite_paths,
     summary,
@@ -159,6 +164,57 @@ def test_suite_environment_points_conftest_at_the_booted_container_and_drops_out
     assert (env["HPC_STATELESS_EXPECT_FROM_INVENTORY"], env["HPC_STATELESS_MOLECULE_INVENTORY"]) == ("1", "/inv")
     assert env["HPC_STATELESS_TEST_CHAIN"] == "base,hsn,slurm"
     assert "HPC_STATELESS_EXPECT_FROM_INVENTORY" not in suite_environment({}, 1, "nsenter", "x", [])
+
+
+# -- live nodes (playbooks/compliance.yml) ---------------------------------------------------------------------
+SSH = {"host": "10.0.0.11", "port": 2222, "remote_user": "root", "private_key_file": "~/keys/root",
+       "ssh_args": "-C -o ControlMaster=auto -o ControlPersist=60s",
+       "ssh_common_args": '-o ProxyCommand="ip netns exec ns1 socat - TCP:%h:%p"', "ssh_extra_args": "-4",
+       "host_key_checking": False, "timeout": 10, "control_path": "/root/.ansible/cp/0123456789", "password": None,
+       "become": False, "become_user": None, "become_method": "sudo"}
+
+
+def test_live_inventory_hands_testinfra_the_ssh_settings_ansible_resolved(monkeypatch):
+    monkeypatch.setenv("HOME", "/home/admin")
+    hostvars = live_inventory("node001", SSH)["all"]["hosts"]["node001"]
+    assert {k: v for k, v in hostvars.items() if k != "ansible_ssh_common_args"} == {
+        "ansible_connection": "ssh", "ansible_host": "10.0.0.11", "ansible_port": 2222, "ansible_user": "root",
+        "ansible_ssh_private_key_file": "/home/admin/keys/root", "ansible_ssh_extra_args": "-4"}
+    # ssh_args and common args as Ansible passes them, then what Ansible adds itself: the same master socket
+    assert hostvars["ansible_ssh_common_args"] == (
+        '-C -o ControlMaster=auto -o ControlPersist=60s -o ProxyCommand="ip netns exec ns1 socat - TCP:%h:%p" '
+        "-o StrictHostKeyChecking=no -o ConnectTimeout=10 -o ControlPath=/root/.ansible/cp/0123456789")
+
+
+def test_live_inventory_keeps_the_sites_own_choices_and_only_sudo():
+    own = dict(SSH, ssh_args="-o ControlPersist=30s -o ControlPath=/run/cp/%C", ssh_common_args="",
+               host_key_checking=True, timeout=None, port=None, host=None, become=True, become_user=None)
+    hostvars = live_inventory("node002", own)["all"]["hosts"]["node002"]
+    assert hostvars["ansible_ssh_common_args"] == "-o ControlPersist=30s -o ControlPath=/run/cp/%C"
+    assert hostvars["ansible_host"] == "node002" and "ansible_port" not in hostvars
+    assert (hostvars["ansible_become"], hostvars["ansible_become_user"]) == (True, "root")
+    with pytest.raises(SuiteError, match="become_method 'su'"):
+        live_inventory("node002", dict(own, become_method="su"))
+    with pytest.raises(SuiteError, match="SSH keys only"):
+        live_inventory("node002", dict(SSH, password="secret", private_key_file=None))
+
+
+def test_live_environment_targets_testinfras_ansible_backend_without_an_image_at_rest():
+    env = live_environment({"PATH": "/usr/bin:/bin", "HPC_STATELESS_TEST_IMAGE": "img"}, "node001",
+                           "/tmp/x y/node.json", "cluster_mpi", ["base", "slurm"], waivers=["/w.yml"], inventory="/inv",
+                           chain=["base", "cluster_mpi"], bindirs=["/venv/bin", "/usr/bin"])
+    assert env["HPC_STATELESS_TEST_TARGET"] == live_target("node001", "/tmp/x y/node.json") == \
+        "ansible://node001?ansible_inventory=/tmp/x%20y/node.json"
+    assert (env["HPC_STATELESS_TEST_IMAGE"], env["HPC_STATELESS_TEST_ROOT"]) == ("", "")
+    assert (env["HPC_STATELESS_TEST_INSTANCE"], env["HPC_STATELESS_TEST_CHAIN"]) == ("cluster_mpi", "base,cluster_mpi")
+    assert env["PATH"] == "/venv/bin:/usr/bin:/bin"
+    assert env["HPC_STATELESS_MOLECULE_INVENTORY"] == "/inv" and env["HPC_STATELESS_WAIVERS"] == "/w.yml"
+
+
+def test_run_error_is_one_error_check_never_passed():
+    check = run_error("node003: unreachable " + "x" * 5000)
+    assert (check["name"], check["result"], check["passed"]) == (RUN_CHECK, "error", False)
+    assert len(check["detail"]) == 2000 and bad_checks([check]) == [check]
 
 
 def test_pytest_command_is_one_process_with_a_junit_report():
