@@ -12,7 +12,7 @@ host_packages=(
   dnf zypper rpm createrepo-c gpg gpg-agent
   docker-registry graphviz pxelinux syslinux-common busybox-static ipxe-qemu
   xz-utils e2fsprogs fdisk parted iproute2 util-linux nodejs curl shellcheck
-  strace openssl lighttpd default-jre-headless lynis apt-utils
+  strace openssl lighttpd default-jre-headless lynis apt-utils socat
 )
 
 step() { printf '==> %s\n' "$*"; }
