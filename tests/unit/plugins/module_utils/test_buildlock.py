@@ -134,11 +134,16 @@ def test_a_handed_over_lock_is_held_by_its_holder_until_released(tmp_path, owner
     assert release_holder(path, holder) is False  # released already: nothing to end
 
 
-def test_a_holder_ends_with_the_playbook_it_serves(tmp_path, owner):
+def handed(tmp_path: Path, owner: int) -> tuple[str, int]:
+    """A lock file taken and handed to a holder process serving ``owner``: its path and the holder's pid."""
     path = str(tmp_path / "layer.lock")
     lock = Flock(path, "build of layer compute")
     lock.acquire()
-    holder = lock.hand_over(owner.pid)
+    return path, lock.hand_over(owner)
+
+
+def test_a_holder_ends_with_the_playbook_it_serves(tmp_path, owner):
+    path, holder = handed(tmp_path, owner.pid)
     assert not free(path)
     owner.kill()
     owner.wait()
@@ -147,20 +152,14 @@ def test_a_holder_ends_with_the_playbook_it_serves(tmp_path, owner):
 
 
 def test_a_killed_holder_releases_the_lock(tmp_path, owner):
-    path = str(tmp_path / "layer.lock")
-    lock = Flock(path, "build of layer compute")
-    lock.acquire()
-    holder = lock.hand_over(owner.pid)
+    path, holder = handed(tmp_path, owner.pid)
     os.kill(holder, 9)
     assert gone(holder)
     assert free(path)
 
 
 def test_release_signals_only_the_holder_the_lock_file_names(tmp_path, owner):
-    path = str(tmp_path / "layer.lock")
-    lock = Flock(path, "build of layer compute")
-    lock.acquire()
-    holder = lock.hand_over(owner.pid)
+    path, holder = handed(tmp_path, owner.pid)
     try:
         # Another process (here the stand-in playbook) is never signalled, whatever pid a caller passes.
         assert release_holder(path, owner.pid) is False
