@@ -399,5 +399,20 @@ def inventory_vars(inventory: Path, role: str, layer: str | None = None,
     for name in [n for n in chain if n in layers] if chain is not None else list(layers):
         spec = layers[name] or {}
         if role in spec.get("roles", []) or f"hpc.stateless.{role}" in spec.get("roles", []):
+            # the group_vars of the groups the layer names (its build host is in them), then its own vars
+            for group in spec.get("groups") or []:
+                merged.update({k: v for k, v in _group_vars(inventory, str(group)).items() if k.startswith(f"{role}_")})
             merged.update({k: v for k, v in (spec.get("vars") or {}).items() if k.startswith(f"{role}_")})
     return merged
+
+
+def _group_vars(inventory: Path, group: str) -> dict[str, Any]:
+    """``group_vars/<group>.yml`` (or ``.yaml``, or the files of ``group_vars/<group>/``) of an inventory directory."""
+    base = inventory / "group_vars"
+    files = [base / f"{group}{suffix}" for suffix in (".yml", ".yaml") if (base / f"{group}{suffix}").is_file()]
+    if (base / group).is_dir():
+        files += sorted(p for p in (base / group).rglob("*") if p.suffix in (".yml", ".yaml"))
+    values: dict[str, Any] = {}
+    for path in files:
+        values.update(yaml.safe_load(path.read_text(encoding="utf-8")) or {})
+    return values

@@ -277,3 +277,21 @@ def test_the_chain_verify_passes_wins_over_the_inventory_files(tmp_path):
         "  controller: {roles: [hpc.stateless.slurm], vars: {slurm_role: controller}}\n", encoding="utf-8")
     assert compliance.inventory_vars(tmp_path, "slurm", "extra_c", ["node", "extra_c"]) == {"slurm_cluster_name": "t"}
     assert compliance.inventory_vars(tmp_path, "slurm", "extra_c")["slurm_role"] == "controller"
+
+
+def test_a_layers_groups_give_their_group_vars_below_its_own_vars(tmp_path):
+    """The build host of a layer is in the groups it names (``groups``): their group_vars are what the role got
+    there (the test cluster's cluster_mpi reads root's key from group_vars/cluster_root_ssh.yml)."""
+    group_vars = tmp_path / "group_vars"
+    (group_vars / "all").mkdir(parents=True)
+    (group_vars / "all" / "layers.yml").write_text(
+        "hpc_stateless_layers:\n"
+        "  base: {roles: [hpc.stateless.base]}\n"
+        "  leaf: {parent: base, roles: [hpc.stateless.base], groups: [ssh, gpu],"
+        " vars: {base_timezone: Europe/Oslo}}\n", encoding="utf-8")
+    (group_vars / "ssh.yml").write_text("base_root_authorized_keys: [ssh-ed25519 AAAA k]\nother_x: 1\n", encoding="utf-8")
+    (group_vars / "gpu").mkdir()
+    (group_vars / "gpu" / "a.yml").write_text("base_timezone: Asia/Tokyo\nbase_locale: C\n", encoding="utf-8")
+    assert compliance.inventory_vars(tmp_path, "base", "leaf") == {
+        "base_root_authorized_keys": ["ssh-ed25519 AAAA k"], "base_locale": "C", "base_timezone": "Europe/Oslo"}
+    assert compliance.inventory_vars(tmp_path, "base", "base") == {}
