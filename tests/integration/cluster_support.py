@@ -19,6 +19,8 @@ images is deployed and booted. Stopped, with everything it made, at the end of t
                                  boot tree (pack.yml + deploy.yml with the cluster inventory); no
                                  node reboots: nodes boot it when they next (re)boot
   ``.playbook(playbook, *args)``  run a playbook with the cluster inventory and ``inventory_file``
+  ``.root_key``                  private key that logs in as root on every node over SSH (its ``.pub`` is
+                                 delivered at boot to /root/.ssh/authorized_keys; test_compliance_live.py)
   ``.inventory_file``            hosts ``slurmctl`` and ``node0NN`` (group ``hpc_stateless_nodes``)
                                  reached with the ``cluster_node`` connection (nsenter into the node),
                                  plus ``localhost``; with the boot root and image variables set
@@ -36,7 +38,7 @@ images is deployed and booted. Stopped, with everything it made, at the end of t
 
 How a node boots (the harness plays the node firmware): resolve ``<boot_root>/<image>`` as PXE
 does (its ``initrd`` is the served version's cpio artifact), unpack that artifact into a fresh
-tmpfs, write what provisioning delivers at boot (host name, ``/etc/hosts``, the test munge key;
+tmpfs, write what provisioning delivers at boot (host name, ``/etc/hosts``, the test munge key, root's SSH key;
 none of them is in the image) and boot it with ``systemd-nspawn --boot --register=no --keep-unit``
 in the node's network namespace. When the container reboots (systemd-nspawn exits 133), the
 tmpfs is dropped and the node boots again from whatever the tree serves then; any other exit
@@ -99,7 +101,6 @@ BOOT_TIMEOUT = 180.0
 WORK_ROOT = "/var/tmp"
 WORK_PREFIX = "hpc-cluster-"
 NETNS_PREFIX = "hpccl-"
-SSH_KEY_DIR = Path("/var/lib/hpc-stateless-test/cluster-ssh")
 
 
 class NodeDown(Exception):
@@ -125,35 +126,10 @@ def playbook_args(pack_dir: Path, boot_root: Path, version: str, images: list[st
             "-e", json.dumps({"hpc_stateless_pack_images": images, "hpc_stateless_deploy_images": images})]
 
 
-def root_ssh_key() -> Path:
-    """The private key that logs in as root on the compute nodes over SSH (test_compliance_live.py); its public
-    half (``<key>.pub``) is in the compute image (``cluster_root_keys``, inventory_cluster's cluster_mpi layer).
-    Made once per test host and kept under SSH_KEY_DIR (root's, 0700): a new key would rebuild that layer every
-    session. Never in the repository or an image."""
-    key = SSH_KEY_DIR / "id_ed25519"
-    if not (key.is_file() and key.with_suffix(".pub").is_file()):
-        SSH_KEY_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
-        os.chmod(SSH_KEY_DIR, 0o700)
-        partial = SSH_KEY_DIR / f"new-{os.getpid()}"
-        for stale in (partial, partial.with_suffix(".pub")):
-            stale.unlink(missing_ok=True)
-        run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "hpc-stateless test cluster root", "-f",
-             str(partial)], hint="the test cluster's root key needs ssh-keygen (openssh-client)")
-        os.replace(partial.with_suffix(".pub"), key.with_suffix(".pub"))
-        os.replace(partial, key)
-    return key
-
-
-def root_keys_vars() -> list[str]:
-    """``-e`` of every cluster playbook: the public key the compute image authorizes for root."""
-    public = root_ssh_key().with_suffix(".pub").read_text(encoding="utf-8").strip()
-    return ["-e", json.dumps({"cluster_root_keys": [public]})]
-
-
 def run_playbook(*extra: str, inventory: Path = INVENTORY, playbook: str = "site.yml") -> subprocess.CompletedProcess:
     """A playbook of the checkout with the cluster inventory and the ``cluster_node`` connection plugin;
     the log goes to build/test-logs like every test playbook's."""
-    argv, env = playbook_command((*root_keys_vars(), *extra), inventory, playbook)
+    argv, env = playbook_command(extra, inventory, playbook)
     env["ANSIBLE_CONNECTION_PLUGINS"] = str(PLUGINS / "connection")
     proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, check=False)
     log = REPO / "build" / "test-logs"
@@ -385,7 +361,12 @@ class Node:
                 console.flush()
                 self._proc = subprocess.Popen(in_cgroups_argv(self.cluster.cgroups[self.name], argv),
                                               stdin=subprocess.DEVNULL, stdout=console, stderr=subprocess.STDOUT,
-                                              env=dict(host_env(), NOTIFY_SOCKET="@" + address[1:]), cwd="/")
+                                              env=dict(host_env(), NOTIFY_SOCKET="@" + address[1:],
+                                                       # the node's network stack is its own, as on a machine: its
+                                                       # net.* sysctls apply at boot (systemd-nspawn makes
+                                                       # /proc/sys/net writable only for its own private network)
+                                                       SYSTEMD_NSPAWN_API_VFS_WRITABLE="network"),
+                                              cwd="/")
             self._wait_ready(notify, started)
         finally:
             notify.close()
@@ -435,7 +416,8 @@ class Node:
                                f"{cpio.stderr.decode(errors='replace')[-500:]}")
 
     def _provision(self) -> None:
-        """What the site delivers at boot, never in the image: host name, hosts, the munge key."""
+        """What the site delivers at boot, never in the image: host name, hosts, the munge key, root's
+        authorized SSH key (the cluster's own, :attr:`Cluster.root_key`)."""
         etc = self.root / "etc"
         (etc / "hostname").write_text(self.name + "\n")
         (etc / "hosts").write_text(self.cluster.hosts_text())
@@ -443,6 +425,10 @@ class Node:
         key.parent.mkdir(exist_ok=True)
         key.write_bytes(self.cluster.munge_key)
         key.chmod(0o400)  # munge-key-wait gives it to the munge user
+        ssh = self.root / "root" / ".ssh"
+        ssh.mkdir(mode=0o700, parents=True, exist_ok=True)
+        (ssh / "authorized_keys").write_text(self.cluster.root_key.with_suffix(".pub").read_text(encoding="utf-8"))
+        (ssh / "authorized_keys").chmod(0o600)
 
     def _write_leader(self) -> None:
         """``<node dir>/leader``: pid and start time of the container's init (connection plugin)."""
@@ -562,11 +548,21 @@ class Cluster:
         self.inventory_file.write_text(json.dumps(data, indent=1))
 
     # -- life cycle ------------------------------------------------------------------------
+    @property
+    def root_key(self) -> Path:
+        """The private key that logs in as root on every node over SSH (``<key>.pub`` is delivered at boot into
+        /root/.ssh/authorized_keys, as a site's provisioning would, never in the image). Made for this cluster
+        in its work directory, removed with it."""
+        return self.work / "ssh" / "id_ed25519"
+
     def start(self) -> None:
         sweep_stale()
         self.work.mkdir(mode=0o700)
         # whose cluster this is: sweep_stale() of a later run removes it once this process is gone
         (self.work / "owner").write_text(f"{os.getpid()} {process_start(os.getpid())}\n")
+        self.root_key.parent.mkdir(mode=0o700)
+        run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"hpc-stateless test cluster {self.tag}", "-f",
+             str(self.root_key)], hint="the test cluster's root key needs ssh-keygen (openssh-client)")
         self.write_inventory()
         if self.own_boot_root:
             self._deploy_first()

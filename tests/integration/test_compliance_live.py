@@ -1,11 +1,12 @@
 """playbooks/compliance.yml runs the compliance suite over real SSH against the live nodes of the test cluster.
 
 The nodes (the session fixture ``cluster``) are systemd-nspawn containers in network namespaces the host is not
-part of; each runs the image's own sshd. The test reaches them with the host's ssh client as root, with the key
-the compute image authorizes (base_root_authorized_keys, cluster_support.root_ssh_key()), through a ProxyCommand
-that enters the node's network namespace (``ip netns exec <ns> socat``): the only stand-in is that one hop, for
-the network a real cluster's nodes share with the admin host. Ansible's ssh connection and testinfra's ssh
-backend then run as they do in production.
+part of; each runs the image's own sshd. The test reaches them with the host's ssh client as root, with the
+cluster's key (``Cluster.root_key``: made in the cluster's work directory, its public half delivered at boot to
+/root/.ssh/authorized_keys as a site's provisioning does), through a ProxyCommand that enters the node's network
+namespace (``ip netns exec <ns> socat``): the only stand-in is that one hop, for the network a real cluster's
+nodes share with the admin host. Ansible's ssh connection and testinfra's ssh backend then run as they do in
+production.
 
 What it holds: every node runs the suite over SSH (at least MIN_CHECKS checks, all passed, waived or not
 applicable) beside the drift checks; a kernel parameter changed live on one node (``sysctl -w``, restored
@@ -19,7 +20,7 @@ import json
 import time
 from pathlib import Path
 
-from cluster_support import COMPUTE_IMAGE, CONTROLLER, Cluster, root_ssh_key
+from cluster_support import COMPUTE_IMAGE, CONTROLLER, Cluster
 
 PLAY = "playbooks/compliance.yml"
 DOWN = "node003"  # in slurm.conf and /etc/hosts, never booted by the two-node cluster
@@ -34,7 +35,7 @@ MIN_CHECKS = 100
 def ssh_inventory(cluster: Cluster, path: Path, down: bool = False) -> Path:
     """The compute nodes over ssh as root; with ``down``, node003 too (reached through the controller's
     namespace, where nothing answers for it)."""
-    key = root_ssh_key()
+    key = cluster.root_key
 
     def over_ssh(address: str, netns: str) -> dict:
         proxy = f'-o ProxyCommand="ip netns exec {Path(netns).name} socat - TCP:%h:%p"'
