@@ -115,6 +115,10 @@ def write_site(site: Path, collections: Path) -> None:
             "hpc_stateless_site_stages": ["build", "verify", "pack", "deploy"],
             "hpc_stateless_verify_test_secrets": ["/etc/munge/munge.key"],
             "hpc_stateless_verify_allowed_failed_units": ["slurmd.service"],
+            # Lynis costs ~35 s of this boot: make build scores the default image (the same base and
+            # slurm role) and test_verify_lynis.py holds that verdict; what is the installed collection's
+            # own, its waiver file, is read below (test_the_installed_collection_reads_its_own_lynis_waivers).
+            "hpc_stateless_verify_lynis": False,
         }),
         "roles/mysite_motd/defaults/main.yml": f"---\nmysite_motd_text: {MOTD!r}\n",
         "roles/mysite_motd/tasks/main.yml": SITE_ROLE_TASKS,
@@ -225,6 +229,40 @@ def test_artifacts_and_boot_tree_are_in_the_site_tree_with_the_site_version(site
     served = repo / "build/tftpboot/site"
     assert json.loads((served / "manifest.json").read_text())["version"] == SITE_TAG
     assert (served / "vmlinuz").is_file() and (repo / "build/tftpboot/pxelinux.cfg/default").is_file()
+
+
+LYNIS_FILTERS_PLAYBOOK = """---
+- name: The verify gate's Lynis filters of the installed collection
+  hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: Write the profile and the verdict on a report with one finding
+      ansible.builtin.copy:
+        content: >-
+          {{ {'profile': [] | hpc.stateless.lynis_profile,
+              'verdict': lookup('ansible.builtin.file', report) | hpc.stateless.lynis_verdict([], 80)} | to_json }}
+        dest: "{{ out }}"
+        mode: "0644"
+"""
+
+
+def test_the_installed_collection_reads_its_own_lynis_waivers(site, tmp_path):
+    # site.yml runs without Lynis here (make build scores the default image with it); what is the
+    # installed collection's own is its waiver file, beside the filters in the install: its skipped tests
+    # reach the profile and its waivers excuse a finding, read from the install, not from the checkout.
+    waivers = site["collection"] / "roles/hpc_stateless/files/lynis-waivers.yml"
+    (tmp_path / "lynis.yml").write_text(LYNIS_FILTERS_PLAYBOOK)
+    (tmp_path / "report.dat").write_text("hardening_index=90\nwarning[]=LYNIS|A newer version is available|-|-|\n"
+                                         "warning[]=AUTH-9999|Not waived by any file|-|-|\n")
+    out = tmp_path / "filters.json"
+    run([str(BIN / "ansible-playbook"), str(tmp_path / "lynis.yml"), "-e",
+         json.dumps({"report": str(tmp_path / "report.dat"), "out": str(out)})], site["repo"])
+    shown = json.loads(out.read_text())
+    assert "skip-test=KRNL-6000" in shown["profile"] and f"({waivers})" in shown["profile"], shown["profile"]
+    checks = {check["id"]: check for check in shown["verdict"]["checks"]}
+    assert checks["lynis/LYNIS"]["result"] == "waived", checks
+    assert shown["verdict"]["unwaived"] == ["warning AUTH-9999: Not waived by any file"], shown["verdict"]
+    assert snapshot(site["install"]) == site["before"]
 
 
 def test_nothing_is_written_under_the_collection_install_and_no_container_is_left(site):
