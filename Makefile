@@ -11,7 +11,7 @@ export BUILDAH_ISOLATION ?= chroot
 # Outside the checkout: inside it, ansible-test would see build/ as git-ignored and skip everything.
 SANITY_ROOT := /tmp/hpc-stateless-sanity/ansible_collections/hpc/stateless
 
-.PHONY: help setup image build test unit lint sanity integration collection molecule bench faults fault-suite clean
+.PHONY: help setup image build build-collection test unit lint sanity integration collection molecule bench faults fault-suite clean
 
 help:
 	@echo "make image  - set up, then build the default layers (ansible-playbook site.yml)"
@@ -33,13 +33,18 @@ build:
 
 # The collection (site) test, integration tests and Molecule scenarios start from the default layers built here.
 # unit, lint and sanity need no image and one core each, the build waits on the mirror and the disk much of
-# its time: two of the four run at a time (-j2), each one's output printed whole when it ends; a failure
-# still fails make test. Longest first: sanity (~4.5 min) starts beside the build (~5 min), so unit and
-# lint (~1 min each) fill the two slots at the end instead of sanity running alone after the build.
-# The suites after them run one by one (they share images, boot trees and the CPU).
+# its time: two jobs run at a time (-j2), each one's output printed whole when it ends; a failure still
+# fails make test. One slot builds, then runs the collection test on the built layers (build-collection);
+# the other runs sanity (~4.5 min, longest first), unit and lint (~1 min each) meanwhile, so neither slot
+# idles while the other finishes. The suites after them run one by one (they share images, boot trees
+# and the CPU).
 test: setup
-	@$(MAKE) --no-print-directory -j2 --output-sync=target build sanity unit lint
-	@$(MAKE) --no-print-directory collection integration fault-suite molecule
+	@$(MAKE) --no-print-directory -j2 --output-sync=target build-collection sanity unit lint
+	@$(MAKE) --no-print-directory integration fault-suite molecule
+
+# make test's first slot: the collection test needs the default layers, nothing of unit, lint or sanity.
+build-collection: build
+	@$(MAKE) --no-print-directory collection
 
 unit:
 	pytest -q tests/unit
