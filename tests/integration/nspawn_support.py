@@ -24,7 +24,7 @@ from ansible.playbook.play_context import PlayContext
 from ansible_collections.hpc.stateless.plugins.connection import nspawn as nspawn_plugin
 from ansible_collections.hpc.stateless.plugins.module_utils._nspawn.container import container_stem
 from ansible_collections.hpc.stateless.plugins.module_utils._nspawn.session import stop_sessions
-from conftest import REPO, buildah, run_site
+from conftest import REPO, buildah, run_site, tag_default_layers
 
 TEST_PREFIX = "localhost/hpc-stateless-nspawn-test"
 INVENTORY = REPO / "tests" / "integration" / "inventory_nspawn"
@@ -33,7 +33,10 @@ PLUGIN = "hpc.stateless.nspawn"
 
 @functools.lru_cache(maxsize=None)
 def build_test_layers() -> dict[str, str]:
-    """Build (or find cached) the nspawn test layers once per session: ``{layer: image ref}``."""
+    """Build (or find cached) the nspawn test layers once per session: ``{layer: image ref}``. Their base has the
+    default inventory's bootstrap spec: the default build's bootstrapped root is tagged into the test prefix first
+    (a name only, same content key), so a fresh checkout bootstraps once, in ``make build``, not again here."""
+    tag_default_layers(TEST_PREFIX, ("bootstrap/base",))
     proc = run_site("-e", f"hpc_stateless_image_prefix={TEST_PREFIX}", inventory=INVENTORY)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     return {layer: f"{TEST_PREFIX}/{layer}:latest" for layer in ("base", "units", "units_broken")}
