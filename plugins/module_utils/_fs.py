@@ -228,17 +228,18 @@ def keep_lock(fd: int, ready: int, owner: int, owner_start: str, purpose: str) -
     """The holder process (:meth:`Flock.hand_over`): detach, say who holds the lock open as ``fd``, keep it."""
     if os.fork():
         os._exit(0)  # pylint: disable=protected-access
-    stop: list[int] = []
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, lambda signum, _frame: stop.append(signum))
+    # Blocked and waited for: a release (SIGTERM) ends the holder at once, not after its next look at the owner.
+    stop = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP}
+    signal.pthread_sigmask(signal.SIG_BLOCK, stop)
     _write_note(fd, holder_note(os.getpid(), purpose, iso_utc()))
     os.write(ready, str(os.getpid()).encode("ascii"))
     os.close(ready)
-    while not stop:
+    while True:
         info = proc_stat(owner)
         if info is None or not info.running or info.start_time != owner_start:
             break
-        time.sleep(HOLDER_POLL)
+        if signal.sigtimedwait(stop, HOLDER_POLL) is not None:
+            break
     os._exit(0)  # pylint: disable=protected-access
 
 

@@ -129,7 +129,9 @@ def test_a_handed_over_lock_is_held_by_its_holder_until_released(tmp_path, owner
     assert note.startswith(f"pid {holder} build of layer compute since ")
     with pytest.raises(LockBusy, match=f"pid {holder} build of layer compute"):
         Flock(path).acquire(timeout=0.2)
+    started = time.monotonic()
     assert release_holder(path, holder) is True
+    assert time.monotonic() - started < _fs.HOLDER_POLL  # ended by the signal, not at its next look at the owner
     assert gone(holder, 0) and free(path)
     assert release_holder(path, holder) is False  # released already: nothing to end
 
