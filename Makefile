@@ -36,11 +36,14 @@ build:
 # its time: two jobs run at a time (-j2), each one's output printed whole when it ends; a failure still
 # fails make test. One slot builds, then runs the collection test on the built layers (build-collection);
 # the other runs sanity (~4.5 min, longest first), unit and lint (~1 min each) meanwhile, so neither slot
-# idles while the other finishes. The suites after them run one by one (they share images, boot trees
-# and the CPU).
+# idles while the other finishes. The integration suite then runs alone (its qemu and nspawn boots and the
+# test cluster have timeouts that another suite's load would stretch); the fault suite and the Molecule
+# scenarios share no image prefix, boot tree or container name and leave one core idle each: they run side
+# by side (measured at 06:27 on 2026-11-28: 474 s one after the other, 292 s side by side, both green).
 test: setup
 	@$(MAKE) --no-print-directory -j2 --output-sync=target build-collection sanity unit lint
-	@$(MAKE) --no-print-directory integration fault-suite molecule
+	@$(MAKE) --no-print-directory integration
+	@$(MAKE) --no-print-directory -j2 --output-sync=target fault-suite molecule
 
 # make test's first slot: the collection test needs the default layers, nothing of unit, lint or sanity.
 build-collection: build
