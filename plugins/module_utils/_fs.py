@@ -181,7 +181,7 @@ class Flock:
         ready_read, ready_write = os.pipe()
         try:
             config = [str(self.fd), str(ready_write), str(owner), owner_stat.start_time, self.purpose,
-                      os.fsdecode(self.path), _collection_root()]
+                      os.fsdecode(self.path), collection_root()]
             with subprocess.Popen([sys.executable, "-B", "-c", _HOLDER_BOOT, *config], stdin=subprocess.DEVNULL,
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=command_env(),
                                   pass_fds=(self.fd, ready_write), cwd="/") as starter:
@@ -206,8 +206,9 @@ class Flock:
         self.release()
 
 
-def _collection_root() -> str:
-    """The directory that holds ``ansible_collections`` (the holder process imports this module from it)."""
+def collection_root() -> str:
+    """The directory that holds ``ansible_collections`` for this collection: the import path a helper process
+    started with ``python -c`` needs (the lock holder here, the buildah agent's holder)."""
     return str(Path(__file__).parents[len(__name__.split(".")) - 1])
 
 

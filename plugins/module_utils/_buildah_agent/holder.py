@@ -46,7 +46,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from ansible_collections.hpc.stateless.plugins.module_utils._fs import Flock
+from ansible_collections.hpc.stateless.plugins.module_utils._fs import Flock, collection_root
 from ansible_collections.hpc.stateless.plugins.module_utils._process import command_env, id_map, outside_id, proc_stat
 # owner_pid: the ansible-playbook process a holder serves.
 from ansible_collections.hpc.stateless.plugins.module_utils._process import playbook_pid as owner_pid
@@ -139,11 +139,6 @@ def listening(path: bytes) -> bool:
 def peer_uid(sock: socket.socket) -> int:
     creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
     return struct.unpack("3i", creds)[1]
-
-
-def collection_root() -> str:
-    """The directory that holds ``ansible_collections`` for this module, for the holder's import path."""
-    return str(Path(__file__).parents[len(__name__.split(".")) - 1])
 
 
 def agent_argv(client: Buildah, container: str, user: str | None) -> list[str]:
