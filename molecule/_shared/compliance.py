@@ -334,11 +334,12 @@ def scenario_vars(project: Path, role: str, scenario_dir: Path, instance: str | 
     return merged
 
 
-def _inventory_files(inventory: Path) -> list[Path]:
+def _inventory_files(inventory: Path, group: str = "all") -> list[Path]:
+    """``group_vars/<group>.yml`` (or ``.yaml``), then the files of ``group_vars/<group>/``, of an inventory directory."""
     group_vars = inventory / "group_vars"
-    files = [group_vars / "all.yml"] if (group_vars / "all.yml").is_file() else []
-    if (group_vars / "all").is_dir():
-        files += sorted(p for p in (group_vars / "all").rglob("*") if p.suffix in (".yml", ".yaml"))
+    files = [group_vars / f"{group}{suffix}" for suffix in (".yml", ".yaml") if (group_vars / f"{group}{suffix}").is_file()]
+    if (group_vars / group).is_dir():
+        files += sorted(p for p in (group_vars / group).rglob("*") if p.suffix in (".yml", ".yaml"))
     return files
 
 
@@ -407,12 +408,8 @@ def inventory_vars(inventory: Path, role: str, layer: str | None = None,
 
 
 def _group_vars(inventory: Path, group: str) -> dict[str, Any]:
-    """``group_vars/<group>.yml`` (or ``.yaml``, or the files of ``group_vars/<group>/``) of an inventory directory."""
-    base = inventory / "group_vars"
-    files = [base / f"{group}{suffix}" for suffix in (".yml", ".yaml") if (base / f"{group}{suffix}").is_file()]
-    if (base / group).is_dir():
-        files += sorted(p for p in (base / group).rglob("*") if p.suffix in (".yml", ".yaml"))
+    """The values of ``group``'s group_vars files (:func:`_inventory_files`), later files winning."""
     values: dict[str, Any] = {}
-    for path in files:
+    for path in _inventory_files(inventory, group):
         values.update(yaml.safe_load(path.read_text(encoding="utf-8")) or {})
     return values

@@ -133,6 +133,16 @@ def run_suite(paths: list[str], env: dict[str, str], timeout: int, what: str) ->
         raise SuiteError(f"{exc}; pytest said: {output}") from None
 
 
+def _outcome(checks: list[dict[str, Any]], seconds: float, roles: list[str], paths: list[str], output: str,
+             headline: str) -> dict[str, Any]:
+    """The task result of one run of the suite (booted image or live node): the checks, their counts by result,
+    the failed ones, and ``headline`` followed by the counts as its message."""
+    counts = summary(checks)
+    return {"changed": False, "checks": checks, "counts": counts, "seconds": seconds, "roles": roles, "paths": paths,
+            "failed_checks": [c["name"] for c in bad_checks(checks)], "output": output,
+            "msg": f"{headline}, " + ", ".join(f"{n} {r}" for r, n in counts.items() if n)}
+
+
 def _waiver_files(args: Any) -> list[str]:
     waivers = [str(w) for w in args.get("waivers") or []]
     missing = [w for w in waivers if not os.path.isfile(w)]
@@ -173,11 +183,7 @@ class ActionModule(ActionBase):
             checks, seconds, output = run_suite(paths, env, int(args.get("timeout") or 600), str(layer))
         except SuiteError as exc:
             raise AnsibleActionFail(str(exc)) from exc
-        bad = bad_checks(checks)
-        result.update(changed=False, checks=checks, counts=summary(checks), seconds=seconds, roles=roles,
-                      paths=paths, failed_checks=[c["name"] for c in bad], output=output,
-                      msg=f"{layer}: {len(checks)} checks in {seconds}s, " + ", ".join(
-                          f"{n} {r}" for r, n in summary(checks).items() if n))
+        result.update(_outcome(checks, seconds, roles, paths, output, f"{layer}: {len(checks)} checks in {seconds}s"))
         return result
 
     # -- live nodes (playbooks/compliance.yml) ------------------------------------------------------------
@@ -194,11 +200,8 @@ class ActionModule(ActionBase):
         except SuiteError as exc:
             checks, roles, paths, output = [run_error(f"{node}: {exc}")], [], [], ""
         seconds = round(time.monotonic() - started, 2)
-        counts = summary(checks)
-        result.update(changed=False, checks=checks, counts=counts, seconds=seconds, roles=roles, paths=paths,
-                      failed_checks=[c["name"] for c in bad_checks(checks)], output=output,
-                      msg=f"{node}: {len(checks)} checks over SSH in {seconds}s, " + ", ".join(
-                          f"{n} {r}" for r, n in counts.items() if n))
+        result.update(_outcome(checks, seconds, roles, paths, output,
+                               f"{node}: {len(checks)} checks over SSH in {seconds}s"))
         if report is not None:
             result["report"] = with_suite(report, checks, seconds)
         return result

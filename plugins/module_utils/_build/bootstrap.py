@@ -713,7 +713,7 @@ def cache_lock(cache_dir: str, root: str = "", layer: str = "") -> Flock:
     bootstrap waits here instead of failing (:meth:`RootfsBootstrap.locked_cache`). The lock file says
     which process holds it, and for which layer and root.
     """
-    whose = " ".join(part for part in (f"layer {layer}" if layer else "", f"({root})" if layer and root else root) if part)
+    whose = (f"layer {layer} ({root})" if root else f"layer {layer}") if layer else root
     return Flock(os.path.join(cache_dir, CACHE_LOCK_NAME), f"rootfs bootstrap of {whose}" if whose else "rootfs bootstrap")
 
 

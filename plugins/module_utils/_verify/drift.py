@@ -32,9 +32,9 @@ from ansible_collections.hpc.stateless.plugins.module_utils._verify.record impor
 from ansible_collections.hpc.stateless.plugins.module_utils._verify.suite import (
     ERROR,
     FAILED,
-    RESULTS,
     WAIVED,
     run_error,
+    summary,
 )
 
 REPORT_FORMAT = 1
@@ -319,13 +319,10 @@ def with_suite(report: Mapping[str, Any], checks: Sequence[Mapping[str, Any]], s
     result, waiver, detail}``) after its drift checks; ``passed`` only when every check of both passed,
     ``suite`` counts them by result and says how long the suite took. A suite that ran no check is an error."""
     suite = [dict(c) for c in checks] or [run_error("the compliance suite ran no check on the node")]
-    counts = {result: 0 for result in RESULTS}
-    for check in suite:
-        counts[check.get("result") or ERROR] += 1
     merged = dict(report)
     merged["checks"] = [*report.get("checks", []), *suite]
     merged["passed"] = bool(report.get("passed", True)) and all(c.get("passed") for c in suite)
-    merged["suite"] = {"checks": len(suite), "counts": counts, "seconds": seconds}
+    merged["suite"] = {"checks": len(suite), "counts": summary(suite), "seconds": seconds}
     return merged
 
 
