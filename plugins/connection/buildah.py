@@ -91,7 +91,6 @@ import os
 import posixpath
 import shlex
 import shutil
-import stat
 import uuid
 
 from ansible.errors import AnsibleConnectionFailure, AnsibleError
@@ -103,29 +102,14 @@ from ansible_collections.hpc.stateless.plugins.module_utils import _imagepath
 from ansible_collections.hpc.stateless.plugins.module_utils._process import ToolMissing
 from ansible_collections.hpc.stateless.plugins.module_utils._buildah_agent.agent import Replacement
 from ansible_collections.hpc.stateless.plugins.module_utils._build.buildah import Buildah
+# open_dir: a descriptor of a directory of the mounted container, its links resolved inside the container.
+from ansible_collections.hpc.stateless.plugins.module_utils._build.aptconf import open_dir
 from ansible_collections.hpc.stateless.plugins.module_utils._buildah_agent.holder import AgentLost, AgentUnavailable, Session
 
 display = Display()
 
 ATTEMPTS = 3
 _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-
-
-def open_dir(root, path):
-    """A descriptor of the directory ``path`` names in the image tree ``root``, its links resolved inside ``root``.
-
-    _imagepath's walk finds the directory without leaving the tree; the descriptor, opened by the host path of
-    what it found, must be that very directory (a link swapped in meanwhile by a process in the container fails).
-    """
-    found, host = _imagepath.lstat(root, path), _imagepath.resolve(root, path)
-    if found is None or host is None or not stat.S_ISDIR(found.st_mode):
-        raise FileNotFoundError(errno.ENOENT, "no such directory in the container", path)
-    fd = os.open(host, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    opened = os.fstat(fd)
-    if (opened.st_dev, opened.st_ino) != (found.st_dev, found.st_ino):
-        os.close(fd)
-        raise OSError(errno.EAGAIN, "replaced while it was opened", path)
-    return fd
 
 
 def replace_file(path, source, dir_fd=None):

@@ -5,8 +5,9 @@
 """Lifecycle of one layer's buildah working container.
 
 started   -> ``buildah from`` parent (or scratch), mount, bind the build's own views of the host package
-             caches (_build/caches.py: two builds on one host never share a package manager's lock)
-committed -> release the binds, record the packages and repository states of the tree (_build/records.py), merge
+             caches (_build/caches.py: two builds on one host never share a package manager's lock), write
+             apt's build-time configuration (_build/aptconf.py)
+committed -> release the binds, remove that configuration and apt's binary caches, record the packages and repository states of the tree (_build/records.py), merge
              what the build downloaded into the caches, label, ``buildah commit`` to ``<prefix>/<layer>:<key>`` (and any further
              references, so one commit serves a root layer's bootstrap image and the layer), remove
 absent    -> release the binds, unmount and remove the layer's working containers
@@ -24,7 +25,7 @@ from typing import Any
 from ansible_collections.hpc.stateless.plugins.module_utils import _process
 # mounts_under: the mount points below a container's root, deepest first (the order to unmount them).
 from ansible_collections.hpc.stateless.plugins.module_utils._fs import mounts_below as mounts_under
-from ansible_collections.hpc.stateless.plugins.module_utils._build import caches, records, rootless
+from ansible_collections.hpc.stateless.plugins.module_utils._build import aptconf, caches, records, rootless
 from ansible_collections.hpc.stateless.plugins.module_utils._build.buildah import Buildah
 from ansible_collections.hpc.stateless.plugins.module_utils._contract.labels import container_name, container_stem, image_ref
 
@@ -158,6 +159,7 @@ class LayerBuilder:
         try:
             result.mountpoint = self.buildah.mount(self.container)
             self._bind_caches(result.mountpoint, caches)
+            aptconf.install(result.mountpoint)
         except (_process.ProcessError, OSError):
             self._remove(self.container)
             raise
@@ -195,6 +197,13 @@ class LayerBuilder:
         try:
             mountpoint = self.buildah.mount(self.container)
             self._release_binds(mountpoint)
+            # apt's build-time configuration and binary caches are no part of the image (_build/aptconf.py).
+            try:
+                aptconf.remove(mountpoint)
+            except OSError as exc:
+                self._remove(self.container)
+                raise LayerError(f"layer {self.name}: cannot remove apt's build-time files from the working container "
+                                 f"({exc}); its container was removed, run the build again") from exc
             # What the image holds, read from its tree as committed: the plan's freshness check compares it
             # with the archive (_layers/freshness.py), the release records it.
             try:

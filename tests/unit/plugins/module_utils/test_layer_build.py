@@ -7,6 +7,7 @@ command line is tested here, the real runs are in tests/integration.
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -284,3 +285,30 @@ def test_mounts_under_lists_deepest_first(tmp_path):
         "/dev/vda /m/merged/var ext4 rw 0 0\n"
         "/dev/vda /m/mergedother ext4 rw 0 0\n")
     assert mounts_under("/m/merged", str(mounts)) == ["/m/merged/var/cache/apt/archives", "/m/merged/var"]
+
+
+def test_apt_builds_with_the_builds_configuration_and_the_image_keeps_none_of_it(host, tmp_path, monkeypatch):
+    """started writes _build/aptconf.py's file; committed removes it and apt's binary caches before the tree is
+    recorded and committed, so neither is in the image (issue 29: 80 MB of caches in a leaf's commit)."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    root = tmp_path / "merged"
+    (root / "etc" / "apt" / "apt.conf.d").mkdir(parents=True)
+    (root / "var" / "cache" / "apt").mkdir(parents=True)
+    name = container_name("localhost/p", "compute", KEY)
+    host.replies = {
+        (BUILDAH, "inspect"): (1, "", "no such image"),
+        (BUILDAH, "containers"): (0, "[]", ""),
+        (BUILDAH, "mount"): (0, f"{root}\n", ""),
+    }
+    builder().start("scratch", [], False)
+    conf = root / "etc" / "apt" / "apt.conf.d" / "00hpc-stateless-build"
+    assert conf.is_file()
+    (root / "var" / "cache" / "apt" / "pkgcache.bin").write_bytes(b"cache")  # what apt wrote in the build
+    seen = []
+    monkeypatch.setattr(layer.records, "read_records",
+                        lambda mount: seen.append(sorted(os.listdir(os.path.join(mount, "var/cache/apt")))) or {})
+    host.replies[(BUILDAH, "containers")] = (0, json.dumps([{"containername": name}]), "")
+    builder().commit(layer_labels("compute", KEY, "base", "b", "abc"), [], False)
+    assert seen == [[]]  # gone before the tree was recorded
+    assert not conf.exists()
+    assert any(call[:2] == [BUILDAH, "commit"] for call in host.calls)

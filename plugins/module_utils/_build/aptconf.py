@@ -1,0 +1,108 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026 hpc.stateless developers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""apt while a layer builds: a configuration of the build's own, and apt's scratch files left out of the image.
+
+A Debian-family layer's roles run apt in its working container, and the first ``apt-get update`` of a layer
+is common: ansible.builtin.apt runs one before it installs python3-apt into a root without it, and for
+``update_cache``; the build runs one for a layer's own sources (layer_sources.yml). Profiled on a bookworm root
+with its three suites (issue 29), that update fetched 8 MB of description translations no image reads
+(``Translation-en``; a bootstrapped root has none), and each apt run wrote its binary cache twice
+(``pkgcache.bin`` and ``srcpkgcache.bin``, 40 MB each), which the layer then carried into its commit.
+
+* :func:`install` - at ``started``, :data:`CONF_NAME` in the tree's ``/etc/apt/apt.conf.d`` (only where that
+  directory exists): no translations are fetched (``Acquire::Languages``) and no source cache is written
+  (``Dir::Cache::srcpkgcache``). Packages, InRelease files and so what the suites carry (security updates
+  included) and the repository labels (_build/records.py) are as before.
+* :func:`remove` - at ``committed``, before the tree is recorded: that file, and apt's binary caches in
+  ``/var/cache/apt`` (apt rebuilds them from the lists on its next run, on a node or in the next layer).
+
+The tree is the working container's mount on the host; nothing runs in it at either point (the agent is
+stopped before a commit, none is started yet at ``started``). Its paths are resolved inside it (its links
+never lead to the host's files, module_utils/_imagepath.py) and only the names themselves are created or
+removed, through a descriptor of their directory.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+
+from ansible_collections.hpc.stateless.plugins.module_utils import _imagepath
+
+CONF_DIR = "etc/apt/apt.conf.d"
+#: Sorted first among apt's configuration files: a role's own file may still say otherwise.
+CONF_NAME = "00hpc-stateless-build"
+CONF_TEXT = """\
+// Written by hpc.stateless while this layer builds; removed before the layer is committed (_build/aptconf.py).
+Acquire::Languages "none";
+Dir::Cache::srcpkgcache "";
+"""
+APT_CACHE_DIR = "var/cache/apt"
+#: apt's binary caches, rebuilt from /var/lib/apt/lists whenever they are missing or older than the lists.
+APT_CACHE_FILES = ("pkgcache.bin", "srcpkgcache.bin")
+
+
+def open_dir(root: str, path: str) -> int:
+    """A descriptor of the directory ``path`` names in the image tree ``root``, its links resolved inside ``root``.
+
+    _imagepath's walk finds the directory without leaving the tree; the descriptor, opened by the host path of
+    what it found, must be that very directory (a link swapped in meanwhile by a process in the container fails).
+    FileNotFoundError when there is no such directory.
+    """
+    found, host = _imagepath.lstat(root, path), _imagepath.resolve(root, path)
+    if found is None or host is None or not stat.S_ISDIR(found.st_mode):
+        raise FileNotFoundError(errno.ENOENT, "no such directory in the container", path)
+    fd = os.open(host, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    opened = os.fstat(fd)
+    if (opened.st_dev, opened.st_ino) != (found.st_dev, found.st_ino):
+        os.close(fd)
+        raise OSError(errno.EAGAIN, "replaced while it was opened", path)
+    return fd
+
+
+def _unlink(directory: int, name: str) -> bool:
+    """Remove the name ``name`` of ``directory`` (a link there is removed, never followed); whether it was there."""
+    try:
+        st = os.stat(name, dir_fd=directory, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    if stat.S_ISDIR(st.st_mode):
+        return False  # not ours: a directory by that name is left as it is
+    os.unlink(name, dir_fd=directory)
+    return True
+
+
+def install(root: str) -> bool:
+    """Write :data:`CONF_NAME` into the tree ``root`` when it has apt's configuration directory; whether it did."""
+    try:
+        directory = open_dir(root, CONF_DIR)
+    except FileNotFoundError:
+        return False  # no apt in this tree (an EL or SUSE layer, a root not bootstrapped yet)
+    try:
+        _unlink(directory, CONF_NAME)  # a start after a killed one: written afresh
+        fd = os.open(CONF_NAME, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644,
+                     dir_fd=directory)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            os.fchmod(fd, 0o644)
+            handle.write(CONF_TEXT)
+    finally:
+        os.close(directory)
+    return True
+
+
+def remove(root: str) -> list[str]:
+    """Remove the build's apt configuration and apt's binary caches from the tree ``root``; the paths removed."""
+    removed = []
+    for parent, names in ((CONF_DIR, (CONF_NAME,)), (APT_CACHE_DIR, APT_CACHE_FILES)):
+        try:
+            directory = open_dir(root, parent)
+        except FileNotFoundError:
+            continue
+        try:
+            removed += [f"/{parent}/{name}" for name in names if _unlink(directory, name)]
+        finally:
+            os.close(directory)
+    return removed
