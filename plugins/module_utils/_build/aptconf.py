@@ -13,8 +13,10 @@ with its three suites (issue 29), that update fetched 8 MB of description transl
 
 * :func:`install` - at ``started``, :data:`CONF_NAME` in the tree's ``/etc/apt/apt.conf.d`` (only where that
   directory exists): no translations are fetched (``Acquire::Languages``) and no source cache is written
-  (``Dir::Cache::srcpkgcache``). Packages, InRelease files and so what the suites carry (security updates
-  included) and the repository labels (_build/records.py) are as before.
+  (``Dir::Cache::srcpkgcache``), and dpkg unpacks without an fsync per file (``--force-unsafe-io``: the tree
+  is committed from the host after the build, a build that crashes is built again). Packages, InRelease
+  files and so what the suites carry (security updates included) and the repository labels
+  (_build/records.py) are as before.
 * :func:`remove` - at ``committed``, before the tree is recorded: that file, and apt's binary caches in
   ``/var/cache/apt`` (apt rebuilds them from the lists on its next run, on a node or in the next layer).
 
@@ -39,6 +41,7 @@ CONF_TEXT = """\
 // Written by hpc.stateless while this layer builds; removed before the layer is committed (_build/aptconf.py).
 Acquire::Languages "none";
 Dir::Cache::srcpkgcache "";
+DPkg::Options:: "--force-unsafe-io";
 """
 APT_CACHE_DIR = "var/cache/apt"
 #: apt's binary caches, rebuilt from /var/lib/apt/lists whenever they are missing or older than the lists.

@@ -7,9 +7,10 @@
 started   -> ``buildah from`` parent (or scratch), mount, bind the build's own views of the host package
              caches (_build/caches.py: two builds on one host never share a package manager's lock), write
              apt's build-time configuration (_build/aptconf.py)
-committed -> release the binds, remove that configuration and apt's binary caches, record the packages and repository states of the tree (_build/records.py), merge
-             what the build downloaded into the caches, label, ``buildah commit`` to ``<prefix>/<layer>:<key>`` (and any further
-             references, so one commit serves a root layer's bootstrap image and the layer), remove
+committed -> release the binds, remove that configuration and apt's binary caches, record the packages and
+             repository states of the tree (_build/records.py), merge what the build downloaded into the caches,
+             label, ``buildah commit`` to ``<prefix>/<layer>:<key>`` (and any further references, so one commit
+             serves a root layer's bootstrap image and the layer), remove
 absent    -> release the binds, unmount and remove the layer's working containers
 
 A layer whose image already exists is a cache hit: nothing is created.

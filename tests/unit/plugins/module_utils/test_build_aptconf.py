@@ -88,3 +88,10 @@ def test_open_dir_refuses_what_is_no_directory(tmp_path):
     (root / "etc" / "hostname").write_text("x\n")
     with pytest.raises(FileNotFoundError):
         aptconf.open_dir(str(root), "etc/hostname")
+
+
+def test_dpkg_unpacks_without_an_fsync_per_file_while_the_layer_builds(tmp_path):
+    root = debian_tree(tmp_path / "root")
+    aptconf.install(str(root))
+    lines = (root / "etc" / "apt" / "apt.conf.d" / aptconf.CONF_NAME).read_text().splitlines()
+    assert 'DPkg::Options:: "--force-unsafe-io";' in lines
