@@ -73,7 +73,9 @@ LEAF_PACKAGES = ["chrony", "less"]
 ROOT_LAYER, LEAF_LAYER, ROLE = "peerroot", "peerleaf", "peer_leaf"
 USER, UID = "benchuser", 2001
 ROLE_PATH = re.compile(r"hpc\.stateless\.\S*/roles/")  # a project role's task as profile_tasks names it
-PROFILE_LINE = re.compile(r"^(?P<task>\S.*?) -{3,} (?P<seconds>\d+(?:\.\d+)?)s\s*$")
+# profile_tasks right-aligns " <seconds>s" in 9 columns after the name: a long task name that took >= 10 s
+# is followed by two dashes only ("... Install chrony and less -- 11.66s"), >= 100 s by one.
+PROFILE_LINE = re.compile(r"^(?P<task>\S.*?) -+ (?P<seconds>\d+(?:\.\d+)?)s\s*$")
 GOALS = {"root": 1.0, "leaf": 2.0, "task": 1.0, "base_package": 1.0, "noop_seconds": 2.0, "dag_leaf": 0.15}
 BUILDAH_ENV = {"BUILDAH_ISOLATION": os.environ.get("BUILDAH_ISOLATION", "chroot")}
 # ansible-bender's pre-flight `podman run --rm <base> true`: on hosts that refuse raising

@@ -469,3 +469,15 @@ def test_rootless_rows_are_reported_side_by_side():
     disk = rows["rootless disk use of the DAG: vfs vs overlay"]
     assert disk["unit"] == "MiB" and disk["ratio"] > 1
     assert all(row["goal_min_ratio"] is None for row in rows.values())
+
+
+def test_peer_profile_keeps_a_long_task_name_that_took_ten_seconds_or_more():
+    """profile_tasks pads to 9 columns: two dashes before 11.66s, one before 100.00s (the slowest task was lost)."""
+    lines = ["hpc.stateless./tmp/p/project/roles/peer_leaf : Install chrony and less -- 11.66s",
+             "hpc.stateless./tmp/p/project/roles/peer_leaf : Install chrony and less - 100.00s",
+             "Commit layer peerleaf --------------------------------------------------- 4.38s",
+             "Saturday 28 November 2026  07:55:55 +0000 (0:00:00.047)       0:00:24.998 *****"]
+    found = [(peer_bench.ROLE_PATH.sub("", m.group("task")), float(m.group("seconds")))
+             for m in map(peer_bench.PROFILE_LINE.match, lines) if m]
+    assert found == [("peer_leaf : Install chrony and less", 11.66), ("peer_leaf : Install chrony and less", 100.0),
+                     ("Commit layer peerleaf", 4.38)]
