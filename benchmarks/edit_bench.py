@@ -91,8 +91,8 @@ def profile(report: dict) -> dict[str, float]:
     return {k: round(v, 2) for k, v in steps.items()}
 
 
-def slowest_tasks(report: dict, count: int = 8) -> list[list]:
-    """The ``count`` slowest tasks of one run: [play, task, seconds] (what a step's figure is made of)."""
+def slowest_tasks(report: dict, count: int | None = 8) -> list[list]:
+    """The ``count`` slowest tasks of one run (all of them with None): [play, task, seconds], what a step's figure is made of."""
     # A task that reported no result (a skipped meta task: the build's end_host for a layer another run built) has no end.
     tasks = [[play["play"]["name"], task["task"]["name"], round(seconds(task["task"]["duration"]), 2)]
              for play in report.get("plays", []) for task in play.get("tasks", []) if "end" in task["task"]["duration"]]
@@ -138,7 +138,7 @@ class Project:
             raise SystemExit(f"the served initrd ({link}) does not carry the edit {value}")
         report = json.loads(proc.stdout)
         return {"seconds": round(elapsed, 2), "version": link.name, "steps": profile(report),
-                "slowest_tasks": slowest_tasks(report)}
+                "slowest_tasks": slowest_tasks(report), "tasks": slowest_tasks(report, count=None)}
 
     def remove(self) -> None:
         for ref in sorted(images(self.prefix)):

@@ -10,7 +10,11 @@ test's own inventory: net.ipv4.conf.all.accept_redirects = 1, against the base r
 verify, pack, deploy) builds the leaf, boots it under systemd-nspawn, runs the suite in it and stops at
 verify naming the check (base/test_base::test_sysctl); the record lists every check of the suite with
 that one failed, the JUnit report beside it says the same, and nothing is packed or deployed.
-Lynis is left out (hpc_stateless_verify_lynis: false): it is not what this test is about, and costs ~40 s.
+Lynis is left out (hpc_stateless_verify_lynis: false): it is not what this test is about, and costs ~20 s.
+
+Lynis runs in the background of the boot, beside the other checks, and is waited for last: a Lynis that does
+not finish within hpc_stateless_verify_lynis_timeout fails the layer's check `lynis` in words, stops site.yml
+at verify and leaves no container behind (the second test, with the suite off and a 2 s timeout).
 """
 
 from __future__ import annotations
@@ -20,14 +24,15 @@ import uuid
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import pytest
 import yaml
 
-from conftest import REPO, remove_prefix_images, run_site, tag_default_layers
+from conftest import REPO, buildah, remove_prefix_images, run_site, tag_default_layers
 
 FAILING_CHECK = "base/test_base::test_sysctl"
 
 
-def _inventory(root: Path) -> Path:
+def _inventory(root: Path, **overrides) -> Path:
     default = yaml.safe_load((REPO / "inventory" / "group_vars/all/layers.yml").read_text(encoding="utf-8"))
     inventory = root / "inventory"
     (inventory / "group_vars/all").mkdir(parents=True)
@@ -46,19 +51,24 @@ def _inventory(root: Path) -> Path:
         "hpc_stateless_verify_record_dir": str(root / "verify"),
         "hpc_stateless_pack_output_dir": str(root / "images"),
         "hpc_stateless_boot_root": str(root / "tftpboot"),
+        **overrides,
     }
     (inventory / "group_vars/all/site.yml").write_text(yaml.safe_dump(spec), encoding="utf-8")
     return inventory
 
 
-def test_a_role_change_that_breaks_a_check_stops_site_at_verify_naming_it(tmp_path):
-    prefix = f"localhost/hpc-stateless-compliance-{uuid.uuid4().hex[:6]}"
+@pytest.fixture(scope="module")
+def prefix():
+    """The tests' own image prefix, with the default base layer in it: the second test finds the leaf the first built."""
+    name = f"localhost/hpc-stateless-compliance-{uuid.uuid4().hex[:6]}"
+    tag_default_layers(name)
+    yield name
+    remove_prefix_images(name)
+
+
+def test_a_role_change_that_breaks_a_check_stops_site_at_verify_naming_it(tmp_path, prefix):
     inventory = _inventory(tmp_path)
-    tag_default_layers(prefix)
-    try:
-        proc = run_site("-e", f"hpc_stateless_image_prefix={prefix}", inventory=inventory)
-    finally:
-        remove_prefix_images(prefix)
+    proc = run_site("-e", f"hpc_stateless_image_prefix={prefix}", inventory=inventory)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, f"site.yml passed a layer that breaks {FAILING_CHECK}:\n{out[-3000:]}"
     # verify failed the layer, naming the check and what it found
@@ -90,3 +100,22 @@ def test_a_role_change_that_breaks_a_check_stops_site_at_verify_naming_it(tmp_pa
     # nothing packed, nothing deployed
     assert not (tmp_path / "images").exists() or not any((tmp_path / "images").rglob("*"))
     assert not (tmp_path / "tftpboot").exists() or not any((tmp_path / "tftpboot").rglob("*"))
+
+
+def test_lynis_that_does_not_finish_in_time_fails_the_layer_naming_lynis(tmp_path, prefix):
+    inventory = _inventory(tmp_path, hpc_stateless_verify_suite=False, hpc_stateless_verify_lynis_timeout=2)
+    # Lynis on: an extra variable, as run_site turns it off with one
+    proc = run_site("-e", f"hpc_stateless_image_prefix={prefix}", "-e", '{"hpc_stateless_verify_lynis": true}',
+                    inventory=inventory)
+    left = buildah("containers", "--format", "{{.ImageName}}")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, f"site.yml passed a layer whose Lynis did not finish:\n{out[-3000:]}"
+    assert "Lynis ran for 2 s (hpc_stateless_verify_lynis_timeout) and did not finish" in out, out[-4000:]
+    assert "PLAY [Pack the images]" not in out, "site.yml went on past verify"
+    record = json.loads(next((tmp_path / "verify").glob("leaky-*.json")).read_text(encoding="utf-8"))
+    checks = {c["name"]: c for c in record["checks"]}
+    # the checks that ran beside Lynis passed and are recorded; the one failed check is Lynis
+    assert [name for name, c in checks.items() if not c["passed"]] == ["lynis"], checks
+    assert checks["systemd state"]["passed"] and checks["units enabled by roles are active"]["passed"]
+    assert "did not finish" in checks["lynis"]["detail"]
+    assert prefix not in left, f"a container of the failed verify is left: {left}"
