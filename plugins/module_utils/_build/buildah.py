@@ -26,6 +26,8 @@ from ansible_collections.hpc.stateless.plugins.module_utils._contract.labels imp
 DEFAULT_ISOLATION = "chroot"
 INSTALL_HINT = "install it (Debian/Ubuntu: apt-get install buildah, EL: dnf install buildah)"
 # buildah's words for "there is no such container/image" (a concurrent removal, a leftover already gone)
+#: Below the host's cache root: the labels of each layer image ID (:meth:`Buildah.layer_images`).
+LABELS_CACHE_NAME = "image-labels.json"
 _GONE = re.compile(r"not known|no such|does not exist|not found", re.IGNORECASE)
 
 
@@ -45,6 +47,40 @@ def isolation_default() -> str:
 def _last_line(text: str) -> str:
     lines = text.strip().splitlines()
     return lines[-1].strip() if lines else ""
+
+
+def labels_cache_path() -> str:
+    """The file that keeps the labels of each layer image ID (per user for a rootless build)."""
+    return os.path.join(rootless.host_cache_path(rootless.HOST_CACHE_ROOT), LABELS_CACHE_NAME)
+
+
+def read_labels_cache(path: str) -> dict[str, dict[str, str]]:
+    """``{image id: labels}`` kept in ``path``; empty when it is missing or unreadable (the images are inspected)."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, dict)
+            and all(isinstance(x, str) and isinstance(y, str) for x, y in v.items())}
+
+
+def write_labels_cache(path: str, labels: Mapping[str, Mapping[str, str]]) -> None:
+    """Replace ``path`` with ``labels`` (written beside it and renamed: a reader sees the old file or the new);
+    a cache that cannot be written is no error, the next plan inspects again."""
+    temp = f"{path}.{os.getpid()}.tmp"
+    try:
+        os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
+        with open(temp, "w", encoding="utf-8") as handle:
+            json.dump(labels, handle, sort_keys=True)
+        os.replace(temp, path)
+    except OSError:
+        try:
+            os.unlink(temp)
+        except OSError:
+            pass
 
 
 class Buildah:
@@ -105,18 +141,31 @@ class Buildah:
         return self.run("inspect", "--type", "image", "--format", "{{.FromImageID}}", ref).stdout.strip()
 
     def layer_images(self) -> list[dict[str, Any]]:
-        """Images that carry our layer label, as ``{id, names, labels, created}`` (created: seconds since the epoch)."""
+        """Images that carry our layer label, as ``{id, names, labels, created}`` (created: seconds since the epoch).
+
+        An image's ID is the digest of its configuration, which holds its labels: the labels of an ID never
+        change, so they are read once (one ``buildah inspect`` each) and kept in :func:`labels_cache_path`.
+        Every plan lists the images; with one inspect per image a no-op took 59 inspects, 3-5 s, on a
+        host holding 59 layer images (issue 29).
+        """
         images = json.loads(self.run("images", "--json", "--filter", f"label={LAYER_LABEL}").stdout or "[]")
-        result = []
+        known = read_labels_cache(labels_cache_path())
+        result, kept = [], {}
         for image in images or []:
-            try:
-                labels = self.image_labels(image.get("id"))
-            except BuildahError as exc:
-                if exc.gone:
-                    continue  # removed by someone else between the listing and now
-                raise
-            result.append({"id": image.get("id"), "names": image.get("names") or [], "labels": labels,
+            image_id = image.get("id")
+            labels = known.get(image_id)
+            if labels is None:
+                try:
+                    labels = self.image_labels(image_id)
+                except BuildahError as exc:
+                    if exc.gone:
+                        continue  # removed by someone else between the listing and now
+                    raise
+            kept[image_id] = labels
+            result.append({"id": image_id, "names": image.get("names") or [], "labels": labels,
                            "created": image.get("created") or 0})
+        if kept != known:
+            write_labels_cache(labels_cache_path(), kept)  # the images listed now: removed ones leave the cache
         return result
 
     def tag(self, ref: str, *names: str) -> None:

@@ -16,6 +16,7 @@ import re
 import pytest
 
 from ansible_collections.hpc.stateless.plugins.module_utils import _process
+from ansible_collections.hpc.stateless.plugins.module_utils._build import buildah as buildah_module
 from ansible_collections.hpc.stateless.plugins.module_utils._build.buildah import Buildah, BuildahError
 from ansible_collections.hpc.stateless.plugins.module_utils._contract.labels import (
     LABEL_PREFIX,
@@ -154,6 +155,14 @@ def test_run_without_check_returns_the_failure(executor):
     assert (result.rc, result.stderr) == (2, "bad")
 
 
+@pytest.fixture(autouse=True)
+def labels_cache(monkeypatch, tmp_path):
+    """The labels cache of layer_images goes below the test's directory, never the host's cache root."""
+    path = tmp_path / "cache" / "image-labels.json"
+    monkeypatch.setattr(buildah_module, "labels_cache_path", lambda: str(path))
+    return path
+
+
 def test_missing_buildah_names_the_install_command(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))
     client = Buildah(executable=str(tmp_path / "buildah"))  # building the client never fails
@@ -172,6 +181,42 @@ def test_layer_images_raises_on_other_inspect_errors(executor):
     executor((0, json.dumps([{"id": "x", "names": []}]), ""), (125, "", "Error: storage is corrupt"))
     with pytest.raises(BuildahError, match="storage is corrupt"):
         Buildah().layer_images()
+
+
+def test_layer_images_inspects_each_image_id_once_and_forgets_removed_ones(executor, labels_cache):
+    """An ID is the digest of the image's configuration, labels included: a later listing needs no inspect."""
+    two = json.dumps([{"id": "i1", "names": ["localhost/p/a:1"], "created": 1},
+                      {"id": "i2", "names": ["localhost/p/b:2"], "created": 2}])
+    fake = executor((0, two, ""), (0, INSPECT, ""), (0, INSPECT, ""))
+    first = Buildah().layer_images()
+    assert [c[1] for c in fake.calls] == ["images", "inspect", "inspect"]
+    assert json.loads(labels_cache.read_text()) == {"i1": LABELS, "i2": LABELS}
+
+    one = json.dumps([{"id": "i2", "names": ["localhost/p/b:2", "localhost/p/b:latest"], "created": 2}])
+    fake = executor((0, one, ""))
+    assert Buildah().layer_images() == [{"id": "i2", "names": ["localhost/p/b:2", "localhost/p/b:latest"],
+                                         "labels": LABELS, "created": 2}]
+    assert [c[1] for c in fake.calls] == ["images"]  # the names come from the listing, the labels from the cache
+    assert first[1]["labels"] == LABELS
+    assert json.loads(labels_cache.read_text()) == {"i2": LABELS}  # i1 was removed: it left the cache
+
+
+@pytest.mark.parametrize("content", ["not json", "[1, 2]", '{"i1": "no labels"}', '{"i1": {"k": 1}}'])
+def test_layer_images_inspects_again_when_the_cache_is_unusable(executor, labels_cache, content):
+    labels_cache.parent.mkdir(parents=True)
+    labels_cache.write_text(content)
+    fake = executor((0, json.dumps([{"id": "i1", "names": []}]), ""), (0, INSPECT, ""))
+    assert Buildah().layer_images()[0]["labels"] == LABELS
+    assert [c[1] for c in fake.calls] == ["images", "inspect"]
+    assert json.loads(labels_cache.read_text()) == {"i1": LABELS}
+
+
+def test_layer_images_works_where_the_cache_cannot_be_written(executor, monkeypatch, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setattr(buildah_module, "labels_cache_path", lambda: str(blocker / "image-labels.json"))
+    executor((0, json.dumps([{"id": "i1", "names": []}]), ""), (0, INSPECT, ""))
+    assert Buildah().layer_images()[0]["labels"] == LABELS
 
 
 KEY = "a" * 64
