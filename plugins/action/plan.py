@@ -6,7 +6,8 @@
 
 Keys are computed here, on the controller, because they need the role files and the
 raw (untemplated) inventory variables of each layer host; only the look-up of which
-images exist runs on the build host (through hpc.stateless.layer_info).
+images exist runs on the build host (through hpc.stateless.layer_info, or its function
+in this process when the build host is the controller).
 """
 
 from __future__ import annotations
@@ -45,6 +46,9 @@ from ansible_collections.hpc.stateless.plugins.module_utils._contract.versions i
     version_note,
 )
 from ansible_collections.hpc.stateless.plugins.module_utils._archive.index import default_cache_dir
+from ansible_collections.hpc.stateless.plugins.module_utils._build.buildah import Buildah
+from ansible_collections.hpc.stateless.plugins.module_utils._build.listing import layer_listing
+from ansible_collections.hpc.stateless.plugins.module_utils._process import ProcessError
 from ansible_collections.hpc.stateless.plugins.module_utils._ci.gitlab import gitlab_pipeline, pipeline_yaml
 from ansible_collections.hpc.stateless.plugins.module_utils._layers.change_plan import (
     DEFAULT_BUILD_PLAYBOOKS,
@@ -253,8 +257,7 @@ class ActionModule(ActionBase):
         check: FreshnessCheck | None = None
         views: ArchiveViews | None = None
         if args["compute_keys"] and args["check_storage"]:
-            info = self._execute_module(module_name="hpc.stateless.layer_info", module_args={},
-                                        task_vars=task_vars)
+            info = self._layer_listing(task_vars)
             if info.get("failed"):
                 raise PlanError(f"could not list layer images: {info.get('msg')}")
             image_ids = {name: image.get("id") or "" for image in info.get("images", []) for name in image.get("names", [])}
@@ -302,6 +305,19 @@ class ActionModule(ActionBase):
         planned["image_prefix"] = prefix
         planned["changed"] = False
         return planned
+
+    def _layer_listing(self, task_vars: dict[str, Any]) -> dict[str, Any]:
+        """The layer images and working containers of the build host (module hpc.stateless.layer_info). When the
+        build host is the controller (a local connection, no become, no task environment), the same function runs
+        here instead of in a module process: the answer is the same, without the module's start-up."""
+        local = (self._connection.transport in ("local", "ansible.builtin.local") and not self._play_context.become
+                 and not self._task.environment)
+        if not local:
+            return self._execute_module(module_name="hpc.stateless.layer_info", module_args={}, task_vars=task_vars)
+        try:
+            return layer_listing(Buildah())
+        except ProcessError as exc:
+            return {"failed": True, "msg": str(exc)}
 
     def _archive_options(self, args: dict[str, Any]) -> dict[str, Any]:
         """Where the archive view caches what it reads. In check mode the plan writes nothing: the view reads a

@@ -90,9 +90,9 @@ containers:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.hpc.stateless.plugins.module_utils._process import ProcessError
 from ansible_collections.hpc.stateless.plugins.module_utils._build.buildah import Buildah
-from ansible_collections.hpc.stateless.plugins.module_utils._contract.labels import CONTAINER_PREFIX, KEY_LABEL, LAYER_LABEL, PARENT_LABEL
+from ansible_collections.hpc.stateless.plugins.module_utils._build.listing import layer_listing
+from ansible_collections.hpc.stateless.plugins.module_utils._process import ProcessError
 
 
 def main() -> None:
@@ -100,21 +100,11 @@ def main() -> None:
         argument_spec=dict(isolation=dict(type="str", choices=["chroot", "oci", "rootless"])),
         supports_check_mode=True,
     )
-    buildah = Buildah(isolation=module.params["isolation"])
     try:
-        images = []
-        keys: dict[str, list[str]] = {}
-        for image in buildah.layer_images():
-            labels = image["labels"]
-            entry = dict(image, layer=labels.get(LAYER_LABEL, ""),
-                         key=labels.get(KEY_LABEL, ""),
-                         parent=labels.get(PARENT_LABEL, ""))
-            images.append(entry)
-            keys.setdefault(entry["layer"], []).append(entry["key"])
-        containers = sorted(buildah.container_names(CONTAINER_PREFIX))
+        listing = layer_listing(Buildah(isolation=module.params["isolation"]))
     except ProcessError as exc:
         module.fail_json(msg=str(exc), cmd=exc.argv, rc=exc.rc)
-    module.exit_json(changed=False, images=images, keys=keys, containers=containers)
+    module.exit_json(changed=False, **listing)
 
 
 if __name__ == "__main__":

@@ -294,3 +294,51 @@ def test_a_plan_in_check_mode_reads_a_private_copy_of_the_archive_cache(tmp_path
     assert not (copy / "lock").exists()
     action._drop_check_cache()
     assert not copy.exists() and (cache / "packages/abc.json").exists()
+
+
+class _FakeBuildah:
+    """A stand-in for buildah's listing (the unit test has no storage): two images, one container."""
+
+    def layer_images(self):
+        labels = {"hpc.stateless.layer": "base", "hpc.stateless.key": "k1", "hpc.stateless.parent": ""}
+        return [{"id": "i1", "names": ["localhost/p/base:k1"], "labels": labels, "created": 1}]
+
+    def container_names(self, stem):
+        return [f"{stem}base-k1"]
+
+
+@pytest.mark.parametrize("transport, become, environment, in_process", [
+    ("local", False, [], True),
+    ("ansible.builtin.local", False, [], True),
+    ("ssh", False, [], False),          # a remote build host: the module runs there
+    ("local", True, [], False),         # become: the module runs as the become user
+    ("local", False, [{"X": "1"}], False),  # a task environment reaches the module, not this process
+])
+def test_the_listing_runs_in_the_plans_process_only_for_a_local_build_host(monkeypatch, transport, become,
+                                                                           environment, in_process):
+    action = _bare_action()
+    action._connection = SimpleNamespace(transport=transport, _shell=NO_CONNECTION._shell)
+    action._play_context.become = become
+    action._task.environment = environment
+    calls = []
+    monkeypatch.setattr(action, "_execute_module", lambda **kw: calls.append(kw["module_name"]) or {"images": []})
+    monkeypatch.setattr(plan_action, "Buildah", _FakeBuildah)
+    result = action._layer_listing({})
+    if in_process:
+        assert not calls
+        assert result["keys"] == {"base": ["k1"]} and result["images"][0]["layer"] == "base"
+        assert result["containers"] == ["hpc-stateless-base-k1"]
+    else:
+        assert calls == ["hpc.stateless.layer_info"]
+
+
+def test_a_failed_local_listing_is_a_failed_answer_naming_buildah(monkeypatch):
+    class Broken(_FakeBuildah):
+        def layer_images(self):
+            raise _process.ProcessError(["buildah", "images"], 125, "storage is locked")
+
+    action = _bare_action()
+    action._connection = SimpleNamespace(transport="local", _shell=NO_CONNECTION._shell)
+    monkeypatch.setattr(plan_action, "Buildah", Broken)
+    result = action._layer_listing({})
+    assert result["failed"] and "buildah" in result["msg"]

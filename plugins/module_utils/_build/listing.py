@@ -1,0 +1,36 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026 hpc.stateless developers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""What layers the build host's containers-storage holds: the answer of hpc.stateless.layer_info.
+
+One function, used by the module (a remote build host) and by the plan action when the build host is the
+controller itself (a local connection): there it runs in the action's process, without a module's start-up
+(about 0.5 s of every stage's plan on a quiet host, issue 29).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ansible_collections.hpc.stateless.plugins.module_utils._build.buildah import Buildah
+from ansible_collections.hpc.stateless.plugins.module_utils._contract.labels import (
+    CONTAINER_PREFIX,
+    KEY_LABEL,
+    LAYER_LABEL,
+    PARENT_LABEL,
+)
+
+
+def layer_listing(buildah: Buildah) -> dict[str, Any]:
+    """``{images, keys, containers}``: every layer image with its layer, key and parent labels, the keys per
+    layer, and the names of the layer working containers. Raises ProcessError when buildah fails."""
+    images = []
+    keys: dict[str, list[str]] = {}
+    for image in buildah.layer_images():
+        labels = image["labels"]
+        entry = dict(image, layer=labels.get(LAYER_LABEL, ""), key=labels.get(KEY_LABEL, ""),
+                     parent=labels.get(PARENT_LABEL, ""))
+        images.append(entry)
+        keys.setdefault(entry["layer"], []).append(entry["key"])
+    return {"images": images, "keys": keys, "containers": sorted(buildah.container_names(CONTAINER_PREFIX))}
