@@ -340,7 +340,7 @@ class Connection(ConnectionBase):
         super()._connect()
         if not self._connected:
             spec = self._spec()
-            self._session = Session(spec)
+            self._session = Session(spec, on_wait=display.warning)
             try:
                 self._state = self._session.ensure()
             except NspawnError as exc:
@@ -475,7 +475,7 @@ class Connection(ConnectionBase):
     # -- lifetime ------------------------------------------------------------------------
     def stop(self) -> None:
         """Stop the container and release its root (mounts, working container, overlay)."""
-        session = self._session or Session(self._spec())
+        session = self._session or Session(self._spec(), on_wait=display.warning)
         problems = session.stop()
         self._connected = False
         self._state = None

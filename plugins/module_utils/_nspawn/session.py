@@ -25,7 +25,7 @@ import shutil
 import signal
 import subprocess
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ansible_collections.hpc.stateless.plugins.module_utils._nspawn.cgroups import (
     cgroup_dirs_of,
@@ -60,8 +60,10 @@ from ansible_collections.hpc.stateless.plugins.module_utils._nspawn.teardown imp
 class Session:
     """A container root for one host, seen from an Ansible task (or a test)."""
 
-    def __init__(self, spec: SessionSpec) -> None:
+    def __init__(self, spec: SessionSpec, on_wait: Optional[Callable[[str], None]] = None) -> None:
         self.spec = spec
+        # Told once when the runtime directory's lock is held by another process (module_utils/_nspawn/state.locked).
+        self.on_wait = on_wait
         self.dir = os.path.join(spec.runtime_dir, spec.id)
         self.state_path = os.path.join(self.dir, "state.json")
 
@@ -71,6 +73,12 @@ class Session:
     def _runtime_dir(self) -> str:
         os.makedirs(self.spec.runtime_dir, mode=0o700, exist_ok=True)
         return self.spec.runtime_dir
+
+    def _wait_note(self, _holder: str) -> None:
+        if self.on_wait is not None:
+            self.on_wait(f"host {self.spec.host}: waiting for the nspawn runtime directory {self.spec.runtime_dir}, "
+                         "locked by another run that starts or stops a container there (a stop waits for its "
+                         f"container to end, up to {2 * self.spec.stop_timeout + 30:g} s)")
 
     def alive(self, state: Optional[Dict[str, Any]]) -> bool:
         if not state or state.get("status") != STATUS_READY:
@@ -85,7 +93,7 @@ class Session:
             check_root(self.spec.root, boot=False)
             return {"status": STATUS_READY, "root": self.spec.root}
         runtime = self._runtime_dir()
-        with locked(runtime):
+        with locked(runtime, self._wait_note):
             collect_garbage(runtime, keep=self.spec.id)
             state = self.read_state()
             if self.alive(state):
@@ -148,7 +156,7 @@ class Session:
         """Stop the container and release everything of this session. Safe to call twice."""
         if not os.path.isdir(self.spec.runtime_dir):
             return []
-        with locked(self.spec.runtime_dir):
+        with locked(self.spec.runtime_dir, self._wait_note):
             state = self.read_state()
             if state is None and not os.path.isdir(self.dir):
                 return []

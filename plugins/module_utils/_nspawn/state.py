@@ -8,8 +8,9 @@ and the lock that serialises starting, stopping and garbage collection of sessio
 
 from __future__ import annotations
 
+import contextlib
 import json
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, Iterator, Optional
 
 from ansible_collections.hpc.stateless.plugins.module_utils._fs import Flock
 from ansible_collections.hpc.stateless.plugins.module_utils._paths import write_atomic
@@ -35,6 +36,14 @@ def read_json(path: str) -> Optional[Dict[str, Any]]:
         return None
 
 
-def locked(path: str) -> Flock:
-    """The exclusive lock of the directory ``path`` (sessions of one runtime directory), for a ``with``."""
-    return Flock(path, directory=True)
+@contextlib.contextmanager
+def locked(path: str, on_wait: Optional[Callable[[str], None]] = None) -> Iterator[Flock]:
+    """Hold the exclusive lock of the directory ``path`` (sessions of one runtime directory) in a ``with``.
+    When another process holds it, ``on_wait`` is called once before the wait (a directory lock records no
+    holder, so the caller says what holds it: another run starting or stopping a session there)."""
+    lock = Flock(path, directory=True)
+    lock.acquire(on_wait=on_wait)
+    try:
+        yield lock
+    finally:
+        lock.release()

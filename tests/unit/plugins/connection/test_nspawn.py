@@ -541,3 +541,28 @@ def test_in_cgroups_argv_runs_for_real_without_cgroups(tmp_path):
     argv = in_cgroups_argv([str(tmp_path / "a")], ["sh", "-c", "echo $$"])
     out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
     assert (tmp_path / "a/cgroup.procs").read_text() == out  # the same process, after exec
+
+
+def test_a_session_that_waits_for_the_runtime_directory_says_so_once(tmp_path):
+    """Another run holds the runtime directory's lock (here: this test, for 0.3 s); the stop that waits for it
+    tells on_wait once, naming the host and the directory, and goes on when the lock is free."""
+    import threading
+
+    from ansible_collections.hpc.stateless.plugins.module_utils._fs import Flock
+    from ansible_collections.hpc.stateless.plugins.module_utils._nspawn.session import Session
+
+    runtime = tmp_path / "run"
+    runtime.mkdir()
+    held = Flock(str(runtime), directory=True)
+    held.acquire()
+    timer = threading.Timer(0.3, held.release)
+    timer.start()
+    said = []
+    try:
+        assert Session(spec(runtime_dir=str(runtime)), on_wait=said.append).stop() == []
+    finally:
+        timer.join()
+    assert len(said) == 1
+    assert said[0].startswith(f"host c1: waiting for the nspawn runtime directory {runtime}, locked by another run")
+    # free: no word
+    assert Session(spec(runtime_dir=str(runtime)), on_wait=said.append).stop() == [] and len(said) == 1
