@@ -91,6 +91,15 @@ def test_a_missing_parent_is_refused_before_anything_is_created(host):
     assert not [c for c in host.calls if c[1] == "from"]
 
 
+def new_layer_replies(root) -> dict:
+    """buildah's answers for a layer not built yet, no working container, mounted at ``root``."""
+    return {
+        (BUILDAH, "inspect"): (1, "", "no such image"),
+        (BUILDAH, "containers"): (0, "[]", ""),
+        (BUILDAH, "mount"): (0, f"{root}\n", ""),
+    }
+
+
 def test_a_failed_cache_bind_removes_the_working_container(host, tmp_path, cache_root):
     root = tmp_path / "merged"
     (root / "var" / "cache" / "apt" / "archives").mkdir(parents=True)
@@ -121,11 +130,7 @@ def test_a_build_binds_a_view_of_the_cache_and_merges_its_downloads_at_commit(ho
     (root / "var" / "cache" / "apt" / "archives").mkdir(parents=True)
     (root / "var" / "cache" / "dnf").mkdir(parents=True)
     name = container_name("localhost/p", "compute", KEY)
-    host.replies = {
-        (BUILDAH, "inspect"): (1, "", "no such image"),
-        (BUILDAH, "containers"): (0, "[]", ""),
-        (BUILDAH, "mount"): (0, f"{root}\n", ""),
-    }
+    host.replies = new_layer_replies(root)
     package_caches = [{"path": "/var/cache/apt/archives", "host_path": str(pool)},
                       {"path": "/var/cache/zypp/packages", "host_path": str(tmp_path / "zypp")}]  # not in the image
     builder().start("scratch", package_caches, False)
@@ -295,11 +300,7 @@ def test_apt_builds_with_the_builds_configuration_and_the_image_keeps_none_of_it
     (root / "etc" / "apt" / "apt.conf.d").mkdir(parents=True)
     (root / "var" / "cache" / "apt").mkdir(parents=True)
     name = container_name("localhost/p", "compute", KEY)
-    host.replies = {
-        (BUILDAH, "inspect"): (1, "", "no such image"),
-        (BUILDAH, "containers"): (0, "[]", ""),
-        (BUILDAH, "mount"): (0, f"{root}\n", ""),
-    }
+    host.replies = new_layer_replies(root)
     builder().start("scratch", [], False)
     conf = root / "etc" / "apt" / "apt.conf.d" / "00hpc-stateless-build"
     assert conf.is_file()
