@@ -98,6 +98,23 @@ def test_roles_ran_inside_the_layer_with_its_own_facts(first_build, image_prefix
     assert list(Path("/var/cache/hpc-stateless/apt").glob("file_*.deb"))
 
 
+def test_a_layer_that_ran_apt_keeps_none_of_apts_build_files(first_build, image_prefix):
+    """The probe role installs a package: the build's own apt configuration and apt's binary caches
+    (_build/aptconf.py; 80 MB in a leaf, issue 29) are not in the image, what apt installed is."""
+    keys = {layer: next(iter(tags)) for layer, tags in by_layer(image_prefix).items()}
+    container = buildah("from", "--pull=never", "--quiet", f"{image_prefix}/probe:{keys['probe']}").strip()
+    try:
+        root = Path(buildah("mount", container).strip())
+        assert (root / "etc/apt/apt.conf.d").is_dir()
+        assert not (root / "etc/apt/apt.conf.d/00hpc-stateless-build").exists()
+        assert sorted(p.name for p in (root / "var/cache/apt").glob("*.bin")) == []
+        assert not list((root / "var/lib/apt/lists").glob("*_Translation-*"))
+        assert "Package: file\n" in (root / "var/lib/dpkg/status").read_text(encoding="utf-8")
+    finally:
+        buildah("umount", container, check=False)
+        buildah("rm", container, check=False)
+
+
 def test_noop_rerun_builds_nothing(first_build, image_prefix):
     before = by_layer(image_prefix)
     proc = run_site("-e", f"hpc_stateless_image_prefix={image_prefix}")
