@@ -43,6 +43,7 @@ buildah = integration.buildah
 commit_changed_image = integration.commit_changed_image
 layer_images = integration.layer_images
 tag_default_layers = integration.tag_default_layers
+default_base_prefix = integration.default_base_prefix
 remove_prefix_images = integration.remove_prefix_images
 apt_leaf_inventory = integration.apt_leaf_inventory
 our_containers = integration.our_containers

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from faults_site import (apt_leaf_inventory, layer_images, our_containers, our_mounts, remove_prefix_images,
-                         run_site, start_playbook, tag_default_layers)
+from faults_site import (apt_leaf_inventory, default_base_prefix, layer_images, our_containers, our_mounts, run_site,
+                         start_playbook)
 from faults_support import group_processes, kill_group, stop_group_when
 
 from ansible_collections.hpc.stateless.plugins.module_utils import _fs, _process
@@ -35,10 +35,8 @@ APT_PROGRAMS = ("apt-get", "dpkg", "dpkg-deb")
 @pytest.fixture(name="prefix")
 def fixture_prefix():
     """A prefix of the test's own holding the default build's base layer (tagged by content key)."""
-    prefix = f"localhost/hpc-stateless-killapt-{uuid.uuid4().hex[:6]}"
-    tag_default_layers(prefix)
-    yield prefix
-    remove_prefix_images(prefix)
+    with default_base_prefix("killapt") as prefix:
+        yield prefix
 
 
 def leaf_images(prefix: str, leaf: str) -> list[str]:

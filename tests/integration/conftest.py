@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -9,6 +10,7 @@ import re
 import subprocess
 import uuid
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 import yaml
@@ -94,6 +96,19 @@ def remove_prefix_images(prefix: str) -> None:
     refs = list(layer_images(prefix))
     if refs:
         buildah("rmi", "--force", *refs, check=False)
+
+
+@contextlib.contextmanager
+def default_base_prefix(stem: str) -> Iterator[str]:
+    """A test's own image prefix (``localhost/hpc-stateless-<stem>-<random>``) holding the default build's base layer
+    and bootstrapped root under their content keys (:func:`tag_default_layers`): the test builds only its own layers.
+    Its images are removed afterwards."""
+    prefix = f"{DEFAULT_PREFIX}-{stem}-{uuid.uuid4().hex[:6]}"
+    tag_default_layers(prefix)
+    try:
+        yield prefix
+    finally:
+        remove_prefix_images(prefix)
 
 
 def apt_leaf_inventory(root: Path, leaf: str, run: str) -> Path:

@@ -26,8 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (REPO, apt_leaf_inventory, layer_images, our_containers, our_mounts, playbook_command,
-                      remove_prefix_images, tag_default_layers)
+from conftest import (REPO, apt_leaf_inventory, default_base_prefix, layer_images, our_containers, our_mounts,
+                      playbook_command)
 from pack_support import mounted_image
 
 from ansible_collections.hpc.stateless.plugins.module_utils._build import buildlock
@@ -39,10 +39,8 @@ TIMEOUT = 600
 
 @pytest.fixture(scope="module", name="prefix")
 def fixture_prefix():
-    prefix = f"localhost/hpc-stateless-concurrent-{uuid.uuid4().hex[:6]}"
-    tag_default_layers(prefix)
-    yield prefix
-    remove_prefix_images(prefix)
+    with default_base_prefix("concurrent") as prefix:
+        yield prefix
 
 
 def start_together(tmp_path: Path, prefix: str, runs: dict[str, Path]) -> tuple[dict[str, tuple[int, str]], float]:

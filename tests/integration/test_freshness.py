@@ -28,8 +28,7 @@ import yaml
 
 from ansible_collections.hpc.stateless.plugins.module_utils._contract.labels import packages_of, repositories_of
 from apt_repo_support import AptRepo, apt_policy
-from conftest import (apt_leaf_inventory, buildah, image_labels, layer_images, remove_prefix_images, run_site,
-                      tag_default_layers)
+from conftest import apt_leaf_inventory, buildah, default_base_prefix, image_labels, layer_images, run_site
 from pack_support import pack_module, run_module, small_root
 
 PACKAGE = "hpc-fresh-probe"
@@ -148,10 +147,8 @@ UNVERIFIED_OK = {"hpc_stateless_unverified_ok": "freshness test: a site leaf lay
 
 @pytest.fixture(scope="module", name="prefix")
 def fixture_prefix():
-    prefix = f"localhost/hpc-stateless-fresh-{uuid.uuid4().hex[:6]}"
-    tag_default_layers(prefix)  # the default build's base, cached under its content key
-    yield prefix
-    remove_prefix_images(prefix)
+    with default_base_prefix("fresh") as prefix:
+        yield prefix
     for ref in layer_images(prefix):  # a batch rmi that one busy image failed leaves the others: one at a time
         buildah("rmi", "--force", ref, check=False)
     assert not layer_images(prefix), f"images of {prefix} left behind"

@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import uuid
 from pathlib import Path
 
 import pytest
 import yaml
 
-from conftest import REPO, image_labels, layer_images, our_containers, remove_prefix_images, run_site, tag_default_layers
+from conftest import REPO, default_base_prefix, image_labels, layer_images, our_containers, run_site
 from pack_support import mounted_image
 
 DEFAULT_INVENTORY = REPO / "inventory"
@@ -32,11 +31,8 @@ UNVERIFIED_OK = {"hpc_stateless_unverified_ok": "seal test: a site layer verify 
 
 @pytest.fixture(scope="module", name="prefix")
 def fixture_prefix():
-    prefix = f"localhost/hpc-stateless-seal-{uuid.uuid4().hex[:6]}"
-    # The default build's base (and its bootstrapped root): cached under their content keys.
-    tag_default_layers(prefix)
-    yield prefix
-    remove_prefix_images(prefix)
+    with default_base_prefix("seal") as prefix:
+        yield prefix
 
 
 def write_inventory(root: Path, layer_vars: dict | None = None) -> Path:

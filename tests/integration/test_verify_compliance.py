@@ -20,14 +20,13 @@ at verify and leaves no container behind (the second test, with the suite off an
 from __future__ import annotations
 
 import json
-import uuid
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 import yaml
 
-from conftest import REPO, buildah, remove_prefix_images, run_site, tag_default_layers
+from conftest import REPO, buildah, default_base_prefix, run_site
 
 FAILING_CHECK = "base/test_base::test_sysctl"
 
@@ -60,10 +59,8 @@ def _inventory(root: Path, **overrides) -> Path:
 @pytest.fixture(scope="module")
 def prefix():
     """The tests' own image prefix, with the default base layer in it: the second test finds the leaf the first built."""
-    name = f"localhost/hpc-stateless-compliance-{uuid.uuid4().hex[:6]}"
-    tag_default_layers(name)
-    yield name
-    remove_prefix_images(name)
+    with default_base_prefix("compliance") as name:
+        yield name
 
 
 def test_a_role_change_that_breaks_a_check_stops_site_at_verify_naming_it(tmp_path, prefix):
