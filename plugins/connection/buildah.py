@@ -102,8 +102,6 @@ from ansible_collections.hpc.stateless.plugins.module_utils import _imagepath
 from ansible_collections.hpc.stateless.plugins.module_utils._process import ToolMissing
 from ansible_collections.hpc.stateless.plugins.module_utils._buildah_agent.agent import Replacement
 from ansible_collections.hpc.stateless.plugins.module_utils._build.buildah import Buildah
-# open_dir: a descriptor of a directory of the mounted container, its links resolved inside the container.
-from ansible_collections.hpc.stateless.plugins.module_utils._build.aptconf import open_dir
 from ansible_collections.hpc.stateless.plugins.module_utils._buildah_agent.holder import AgentLost, AgentUnavailable, Session
 
 display = Display()
@@ -231,7 +229,7 @@ class Connection(ConnectionBase):
         wrapped = (f"( {to_text(cmd, errors='surrogate_or_strict')} ) <{stdin} "
                    f">{paths['out']} 2>{paths['err']}; echo $? >{paths['rc']}")
         try:
-            tmp = open_dir(root, "/tmp")  # the container's /tmp, wherever its links lead inside the container
+            tmp = _imagepath.open_dir(root, "/tmp")  # the container's /tmp, wherever its links lead inside the container
         except OSError as exc:
             raise AnsibleConnectionFailure(f"container {self._container_id} has no /tmp for the command's results: "
                                            f"{exc}") from None
@@ -294,7 +292,7 @@ class Connection(ConnectionBase):
         parent, name = posixpath.split(rel if rel is not None else path)
         if not name:
             raise IsADirectoryError(errno.EISDIR, "a directory", path)
-        directory = open_dir(root, parent or "/")
+        directory = _imagepath.open_dir(root, parent or "/")
         try:
             with open(local, "rb") as source:
                 replace_file(os.fsencode(name), source, dir_fd=directory)

@@ -208,6 +208,24 @@ def open_file(root: str, path: str, follow_last: bool = True) -> int:
         found.close()
 
 
+def open_dir(root: str, path: str) -> int:
+    """A descriptor of the directory ``path`` names in the image tree ``root``, its links resolved inside ``root``.
+
+    The walk (:func:`lstat`, :func:`resolve`) finds the directory without leaving the tree; the descriptor,
+    opened by the host path of what it found, must be that very directory (a link swapped in meanwhile by a
+    process in the container fails). FileNotFoundError when there is no such directory.
+    """
+    found, host = lstat(root, path), resolve(root, path)
+    if found is None or host is None or not stat.S_ISDIR(found.st_mode):
+        raise FileNotFoundError(errno.ENOENT, "no such directory in the container", path)
+    fd = os.open(host, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    opened = os.fstat(fd)
+    if (opened.st_dev, opened.st_ino) != (found.st_dev, found.st_ino):
+        os.close(fd)
+        raise OSError(errno.EAGAIN, "replaced while it was opened", path)
+    return fd
+
+
 def read_file(root: str, path: str, follow_last: bool = True) -> bytes | None:
     """The bytes of the regular file ``path`` inside ``root`` (see :func:`open_file`); None when it does not exist."""
     try:

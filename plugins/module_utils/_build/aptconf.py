@@ -28,7 +28,6 @@ removed, through a descriptor of their directory.
 
 from __future__ import annotations
 
-import errno
 import os
 import stat
 
@@ -48,24 +47,6 @@ APT_CACHE_DIR = "var/cache/apt"
 APT_CACHE_FILES = ("pkgcache.bin", "srcpkgcache.bin")
 
 
-def open_dir(root: str, path: str) -> int:
-    """A descriptor of the directory ``path`` names in the image tree ``root``, its links resolved inside ``root``.
-
-    _imagepath's walk finds the directory without leaving the tree; the descriptor, opened by the host path of
-    what it found, must be that very directory (a link swapped in meanwhile by a process in the container fails).
-    FileNotFoundError when there is no such directory.
-    """
-    found, host = _imagepath.lstat(root, path), _imagepath.resolve(root, path)
-    if found is None or host is None or not stat.S_ISDIR(found.st_mode):
-        raise FileNotFoundError(errno.ENOENT, "no such directory in the container", path)
-    fd = os.open(host, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    opened = os.fstat(fd)
-    if (opened.st_dev, opened.st_ino) != (found.st_dev, found.st_ino):
-        os.close(fd)
-        raise OSError(errno.EAGAIN, "replaced while it was opened", path)
-    return fd
-
-
 def _unlink(directory: int, name: str) -> bool:
     """Remove the name ``name`` of ``directory`` (a link there is removed, never followed); whether it was there."""
     try:
@@ -81,7 +62,7 @@ def _unlink(directory: int, name: str) -> bool:
 def install(root: str) -> bool:
     """Write :data:`CONF_NAME` into the tree ``root`` when it has apt's configuration directory; whether it did."""
     try:
-        directory = open_dir(root, CONF_DIR)
+        directory = _imagepath.open_dir(root, CONF_DIR)
     except FileNotFoundError:
         return False  # no apt in this tree (an EL or SUSE layer, a root not bootstrapped yet)
     try:
@@ -101,7 +82,7 @@ def remove(root: str) -> list[str]:
     removed = []
     for parent, names in ((CONF_DIR, (CONF_NAME,)), (APT_CACHE_DIR, APT_CACHE_FILES)):
         try:
-            directory = open_dir(root, parent)
+            directory = _imagepath.open_dir(root, parent)
         except FileNotFoundError:
             continue
         try:

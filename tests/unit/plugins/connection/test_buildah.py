@@ -174,7 +174,7 @@ def test_a_directory_swapped_for_a_link_while_it_is_opened_is_refused(tmp_path, 
         return found
     monkeypatch.setattr(buildah_plugin._imagepath, "resolve", swapped_after_the_walk)  # pylint: disable=protected-access
     with pytest.raises(OSError, match="replaced while it was opened"):
-        buildah_plugin.open_dir(str(tmp_path), "/tmp")
+        buildah_plugin._imagepath.open_dir(str(tmp_path), "/tmp")  # pylint: disable=protected-access
 
 
 class Executor:

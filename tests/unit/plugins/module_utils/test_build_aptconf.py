@@ -6,6 +6,7 @@ import os
 
 import pytest
 
+from ansible_collections.hpc.stateless.plugins.module_utils import _imagepath
 from ansible_collections.hpc.stateless.plugins.module_utils._build import aptconf
 
 
@@ -87,7 +88,7 @@ def test_open_dir_refuses_what_is_no_directory(tmp_path):
     root = debian_tree(tmp_path / "root")
     (root / "etc" / "hostname").write_text("x\n")
     with pytest.raises(FileNotFoundError):
-        aptconf.open_dir(str(root), "etc/hostname")
+        _imagepath.open_dir(str(root), "etc/hostname")
 
 
 def test_dpkg_unpacks_without_an_fsync_per_file_while_the_layer_builds(tmp_path):
