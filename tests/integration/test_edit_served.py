@@ -11,7 +11,9 @@ pack, deploy):
 2. the same variable set differently in a new, untracked vars file -> another version, served;
 3. back to the committed state -> nothing is built; the version is ``v1`` again (the tree is clean and the
    image is what v1 builds, so git describe names it), packed and served; ``:latest`` of the slurm layer
-   names that image again, not the experiment.
+   names that image again, not the experiment. Once the archive has moved under the default base (a security
+   update: that base is rebuilt for it), the committed state's image is no longer what v1 alone builds and its
+   version is ``v1+<key>``, with that reason in the plan's note: the test accepts exactly that.
 
 Each served initrd is read back through the boot link (the slurm.conf it carries). Then an explicit
 ``hpc_stateless_pack_version`` naming a version that holds another build is refused, loudly.
@@ -161,15 +163,25 @@ def test_back_to_the_committed_state_serves_v1_and_latest_names_its_image(loop):
     out = ok(proc)
     print(f"revert: site.yml {elapsed:.1f} s, served {version}")
     assert plan_line(proc) == "4 layers, 0 to build: nothing (every layer is cached)"
-    assert "versions are 'v1': the image is what that commit builds" in out
-    assert (version, cluster) == ("v1", "cluster")
-    manifest = json.loads((loop["project"] / "build/images/compute/v1/manifest.json").read_text())
+    assert cluster == "cluster"
+    if "versions are 'v1'+<leaf layer key>: layer base was rebuilt for archive updates" in out:
+        # The archive moved since the default base was built (a security update of its packages): that base is
+        # rebuilt for it, so the image is not what v1 alone builds, and the version says so with the leaf key
+        # (a version never names two builds; docs/freshness.md). Not the test's doing: the archive is real.
+        assert re.fullmatch(r"v1\+[0-9a-f]{12}", version), version
+    else:
+        assert "versions are 'v1': the image is what that commit builds" in out, out[-4000:]
+        assert version == "v1"
+    manifest = json.loads((loop["project"] / "build/images/compute" / version / "manifest.json").read_text())
+    if "+" in version:
+        assert manifest["layer_keys"]["slurm"].startswith(version.split("+")[1])
     current = f"{loop['prefix']}/slurm:{manifest['layer_keys']['slurm']}"
     images = loop["images"]
     assert images[f"{loop['prefix']}/slurm:latest"] == images[current]
     # the experiments stay packed and published beside it (keep), each under its own version
     published = {p.name for p in (loop["project"] / "build/tftpboot/images/compute").iterdir()}
-    assert {"v1", loop["runs"]["one"][2][0], loop["runs"]["two"][2][0]} <= published
+    assert {version, loop["runs"]["one"][2][0], loop["runs"]["two"][2][0]} <= published
+    assert len({version, loop["runs"]["one"][2][0], loop["runs"]["two"][2][0]}) == 3
 
 
 def test_an_explicit_version_holding_another_build_is_refused_not_replaced(loop):
