@@ -2,9 +2,9 @@
 
 The test runs as root: it makes the build user (USER, with subordinate ids and an overlay storage.conf),
 builds tests/integration/rootless_inventory (base -> owners) and packs it once as root and once as
-that user, then lists both packed cpio archives with GNU ``cpio -tv``. The owners layer is always
-rebuilt by the user; base reuses the cached bootstrap: the user's own copy of root's bootstrap image
-(copied once through an OCI archive and kept in the user's storage between runs).
+that user, then lists both packed cpio archives with GNU ``cpio -tv``. Both sides start with no layer
+image of it and build both layers; base reuses the cached bootstrap: for the user, its own copy of root's
+bootstrap image (copied once through an OCI archive and kept in the user's storage between runs).
 """
 
 from __future__ import annotations
@@ -50,15 +50,25 @@ def user_playbook(user: str, project: Path, *extra: str) -> subprocess.Completed
     return proc
 
 
+def remove_layer_images(user: str | None) -> None:
+    """The base and owners images of PREFIX in the storage of ``user`` (root: None) removed, every name of them,
+    ``:latest`` too (an image keeps living under any name left); the bootstrap cache is kept. Both sides start
+    from the same storage: a layer rebuilt for archive updates is keyed by the updates of the image it
+    replaces, so the keys compared below are equal only when both sides have the same history."""
+    listing = buildah_as(user, "images", "--json")
+    stale = [f"{PREFIX}/{layer}:{tag}" for layer in ("base", "owners")
+             for tag in sorted(tags(listing, f"{PREFIX}/{layer}") | {"latest"})
+             if f'"{PREFIX}/{layer}:{tag}"' in listing]
+    if stale:
+        buildah_as(user, "rmi", "--force", *stale)
+
+
 @pytest.fixture(scope="module")
 def build_user() -> str:
-    """USER with subordinate ids and overlay storage, its layer images (not its bootstrap cache) removed."""
+    """USER with subordinate ids and overlay storage, its layer images removed."""
     account = ensure_user(USER)
     ensure_storage_conf(account)
-    listing = buildah_as(USER, "images", "--json")
-    stale = [f"{PREFIX}/{layer}:{tag}" for layer in ("base", "owners") for tag in tags(listing, f"{PREFIX}/{layer}")]
-    if stale:
-        buildah_as(USER, "rmi", "--force", *stale)
+    remove_layer_images(USER)
     return USER
 
 
@@ -96,6 +106,7 @@ def packs(build_user) -> dict[str, dict]:
     tmp = Path(tempfile.mkdtemp(prefix="run-", dir=OUTPUT_ROOT))
     os.chmod(tmp, 0o755)
     tag_root_bootstrap(PREFIX)
+    remove_layer_images(None)
     root_project, user_project = tmp / "root", tmp / "user"
     root_project.mkdir()
     user_project.mkdir()

@@ -117,11 +117,14 @@ class Storage:
 
     def built_from(self, prefix: str, layer: str, inputs_key: str) -> list[StoredImage]:
         """Images of ``layer`` under ``prefix`` built from inputs ``inputs_key``, newest first (an image tagged with
-        the inputs key counts too: it was built before images recorded their inputs key)."""
+        the inputs key counts too: it was built before images recorded their inputs key). Only an image still
+        named by its own key counts: one left with ``:latest`` alone (its key tag removed) is no cache of it,
+        and trusting it would build its children on a key no image carries."""
         repo = image_ref(prefix, layer, "x").rsplit(":", 1)[0]
         exact = f"{repo}:{inputs_key}"
         found = [image for image in self._by_repo.get(repo, [])
-                 if inputs_key_of(image.labels) == inputs_key or exact in image.names]
+                 if exact in image.names
+                 or (inputs_key_of(image.labels) == inputs_key and f"{repo}:{image.labels.get(KEY_LABEL)}" in image.names)]
         return sorted(found, key=lambda image: (image.created, image.labels.get(KEY_LABEL, "")), reverse=True)
 
 
@@ -200,8 +203,10 @@ class FreshnessCheck:
                 reason = f"inputs changed: no image of the {what}layer built from key {inputs_key[:12]}"
             return Verdict(layer, inputs_key, inputs_key, False, reason)
         image = built[0]
-        ref = next(name for name in image.names if name.startswith(image_ref(prefix, layer, "")))
-        own_key = image.labels.get(KEY_LABEL) or ref.rsplit(":", 1)[1]
+        own_key = image.labels.get(KEY_LABEL) or inputs_key
+        ref = image_ref(prefix, layer, own_key)
+        if ref not in image.names:  # built before images recorded their key: named by its inputs key
+            own_key, ref = inputs_key, image_ref(prefix, layer, inputs_key)
         if not has_package_record(image.labels):
             if self.policy == "never":
                 self.warnings.append(f"{what}{layer}: image {ref} records no packages, its freshness is unknown "

@@ -247,6 +247,20 @@ def test_an_image_without_a_package_record_is_rebuilt_once_never_taken_as_fresh(
     assert kept["base"].key == settled["base"].key
 
 
+def test_an_image_left_with_only_latest_is_no_cache_of_its_key():
+    # Its key tag removed (buildah rmi of a name keeps an image that has another), the image is still in
+    # storage as <layer>:latest with the labels of its build. It must not count: trusting it left the root
+    # layer "cached" under a key no image carried, so the root was built again from the bootstrap of its
+    # inputs key, never asked whether the archive moved (the rootless CI failure of 2026-11-28).
+    site, first = built_site()
+    base = next(image for image in site.images if image["names"][0].startswith(f"{PREFIX}/base:"))
+    base["names"] = [f"{PREFIX}/base:latest"]
+    keys, check = site.plan(as_offered(FakeView(), INSTALLED))
+    verdict = check.verdicts["base"]
+    assert not verdict.cached and keys["base"].key == first["base"].key
+    assert verdict.reason == f"inputs changed: no image of the layer built from key {first['base'].key[:12]}"
+
+
 def test_a_root_rebuilt_for_updates_bootstraps_again_when_its_bootstrap_lags():
     storage = Storage([{"id": "b", "names": [f"{PREFIX}/bootstrap/base:kb0"], "created": 1,
                         "labels": {**labels.layer_labels("base", "kb0", None, None, None),
