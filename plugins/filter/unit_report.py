@@ -4,7 +4,8 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Filter hpc.stateless.unit_report: verify's judgement of the units the roles enabled, from their systemd states.
 
-playbooks/verify.yml reads each unit with ansible.builtin.systemd_service inside the booted image and asks this
+playbooks/verify.yml reads every unit at once with one ``systemctl show --property=...`` (:data:`PROPERTIES`)
+inside the booted image (a module run per unit cost ~0.3 s each, 3.8 s for the slurm image's twelve) and asks this
 filter which of them are fine: active; a oneshot that ran and succeeded; kept from starting by one of its own
 ``Condition*=`` (a container is not the node); or allowed to stay inactive. Documentation: unit_report.yml.
 """
@@ -36,26 +37,59 @@ def judge_unit(unit: str, status: Mapping[str, Any], allowed_inactive: Iterable[
     return {"unit": unit, "state": state, "skipped": skipped, "ok": ok}
 
 
-def unit_report(results: Any, allowed_inactive: Any = None) -> list[dict[str, Any]] | Undefined:
-    """The rows of the ``results`` of a looped ansible.builtin.systemd_service task (``item`` the unit name)."""
-    for value in (results,):
+#: The unit properties the judgement reads: verify.yml asks ``systemctl show`` for these (``--property=``).
+PROPERTIES = ("Id", "Type", "ActiveState", "SubState", "Result", "ConditionResult", "ExecMainStartTimestampMonotonic")
+
+
+def parse_show(text: str, units: list[str]) -> list[dict[str, str]]:
+    """The ``{property: value}`` of each of ``units`` from the output of ``systemctl show --property=... -- units``:
+    one block per unit, in the order asked, blocks separated by an empty line."""
+    blocks: list[dict[str, str]] = []
+    current: dict[str, str] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            if current:
+                blocks.append(current)
+            current = {}
+            continue
+        name, sep, value = line.partition("=")
+        if not sep:
+            raise AnsibleFilterError(f"unit_report: not a property line of systemctl show: {line!r:.200}")
+        current[name] = value
+    if current:
+        blocks.append(current)
+    if len(blocks) != len(units):
+        raise AnsibleFilterError(f"unit_report: systemctl show answered {len(blocks)} units for the {len(units)} asked "
+                                 f"({', '.join(units)})")
+    return blocks
+
+
+def unit_show_command(units: Any) -> list[str] | Undefined:
+    """The argv of the one ``systemctl show`` that reads :data:`PROPERTIES` of ``units``."""
+    if isinstance(units, Undefined):
+        return units
+    if not isinstance(units, list) or not units or not all(isinstance(unit, str) and unit for unit in units):
+        # With no unit systemctl show would print the manager's own properties.
+        raise AnsibleFilterError(f"unit_show_command: expects a non-empty list of unit names, got {units!r:.200}")
+    return ["systemctl", "show", "--no-pager", "--property=" + ",".join(PROPERTIES), "--", *units]
+
+
+def unit_report(show: Any, units: Any = None, allowed_inactive: Any = None) -> list[dict[str, Any]] | Undefined:
+    """The rows of ``units`` (in their order) from ``show``, the standard output of ``systemctl show`` over them."""
+    for value in (show, units):
         if isinstance(value, Undefined):
             return value  # as Jinja's own filters do: the error names the undefined variable
-    if not isinstance(results, Iterable) or isinstance(results, (str, bytes, Mapping)):
-        raise AnsibleFilterError("unit_report: expects the results list of a looped systemd_service task, "
-                                 f"got {type(results).__name__}")
+    if not isinstance(show, str):
+        raise AnsibleFilterError(f"unit_report: expects the standard output of systemctl show, got {type(show).__name__}")
+    if not isinstance(units, list) or not all(isinstance(unit, str) for unit in units):
+        raise AnsibleFilterError("unit_report: expects the list of unit names systemctl show was asked for, "
+                                 f"got {type(units).__name__}")
     allowed = list(allowed_inactive or [])
-    rows = []
-    for result in results:
-        if not isinstance(result, Mapping) or not isinstance(result.get("status"), Mapping) or "item" not in result:
-            raise AnsibleFilterError("unit_report: each result needs the unit name as 'item' and its 'status' "
-                                     f"(ansible.builtin.systemd_service), got {result!r:.200}")
-        rows.append(judge_unit(str(result["item"]), result["status"], allowed))
-    return rows
+    return [judge_unit(unit, status, allowed) for unit, status in zip(units, parse_show(show, units) if units else [])]
 
 
 class FilterModule:
     """The unit report filter."""
 
     def filters(self) -> dict[str, Callable[..., Any]]:
-        return {"unit_report": unit_report}
+        return {"unit_report": unit_report, "unit_show_command": unit_show_command}

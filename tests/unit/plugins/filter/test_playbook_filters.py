@@ -14,7 +14,8 @@ from jinja2 import Undefined
 from ansible_collections.hpc.stateless.plugins.filter.boot_nodes import boot_nodes
 from ansible_collections.hpc.stateless.plugins.filter.molecule_instances import molecule_instances
 from ansible_collections.hpc.stateless.plugins.filter.pack_options import pack_options
-from ansible_collections.hpc.stateless.plugins.filter.unit_report import unit_report
+from ansible_collections.hpc.stateless.plugins.filter.unit_report import PROPERTIES as UNIT_PROPERTIES
+from ansible_collections.hpc.stateless.plugins.filter.unit_report import unit_report, unit_show_command
 
 
 # --------------------------------------------------------------------------- boot_nodes
@@ -75,34 +76,54 @@ def test_pack_options_names_a_key_that_is_not_a_list():
 
 
 # --------------------------------------------------------------------------- unit_report
-def _unit(item, **status):
-    return {"item": item, "status": status}
+def _show(**units):
+    """What ``systemctl show --property=...`` prints for ``units`` (name -> properties), in their order."""
+    return "\n".join("\n".join(f"{key}={value}" for key, value in {"Id": name, **props}.items()) + "\n"
+                     for name, props in units.items())
 
 
 def test_units_are_fine_when_active_ran_once_skipped_by_a_condition_or_allowed():
-    results = [
-        _unit("chrony.service", ActiveState="active", SubState="running", Result="success"),
-        _unit("setup.service", ActiveState="inactive", SubState="dead", Result="success", Type="oneshot",
-              ExecMainStartTimestampMonotonic="1234"),
-        _unit("gpu.service", ActiveState="inactive", SubState="dead", Result="success", ConditionResult="no"),
-        _unit("ib.service", ActiveState="inactive", SubState="dead", Result="success"),
-        _unit("munge.service", ActiveState="failed", SubState="failed", Result="exit-code"),
-        _unit("never.service", ActiveState="inactive", SubState="dead", Result="success", Type="oneshot",
-              ExecMainStartTimestampMonotonic="0"),
-    ]
-    report = unit_report(results, ["ib.service"])
+    units = {
+        "chrony.service": {"ActiveState": "active", "SubState": "running", "Result": "success"},
+        "setup.service": {"ActiveState": "inactive", "SubState": "dead", "Result": "success", "Type": "oneshot",
+                          "ExecMainStartTimestampMonotonic": "1234"},
+        "gpu.service": {"ActiveState": "inactive", "SubState": "dead", "Result": "success", "ConditionResult": "no"},
+        "ib.service": {"ActiveState": "inactive", "SubState": "dead", "Result": "success"},
+        "munge.service": {"ActiveState": "failed", "SubState": "failed", "Result": "exit-code"},
+        "never.service": {"ActiveState": "inactive", "SubState": "dead", "Result": "success", "Type": "oneshot",
+                          "ExecMainStartTimestampMonotonic": "0"},
+    }
+    names = list(units)
+    report = unit_report(_show(**units), names, ["ib.service"])
     assert [(row["unit"], row["ok"], row["skipped"]) for row in report] == [
         ("chrony.service", True, False), ("setup.service", True, False), ("gpu.service", True, True),
         ("ib.service", True, False), ("munge.service", False, False), ("never.service", False, False)]
     assert report[4]["state"] == "failed (failed, result exit-code)"
-    assert unit_report([_unit("x.service", ActiveState="active")])[0]["state"] == "active (?, result -)"
+    one = unit_report(_show(**{"x.service": {"ActiveState": "active"}}), ["x.service"])
+    assert one[0]["state"] == "active (?, result -)"
+    # An alias asked for is answered under the unit's own Id: the rows keep the names asked, by order.
+    alias = unit_report(_show(**{"ssh.service": {"ActiveState": "active"}}), ["sshd.service"])
+    assert alias == [{"unit": "sshd.service", "state": "active (?, result -)", "skipped": False, "ok": True}]
+    assert unit_report("", []) == []
 
 
-def test_unit_report_wants_systemd_service_results():
-    with pytest.raises(AnsibleFilterError, match="expects the results list of a looped systemd_service task"):
-        unit_report({"results": []})
-    with pytest.raises(AnsibleFilterError, match="each result needs the unit name as 'item' and its 'status'"):
-        unit_report([{"item": "x.service", "skipped": True}])
+def test_unit_show_command_reads_what_the_report_judges_and_refuses_no_unit():
+    argv = unit_show_command(["munge.service", "-weird.service"])
+    assert argv[:3] == ["systemctl", "show", "--no-pager"] and argv[-3:] == ["--", "munge.service", "-weird.service"]
+    assert set(argv[3].removeprefix("--property=").split(",")) == set(UNIT_PROPERTIES)
+    with pytest.raises(AnsibleFilterError, match="expects a non-empty list of unit names"):
+        unit_show_command([])
+
+
+def test_unit_report_wants_the_output_of_systemctl_show_over_the_units():
+    with pytest.raises(AnsibleFilterError, match="expects the standard output of systemctl show, got dict"):
+        unit_report({"results": []}, ["x.service"])
+    with pytest.raises(AnsibleFilterError, match="expects the list of unit names systemctl show was asked for"):
+        unit_report("Id=x.service\n", "x.service")
+    with pytest.raises(AnsibleFilterError, match=r"answered 1 units for the 2 asked \(a.service, b.service\)"):
+        unit_report(_show(**{"a.service": {}}), ["a.service", "b.service"])
+    with pytest.raises(AnsibleFilterError, match="not a property line of systemctl show: 'garbage'"):
+        unit_report("garbage\n", ["a.service"])
 
 
 # --------------------------------------------------------------------------- molecule_instances
@@ -142,5 +163,6 @@ def test_an_undefined_input_stays_undefined_so_the_error_names_the_variable():
     undefined = Undefined(name="hpc_stateless_plan")
     assert pack_options(undefined, SITE, "/site") is undefined
     assert boot_nodes(undefined, {}) is undefined
-    assert unit_report(undefined) is undefined
+    assert unit_report(undefined, []) is undefined
+    assert unit_show_command(undefined) is undefined
     assert molecule_instances([], undefined) is undefined
