@@ -28,6 +28,8 @@ description:
   - Writes only files whose content changes, each through a temporary file renamed into place; removes
     per-node files it wrote earlier for nodes no longer listed. Files without its marker line are never touched.
   - Holds the boot root's deploy lock while writing, like M(hpc.stateless.bootlink).
+  - With O(loader_dirs), also copies the PXE boot loader (C(pxelinux.0), C(ldlinux.c32)) from the first of those
+    directories of the boot host holding each file into the boot root, when its bytes differ.
 extends_documentation_fragment:
   - hpc.stateless.attributes
 attributes:
@@ -129,6 +131,15 @@ options:
     description: Seconds to wait for another deploy's lock on the boot root before failing.
     type: float
     default: 60
+  loader_dirs:
+    description:
+      - Directories of the boot host searched, in order, for C(pxelinux.0) and C(ldlinux.c32); the first of each
+        found is copied into the boot root (through a temporary file renamed into place) when the boot root's copy
+        differs or is missing. A file found nowhere is left alone (the site may serve its own loader).
+      - Empty copies nothing.
+    type: list
+    elements: path
+    default: []
   validate_only:
     description: Only check the input (nodes, MACs, images, options); read no manifest, write nothing.
       Lets a deploy refuse bad inventory before it publishes anything.
@@ -184,6 +195,11 @@ removed_count:
   description: Number of stale files removed.
   returned: always
   type: int
+loaders:
+  description: The boot loader files found in O(loader_dirs) and where each was taken from (empty with O(validate_only)).
+  returned: always
+  type: dict
+  sample: {"pxelinux.0": "/usr/lib/PXELINUX/pxelinux.0", "ldlinux.c32": "/usr/lib/syslinux/modules/bios/ldlinux.c32"}
 unchanged:
   description: Files whose content was already right.
   returned: always
@@ -232,6 +248,7 @@ def main() -> None:
             remove_stale=dict(type="bool", default=True),
             diff_limit=dict(type="int", default=20),
             lock_timeout=dict(type="float", default=60.0),
+            loader_dirs=dict(type="list", elements="path", default=[]),
             validate_only=dict(type="bool", default=False),
         ),
         supports_check_mode=True,

@@ -36,6 +36,7 @@ import json
 import math
 import os
 import re
+import stat
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -488,11 +489,13 @@ _STALE_PATTERNS = ((PXE_DIR, re.compile(r"^01-[0-9a-f]{2}(-[0-9a-f]{2}){5}$")),
 
 
 STATE_FILE = ".hpc-stateless-bootconfig.state"
+#: The PXE boot loader copied from the boot host into the boot root (option loader_dirs): the first of each found.
+LOADER_FILES = ("pxelinux.0", "ldlinux.c32")
 # The temp name write_atomic gives a file before renaming it into place (``.<name>.new-<8 hex>``;
 # releases before it used ``.<name>.<8 hex>``, still removed after an upgrade).
 _TEMP_NAME = re.compile(r"^\.(?P<name>.+)\.(?:" + re.escape(TEMP_INFIX[1:]) + r")?[0-9a-f]{8}$")
 # Where this module writes, and the names it writes there (temp files of other names are not ours).
-_MANAGED_NAMES = (("", re.compile("^" + re.escape(STATE_FILE) + "$")),
+_MANAGED_NAMES = (("", re.compile("^(" + "|".join(map(re.escape, (STATE_FILE, *LOADER_FILES))) + ")$")),
                   (PXE_DIR, re.compile(r"^(default|01-[0-9a-f]{2}(-[0-9a-f]{2}){5})$")),
                   (IPXE_DIR, re.compile(r"^boot\.ipxe$")),
                   *_STALE_PATTERNS[1:])
@@ -594,6 +597,44 @@ def sync_files(root: str, files: Mapping[str, str], check_mode: bool = False, re
     return result
 
 
+def find_loaders(dirs: Iterable[str]) -> dict[str, str]:
+    """``{file: path}``: for each of :data:`LOADER_FILES`, the first of ``dirs`` (the boot host's) holding it."""
+    found: dict[str, str] = {}
+    for directory in dirs:
+        for name in LOADER_FILES:
+            path = os.path.join(directory, name)
+            if name not in found and os.path.isfile(path):
+                found[name] = path
+    return found
+
+
+def _read_bytes(path: str) -> bytes | None:
+    """A regular file's bytes; None when there is none (a link or anything else under the name is replaced)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as handle:
+        return handle.read() if stat.S_ISREG(os.fstat(fd).st_mode) else None
+
+
+def sync_loaders(root: str, dirs: Iterable[str], check_mode: bool = False) -> tuple[dict[str, str], list[str]]:
+    """Copy the boot loader found in ``dirs`` into ``root`` where its bytes differ (atomically); returns
+    ``({file: source}, [files written])``. Nothing found is no error: the site may serve its own loader."""
+    found = find_loaders(dirs)
+    written = []
+    for name, source in sorted(found.items()):
+        with open(source, "rb") as handle:
+            data = handle.read()
+        target = os.path.join(root, name)
+        if _read_bytes(target) == data:
+            continue
+        written.append(name)
+        if not check_mode:
+            write_atomic(target, data, 0o644)
+    return found, written
+
+
 # --------------------------------------------------------------------------- the module's whole job
 
 
@@ -602,7 +643,8 @@ def render(params: Mapping[str, Any], check_mode: bool = False) -> dict[str, Any
 
     ``params``: boot_root, images ({name: {formats, kernel_args}}), default_image, nodes,
     pending_manifests, serial_console, ip, rdinit, ramdisk_headroom, ramdisk_round_mib, boot_url, prompt_timeout,
-    ipappend, remove_stale, diff_limit, lock_timeout, validate_only (check the input, read and write nothing).
+    ipappend, remove_stale, diff_limit, lock_timeout, loader_dirs (copy the PXE boot loader from the first of them
+    holding each file), validate_only (check the input, read and write nothing).
     """
     root = os.path.abspath(params["boot_root"])
     images = params.get("images") or {}
@@ -639,7 +681,7 @@ def render(params: Mapping[str, Any], check_mode: bool = False) -> dict[str, Any
     if params.get("validate_only"):
         # The format each image boots, so the caller publishes it (bootlink's format) by the rule the entries use.
         return {"changed": False, "boot_root": root, "files": 0, "written": [], "written_count": 0, "removed": [],
-                "removed_count": 0, "unchanged": 0, "nodes": len(nodes),
+                "removed_count": 0, "unchanged": 0, "nodes": len(nodes), "loaders": {},
                 "images": {name: {"format": fmt} for name, fmt in boot_formats.items()}, "diff": []}
 
     pending: dict[str, list[dict[str, Any]]] = {}
@@ -663,19 +705,24 @@ def render(params: Mapping[str, Any], check_mode: bool = False) -> dict[str, Any
 
     files = plan_files(nodes, boots, default_image, options)
     diff_limit = int(params.get("diff_limit") or 0)
+    loader_dirs = [str(d) for d in params.get("loader_dirs") or []]
     if check_mode:
         synced = sync_files(root, files, True, bool(params.get("remove_stale", True)), diff_limit)
+        loaders, loaders_written = sync_loaders(root, loader_dirs, True)
     else:
         check_writable(root)
         os.makedirs(root, exist_ok=True)
         with deploy_lock(root, float(params.get("lock_timeout") or 0), "bootconfig render"):
             synced = sync_files(root, files, False, bool(params.get("remove_stale", True)), diff_limit)
+            loaders, loaders_written = sync_loaders(root, loader_dirs, False)
+    written = loaders_written + synced.written
     return {
-        "changed": bool(synced.written or synced.removed),
+        "changed": bool(written or synced.removed),
         "boot_root": root,
         "files": len(files),
-        "written": synced.written[:REPORT_LIMIT],
-        "written_count": len(synced.written),
+        "written": written[:REPORT_LIMIT],
+        "written_count": len(written),
+        "loaders": loaders,
         "removed": synced.removed[:REPORT_LIMIT],
         "removed_count": len(synced.removed),
         "unchanged": synced.unchanged,

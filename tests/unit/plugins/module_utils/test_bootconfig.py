@@ -12,6 +12,7 @@ from bootlink_fixtures import make_pack, rewrite_manifest, tree_snapshot
 from ansible_collections.hpc.stateless.plugins.module_utils._paths import temp_name
 from ansible_collections.hpc.stateless.plugins.module_utils._deploy.bootconfig import (
     DEFAULT_SQUASHFS_ARGS,
+    LOADER_FILES,
     SQUASHFS_URL_PLACEHOLDER,
     STATE_FILE,
     BootConfigError,
@@ -381,3 +382,54 @@ def test_node_kernel_args_must_be_one_line(root):
     with pytest.raises(BootConfigError, match=r"n0001\)\.kernel_args: kernel arguments must be one line"):
         run(root, [{"name": "n0001", "mac": "52:54:00:00:00:01", "kernel_args": "a\nDEFAULT evil"}])
     assert not os.path.exists(root / "pxelinux.cfg")
+
+
+# --------------------------------------------------------------------------- the PXE boot loader
+def _loader_dirs(tmp_path: Path) -> list[str]:
+    """Three host directories: pxelinux.0 in the second and third, ldlinux.c32 in the third only."""
+    dirs = [tmp_path / "none", tmp_path / "pxelinux", tmp_path / "syslinux"]
+    for directory in dirs:
+        directory.mkdir()
+    (dirs[1] / "pxelinux.0").write_bytes(b"PXE-1\0")
+    (dirs[2] / "pxelinux.0").write_bytes(b"PXE-2\0")
+    (dirs[2] / "ldlinux.c32").write_bytes(b"LDLINUX\0")
+    return [str(d) for d in dirs]
+
+
+def test_the_first_of_each_loader_file_found_is_copied_once(root, tmp_path):
+    dirs = _loader_dirs(tmp_path)
+    assert run(root, check_mode=True, loader_dirs=dirs)["written"][:2] == ["ldlinux.c32", "pxelinux.0"]
+    assert not (root / "pxelinux.0").exists()
+    result = run(root, loader_dirs=dirs)
+    assert result["loaders"] == {"pxelinux.0": f"{dirs[1]}/pxelinux.0", "ldlinux.c32": f"{dirs[2]}/ldlinux.c32"}
+    assert {"pxelinux.0", "ldlinux.c32"} <= set(result["written"])
+    assert (root / "pxelinux.0").read_bytes() == b"PXE-1\0" and (root / "ldlinux.c32").read_bytes() == b"LDLINUX\0"
+    assert oct((root / "pxelinux.0").stat().st_mode & 0o777) == "0o644"
+    inode = (root / "pxelinux.0").stat().st_ino
+    again = run(root, loader_dirs=dirs)
+    assert not again["changed"] and (root / "pxelinux.0").stat().st_ino == inode
+    # The host's loader was upgraded: the boot root gets the new bytes.
+    Path(dirs[1], "pxelinux.0").write_bytes(b"PXE-1b\0")
+    assert run(root, loader_dirs=dirs)["written"] == ["pxelinux.0"]
+    assert (root / "pxelinux.0").read_bytes() == b"PXE-1b\0"
+
+
+def test_a_link_under_a_loader_name_is_replaced_not_followed(root, tmp_path):
+    dirs = _loader_dirs(tmp_path)
+    outside = tmp_path / "outside"
+    outside.write_bytes(b"PXE-1\0")  # the same bytes: still replaced, never written through
+    (root / "pxelinux.0").symlink_to(outside)
+    assert "pxelinux.0" in run(root, loader_dirs=dirs)["written"]
+    assert not (root / "pxelinux.0").is_symlink() and outside.read_bytes() == b"PXE-1\0"
+
+
+def test_no_loader_found_or_asked_copies_nothing(root, tmp_path):
+    assert run(root, loader_dirs=[str(tmp_path / "nowhere")])["loaders"] == {}
+    assert run(root)["loaders"] == {} and not any((root / name).exists() for name in LOADER_FILES)
+
+
+def test_a_killed_copy_of_the_loader_is_removed_by_the_next_render(root, tmp_path):
+    killed = Path(temp_name(str(root / "pxelinux.0")))
+    killed.write_bytes(b"half")
+    result = run(root, loader_dirs=_loader_dirs(tmp_path))
+    assert killed.name in result["removed"] and not killed.exists()
