@@ -40,6 +40,11 @@ description:
     bytecode). The holder stops the agent when the connection is reset (C(ansible.builtin.meta) V(reset_connection),
     which the collection's build runs before each commit), when C(ansible-playbook) is gone (also when it was
     killed), when the container is gone, or after O(persistent_idle_timeout) seconds without a task.
+  - Pipelined Python modules run in a warm python the agent keeps (a fork of the agent that imported
+    C(ansible.module_utils.basic) once, forked again for each module), so a module costs neither an interpreter
+    start nor that import. Each module still runs in a fresh process and imports everything else from its own
+    payload. A module the warm python cannot run exactly as C(/bin/sh) would (C(become), another interpreter,
+    C(PYTHON*) or locale variables that differ) runs through C(/bin/sh); see docs/connection.md.
   - A container without C(python3) falls back to one C(buildah run) per task, as does O(persistent=false).
 options:
   persistent:
@@ -217,8 +222,11 @@ class Connection(ConnectionBase):
         super().exec_command(cmd, in_data=in_data, sudoable=sudoable)
         if self._session is not None:
             display.vvv(f"EXEC (agent) {to_text(cmd)}", host=self._container_id)
-            return self._agent("run a command in", self._session.exec, to_bytes(cmd, errors="surrogate_or_strict"),
-                               None if in_data is None else to_bytes(in_data))
+            result = self._agent("run a command in", self._session.exec, to_bytes(cmd, errors="surrogate_or_strict"),
+                                 None if in_data is None else to_bytes(in_data))
+            if self._session is not None and self._session.warm:
+                display.vvv("the module ran in the agent's warm python", host=self._container_id)
+            return result
         root = self._root()
         if root is None:
             # Not mounted, or another user: the command's own streams and status, no retry.

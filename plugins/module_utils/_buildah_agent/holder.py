@@ -496,6 +496,7 @@ class Session:
         self.sock: socket.socket | None = None
         self.next_id = 0
         self.hello: dict[str, Any] = {}
+        self.warm = False  # whether the last command was a module the agent's warm python ran
 
     # connecting -------------------------------------------------------------------------
     def _try_connect(self) -> socket.socket | None:
@@ -630,6 +631,7 @@ class Session:
         for header, body in self._answers(rid, what):
             if "error" in header:
                 raise AgentLost(f"the agent in container {self.container} could not run {what}: {header['error']}")
+            self.warm = bool(header.get("warm"))
             return agent.exec_result(header, body)
         raise self._lost(what, "no answer")
 

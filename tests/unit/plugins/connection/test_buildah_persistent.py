@@ -21,6 +21,7 @@ class FakeSession:
 
     instances: list = []
     failures: dict = {}  # "connect" / "exec": the exception that call raises
+    warm = False  # whether the last command ran in the agent's warm python
 
     def __init__(self, container, user, client, idle_timeout=600, log=None, owner=None):  # pylint: disable=unused-argument
         self.container, self.user, self.idle_timeout = container, user, idle_timeout
@@ -55,7 +56,7 @@ class FakeSession:
 
 @pytest.fixture(name="conn")
 def fixture_conn(monkeypatch):
-    FakeSession.instances, FakeSession.failures = [], {}
+    FakeSession.instances, FakeSession.failures, FakeSession.warm = [], {}, False
     monkeypatch.setattr(buildah_plugin, "Session", FakeSession)
     options = {"persistent": True, "persistent_idle_timeout": 42}
     monkeypatch.setattr(buildah_plugin.Connection, "get_option", lambda self, name: options[name])
@@ -72,6 +73,16 @@ def test_commands_and_files_go_through_one_session(conn):
     assert session.calls == [("connect",), ("exec", b"echo hi", b"code"), ("put", b"/etc/hostname", "/tmp/h")]
     conn.close()
     assert session.calls[-1] == ("close",) and not conn._connected  # pylint: disable=protected-access
+
+
+def test_a_module_the_warm_python_ran_says_so_at_vvv(conn, monkeypatch):
+    said = []
+    monkeypatch.setattr(buildah_plugin.display, "vvv", lambda msg, host=None: said.append(msg))
+    conn.exec_command("/bin/sh -c '/usr/bin/python3 && sleep 0'", in_data=b"wrapper")
+    assert not any("warm" in msg for msg in said)
+    FakeSession.warm = True
+    conn.exec_command("/bin/sh -c '/usr/bin/python3 && sleep 0'", in_data=b"wrapper")
+    assert said[-1] == "the module ran in the agent's warm python"
 
 
 def test_a_lost_answer_fails_the_task_and_is_not_retried(conn):
