@@ -20,6 +20,29 @@ TEST_INVENTORY = REPO / "tests" / "integration" / "inventory"
 BUILDAH_ENV = {**os.environ, "BUILDAH_ISOLATION": os.environ.get("BUILDAH_ISOLATION", "chroot")}
 
 
+#: make test runs this suite on two pytest-xdist workers (``-n 2 --dist loadgroup``): every test of a file runs on
+#: one worker (its module fixtures built once), and the files of a group below on the same worker, one after the
+#: other, because they share something of the host that the product does not share between builds: the test
+#: cluster of booted images and the Slurm ports of its daemons (cluster), the build user and its storage
+#: (rootless_support's hpcbuild) and two cores' worth of TCG for one qemu guest at a time (qemu). Everything
+#: else a test makes is its own (an image prefix, a project, a runtime or boot directory) or is the host's
+#: state that builds share by design (apt caches, buildah storage, verify records: their locks are the product's).
+WORKER_GROUPS = {
+    "cluster": ("test_cluster_jobs.py", "test_cluster_rollout.py", "test_compliance_drift.py",
+                "test_compliance_live.py", "test_nspawn_slurm.py"),
+    "qemu-and-build-user": ("test_pack.py", "test_pack_live.py", "test_pack_capabilities.py", "test_pack_hwprofile.py",
+                            "test_deploy_pxe.py", "test_deploy_http.py", "test_rootless.py", "test_rootfs_rpm.py"),
+}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Each test's worker group (xdist_group): its WORKER_GROUPS group, or its own file."""
+    group_of = {name: group for group, names in WORKER_GROUPS.items() for name in names}
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(group_of.get(item.path.name, item.path.name)))
+
+
 #: Extra variables of every playbook a test runs, before the test's own (a later ``-e`` wins, so a test can
 #: turn a setting back on). Lynis costs 45-60 s of each verify boot on the 2-core CI host: it scores the
 #: default image in ``make build`` (inventory/), and test_verify_lynis.py holds that verdict; the test

@@ -21,8 +21,9 @@ class SigningKey:
 
     def __init__(self, base: Path, name: str) -> None:
         self.name = name
-        self.home = base / f"gnupg-{name}"
-        self.home.mkdir(mode=0o700, parents=True)
+        # A short home under /tmp, not under ``base``: gpg-agent's sockets live in the home when /run/user/<uid> is
+        # missing, and a socket path has at most 107 bytes (pytest-xdist's per-worker tmp_path, popen-gwN/, went over).
+        self.home = Path(tempfile.mkdtemp(prefix=f"gpg-{name[:12]}-"))
         self.gpg("--passphrase", "", "--quick-gen-key", f"{name} release <{name}@example.invalid>", "ed25519",
                  "sign", "never")
         colons = self.gpg("--with-colons", "--list-secret-keys").decode()
