@@ -70,8 +70,13 @@ def run_site(*extra: str, inventory: Path = TEST_INVENTORY, playbook: str = "sit
 def buildah(*args: str, check: bool = True) -> str:
     # A fresh /dev/null as stdin: `buildah run` with chroot isolation makes its stdin non-blocking, and an
     # inherited one would stay so for every later ansible-playbook of the session ("Non-blocking file handles").
-    proc = subprocess.run(["buildah", *args], env=BUILDAH_ENV, stdin=subprocess.DEVNULL, capture_output=True,
-                          text=True, check=False)
+    for _attempt in range(5):
+        proc = subprocess.run(["buildah", *args], env=BUILDAH_ENV, stdin=subprocess.DEVNULL, capture_output=True,
+                              text=True, check=False)
+        # A listing fails whole when another build removes a container while buildah reads it (the product's
+        # Buildah.containers asks again the same way): ask again.
+        if not (args[:1] == ("containers",) and proc.returncode != 0 and "not known" in proc.stderr):
+            break
     if check and proc.returncode != 0:
         raise AssertionError(f"buildah {' '.join(args)} failed: {proc.stderr}")
     return proc.stdout

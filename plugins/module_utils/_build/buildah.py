@@ -40,6 +40,10 @@ class BuildahError(ProcessError):
         return bool(_GONE.search(self.stderr))
 
 
+#: How often a listing that failed because a container went away while it was read is asked (containers()).
+LISTING_ATTEMPTS = 5
+
+
 def isolation_default() -> str:
     return os.environ.get("BUILDAH_ISOLATION") or DEFAULT_ISOLATION
 
@@ -177,6 +181,21 @@ class Buildah:
 
     # working containers ---------------------------------------------------------
     def containers(self) -> list[dict[str, Any]]:
+        """Every working container of this storage (``buildah containers --json``).
+
+        buildah lists the containers, then reads each one's state: when another build on the host removes one
+        in between, the whole listing fails with "container not known" (seen with two builds at once). The
+        listing is asked again, a few times: each answer is a whole, consistent list.
+        """
+        for _attempt in range(LISTING_ATTEMPTS - 1):
+            try:
+                return self._list_containers()
+            except BuildahError as exc:
+                if not exc.gone:
+                    raise
+        return self._list_containers()
+
+    def _list_containers(self) -> list[dict[str, Any]]:
         return json.loads(self.run("containers", "--json").stdout or "[]") or []
 
     def container_names(self, stem: str = CONTAINER_PREFIX) -> list[str]:

@@ -24,14 +24,19 @@ class SigningKey:
         # A short home under /tmp, not under ``base``: gpg-agent's sockets live in the home when /run/user/<uid> is
         # missing, and a socket path has at most 107 bytes (pytest-xdist's per-worker tmp_path, popen-gwN/, went over).
         self.home = Path(tempfile.mkdtemp(prefix=f"gpg-{name[:12]}-"))
-        self.gpg("--passphrase", "", "--quick-gen-key", f"{name} release <{name}@example.invalid>", "ed25519",
-                 "sign", "never")
-        colons = self.gpg("--with-colons", "--list-secret-keys").decode()
-        self.fingerprint = next(line.split(":")[9] for line in colons.splitlines() if line.startswith("fpr:"))
-        self.armored = base / f"{name}.asc"
-        self.armored.write_bytes(self.gpg("--armor", "--export", self.fingerprint))
-        self.binary = base / f"{name}.gpg"
-        self.binary.write_bytes(self.gpg("--export", self.fingerprint))
+        try:
+            base.mkdir(parents=True, exist_ok=True)  # where the public keys go
+            self.gpg("--passphrase", "", "--quick-gen-key", f"{name} release <{name}@example.invalid>", "ed25519",
+                     "sign", "never")
+            colons = self.gpg("--with-colons", "--list-secret-keys").decode()
+            self.fingerprint = next(line.split(":")[9] for line in colons.splitlines() if line.startswith("fpr:"))
+            self.armored = base / f"{name}.asc"
+            self.armored.write_bytes(self.gpg("--armor", "--export", self.fingerprint))
+            self.binary = base / f"{name}.gpg"
+            self.binary.write_bytes(self.gpg("--export", self.fingerprint))
+        except BaseException:
+            self.close()  # the home under /tmp is no test's directory: nothing else would remove it
+            raise
 
     def gpg(self, *args: str) -> bytes:
         return subprocess.run(["gpg", "--homedir", str(self.home), "--batch", *args], check=True,

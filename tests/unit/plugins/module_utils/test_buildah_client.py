@@ -285,3 +285,22 @@ def test_a_loop_of_parent_labels_ends():
     images = Labels({"localhost/p/a:k": layer("a", "k", "a", "k")})
     assert layer_keys_of(images, "localhost/p/a:k", layer("a", "k", "a", "k")) == {"a": "k"}
     assert len(images.asked) == 64
+
+
+def test_containers_asks_again_when_a_container_went_away_while_listed(executor):
+    # Another build removed a container between buildah's listing and its read of that container's state.
+    gone = (125, "", "Error: reading build containers: container not known")
+    listing = json.dumps([{"containername": "hpc-stateless-a-1"}])
+    fake = executor(gone, gone, (0, listing, ""))
+    assert Buildah().container_names("hpc-stateless-") == ["hpc-stateless-a-1"]
+    assert fake.calls == [[B, "containers", "--json"]] * 3
+
+
+def test_containers_gives_up_after_the_last_attempt_and_on_other_errors(executor):
+    gone = (125, "", "Error: reading build containers: container not known")
+    executor(*[gone] * buildah_module.LISTING_ATTEMPTS)
+    with pytest.raises(BuildahError, match="container not known"):
+        Buildah().containers()
+    executor((125, "", "Error: storage is corrupt"))
+    with pytest.raises(BuildahError, match="storage is corrupt"):
+        Buildah().containers()
