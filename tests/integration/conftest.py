@@ -15,6 +15,8 @@ from typing import Iterator
 import pytest
 import yaml
 
+from ansible_collections.hpc.stateless.plugins.module_utils._contract.labels import container_owner
+
 REPO = Path(__file__).resolve().parents[2]
 TEST_INVENTORY = REPO / "tests" / "integration" / "inventory"
 BUILDAH_ENV = {**os.environ, "BUILDAH_ISOLATION": os.environ.get("BUILDAH_ISOLATION", "chroot")}
@@ -175,6 +177,23 @@ def our_containers(prefix: str | None = None) -> list[str]:
     if prefix is not None:
         names = [n for n in names if re.fullmatch(rf"hpc-stateless-.+-{_prefix_tag(prefix)}-[0-9a-f]{{12}}", n)]
     return names
+
+
+def leftover_owned_containers(*purposes: str) -> list[str]:
+    """Working containers of a run (pack's, the diff's: named ``<purpose>-<tag>-pid<pid>`` of its process,
+    _contract/labels.py) whose process is gone: leaked. One whose process is alive is another test's run at work
+    (make test runs two workers)."""
+    leaked = []
+    for name in our_containers():
+        owners = [container_owner(name, purpose) for purpose in purposes]
+        owner = next((pid for pid in owners if pid is not None), None)
+        if owner is not None and not os.path.exists(f"/proc/{owner}"):
+            leaked.append(name)
+    return leaked
+
+
+def leftover_pack_containers() -> list[str]:
+    return leftover_owned_containers("pack")
 
 
 def our_mounts() -> list[str]:

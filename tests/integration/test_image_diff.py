@@ -9,7 +9,6 @@ image's current layer image (built by site.yml, as the pack tests need it).
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -18,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, buildah, our_mounts, run_site
+from conftest import REPO, buildah, leftover_owned_containers, our_mounts, run_site
 from pack_support import pack_module, run_module
 
 from ansible_collections.hpc.stateless.plugins.module_utils._ci.gitlab import gitlab_pipeline, pipeline_yaml
@@ -180,8 +179,7 @@ def test_two_layer_images_read_the_package_database_and_leave_no_container(versi
     check_result(result)
     assert result["kernel_args"] == {"old": None, "new": None, "changed": False}
     assert any("no kernel command line" in note for note in result["notes"])
-    containers = [c["containername"] for c in json.loads(buildah("containers", "--json") or "[]") or []]
-    assert not [c for c in containers if c.startswith("hpc-stateless-diff-")]
+    assert not leftover_owned_containers("diff-old", "diff-new")
     assert not our_mounts()
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import our_containers
+from conftest import leftover_pack_containers
 from pack_support import (
     MULTI_USER,
     boot_cpio,
@@ -94,7 +94,7 @@ def test_playbook_publishes_a_complete_version_directory(target):
     assert len(report["largest_packages"]) == 20 and len(report["largest_directories"]) == 20
     assert report["largest_packages"][0]["name"].startswith("linux-image-")
     assert "largest packages:" in target.playbook_stdout and "largest directories:" in target.playbook_stdout
-    assert not [c for c in our_containers() if c.startswith("hpc-stateless-pack-")]
+    assert not leftover_pack_containers()
 
 
 def test_second_playbook_run_is_a_no_op(target):

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import buildah, our_containers, run_site
+from conftest import buildah, leftover_pack_containers, run_site
 from pack_support import PACK_INVENTORY, PACK_PREFIX, REPO, pack_module, small_root
 
 PRIVATE_KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----\n"
@@ -59,7 +59,7 @@ def test_missing_kernel_in_an_image_leaves_no_container(tmp_path):
     rc, result = pack_module(image="nokernel", source_image=ref, output_dir=str(tmp_path / "out"), version="v1")
     assert rc != 0
     assert ref in result["msg"] and "no kernel in the image" in result["msg"]
-    assert not [c for c in our_containers() if c.startswith("hpc-stateless-pack-")]
+    assert not leftover_pack_containers()
     assert nothing_published(tmp_path / "out", "nokernel")
 
 

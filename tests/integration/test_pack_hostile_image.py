@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import buildah, commit_changed_image, our_containers
+from conftest import buildah, commit_changed_image, leftover_pack_containers
 from pack_support import PACK_PREFIX, pack_module
 
 BUSYBOX = shutil.which("busybox")
@@ -93,7 +93,7 @@ def test_the_images_dracut_cannot_chmod_publish_or_overwrite_host_files(tmp_path
         assert "initrd.img the image's dracut wrote is not a regular file but a symbolic link" in result["msg"], result
         assert host_untouched(host)
         assert not (tmp_path / "out" / "hostile").exists()
-        assert not [c for c in our_containers() if c.startswith("hpc-stateless-pack-")]
+        assert not leftover_pack_containers()
 
         rc, result = pack_module(image="behaved", source_image=behaved, output_dir=str(tmp_path / "out"),
                                  version="v1", formats=["squashfs"])
