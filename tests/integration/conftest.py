@@ -196,20 +196,32 @@ def leftover_pack_containers() -> list[str]:
     return leftover_owned_containers("pack")
 
 
-def our_mounts() -> list[str]:
-    """Leaked mounts: package-cache binds and container-root mounts that belong to no live
-    working container (a live build elsewhere on the host is not a leak)."""
-    live = [line.split(None, 1)[1].strip() for line in buildah("mount").splitlines() if " " in line]
-    leaked = []
+#: The host's default containers-storage, the one ``buildah mount`` lists; a test's own storage (test_plan_ci's
+#: CI runners under its tmp_path) is that test's to check.
+DEFAULT_OVERLAY = "/var/lib/containers/storage/overlay/"
+
+
+def _our_mount_targets() -> list[str]:
+    """Package-cache binds and container-root mounts in the default storage, from /proc/self/mountinfo."""
+    targets = []
     with open("/proc/self/mountinfo", encoding="utf-8") as handle:
         for line in handle:
             fields = line.split()
             root, target = fields[3], fields[4].replace("\\040", " ")
-            ours = root.startswith("/var/cache/hpc-stateless") or (
-                target.startswith("/var/lib/containers/storage/overlay/") and "/merged" in target)
-            if ours and not any(target == m or target.startswith(m + "/") for m in live):
-                leaked.append(target)
-    return leaked
+            if target.startswith(DEFAULT_OVERLAY) and (root.startswith("/var/cache/hpc-stateless") or "/merged" in target):
+                targets.append(target)
+    return targets
+
+
+def our_mounts() -> list[str]:
+    """Leaked mounts: package-cache binds and container-root mounts that belong to no live
+    working container (a live build elsewhere on the host is not a leak). A mount counts only when it was there
+    before and after buildah listed the live ones: another build mounting or unmounting meanwhile (make test runs
+    two workers) is not taken for a leak."""
+    before = set(_our_mount_targets())
+    live = [line.split(None, 1)[1].strip() for line in buildah("mount").splitlines() if " " in line]
+    return [target for target in _our_mount_targets() if target in before
+            and not any(target == m or target.startswith(m + "/") for m in live)]
 
 
 def read_from_image(ref: str, path: str) -> str:
