@@ -85,7 +85,7 @@ def unit_report(show: Any, units: Any = None, allowed_inactive: Any = None) -> l
         raise AnsibleFilterError("unit_report: expects the list of unit names systemctl show was asked for, "
                                  f"got {type(units).__name__}")
     allowed = list(allowed_inactive or [])
-    return [judge_unit(unit, status, allowed) for unit, status in zip(units, parse_show(show, units) if units else [])]
+    return [judge_unit(unit, status, allowed) for unit, status in zip(units, parse_show(show, units))]
 
 
 class FilterModule:
