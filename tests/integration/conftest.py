@@ -75,9 +75,9 @@ def buildah(*args: str, check: bool = True) -> str:
     for _attempt in range(5):
         proc = subprocess.run(["buildah", *args], env=BUILDAH_ENV, stdin=subprocess.DEVNULL, capture_output=True,
                               text=True, check=False)
-        # A listing fails whole when another build removes a container while buildah reads it (the product's
-        # Buildah.containers asks again the same way): ask again.
-        if not (args[:1] == ("containers",) and proc.returncode != 0 and "not known" in proc.stderr):
+        # A listing fails whole when another build removes a container or image while buildah reads it (the
+        # product's Buildah._listing asks again the same way): ask again.
+        if not (args[:1] in (("containers",), ("images",)) and proc.returncode != 0 and "not known" in proc.stderr):
             break
     if check and proc.returncode != 0:
         raise AssertionError(f"buildah {' '.join(args)} failed: {proc.stderr}")

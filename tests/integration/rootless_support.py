@@ -80,11 +80,15 @@ def playbook_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 def buildah_as(user: str | None, *args: str, env: dict[str, str] | None = None) -> str:
     """``buildah <args>`` as root (``user`` None) or as ``user``; AssertionError with stderr when it fails."""
-    if user is None:
-        proc = subprocess.run(["buildah", *args], capture_output=True, text=True, check=False,
-                              env={**os.environ, **(env or {})})
-    else:
-        proc = as_user(user, ["buildah", *args], env)
+    for _attempt in range(5):
+        if user is None:
+            proc = subprocess.run(["buildah", *args], capture_output=True, text=True, check=False,
+                                  env={**os.environ, **(env or {})})
+        else:
+            proc = as_user(user, ["buildah", *args], env)
+        # A listing fails whole when another build removes an image or container while buildah reads it: again.
+        if not (args[:1] in (("containers",), ("images",)) and proc.returncode != 0 and "not known" in proc.stderr):
+            break
     if proc.returncode != 0:
         raise AssertionError(f"buildah {' '.join(args)} as {user or 'root'} failed: {proc.stderr}")
     return proc.stdout

@@ -25,9 +25,9 @@ from ansible_collections.hpc.stateless.plugins.module_utils._contract.labels imp
 
 DEFAULT_ISOLATION = "chroot"
 INSTALL_HINT = "install it (Debian/Ubuntu: apt-get install buildah, EL: dnf install buildah)"
-# buildah's words for "there is no such container/image" (a concurrent removal, a leftover already gone)
 #: Below the host's cache root: the labels of each layer image ID (:meth:`Buildah.layer_images`).
 LABELS_CACHE_NAME = "image-labels.json"
+# buildah's words for "there is no such container/image" (a concurrent removal, a leftover already gone)
 _GONE = re.compile(r"not known|no such|does not exist|not found", re.IGNORECASE)
 
 
@@ -40,7 +40,7 @@ class BuildahError(ProcessError):
         return bool(_GONE.search(self.stderr))
 
 
-#: How often a listing that failed because a container went away while it was read is asked (containers()).
+#: How often a listing that failed because a container or image went away while it was read is asked (_listing).
 LISTING_ATTEMPTS = 5
 
 
@@ -152,7 +152,7 @@ class Buildah:
         Every plan lists the images; with one inspect per image a no-op took 59 inspects, 3-5 s, on a
         host holding 59 layer images (issue 29).
         """
-        images = json.loads(self.run("images", "--json", "--filter", f"label={LAYER_LABEL}").stdout or "[]")
+        images = self._listing("images", "--json", "--filter", f"label={LAYER_LABEL}")
         known = read_labels_cache(labels_cache_path())
         result, kept = [], {}
         for image in images or []:
@@ -181,22 +181,23 @@ class Buildah:
 
     # working containers ---------------------------------------------------------
     def containers(self) -> list[dict[str, Any]]:
-        """Every working container of this storage (``buildah containers --json``).
+        """Every working container of this storage (``buildah containers --json``)."""
+        return self._listing("containers", "--json")
 
-        buildah lists the containers, then reads each one's state: when another build on the host removes one
-        in between, the whole listing fails with "container not known" (seen with two builds at once). The
-        listing is asked again, a few times: each answer is a whole, consistent list.
+    def _listing(self, *args: str) -> list[dict[str, Any]]:
+        """A ``buildah containers|images --json`` listing, whole and consistent.
+
+        buildah lists the containers (images), then reads each one's state: when another build on the host
+        removes one in between, the whole listing fails with "container (image) not known" (seen with two
+        builds at once, for both listings). The listing is asked again, a few times.
         """
         for _attempt in range(LISTING_ATTEMPTS - 1):
             try:
-                return self._list_containers()
+                return json.loads(self.run(*args).stdout or "[]") or []
             except BuildahError as exc:
                 if not exc.gone:
                     raise
-        return self._list_containers()
-
-    def _list_containers(self) -> list[dict[str, Any]]:
-        return json.loads(self.run("containers", "--json").stdout or "[]") or []
+        return json.loads(self.run(*args).stdout or "[]") or []
 
     def container_names(self, stem: str = CONTAINER_PREFIX) -> list[str]:
         """Names of working containers that start with ``stem``."""

@@ -296,6 +296,15 @@ def test_containers_asks_again_when_a_container_went_away_while_listed(executor)
     assert fake.calls == [[B, "containers", "--json"]] * 3
 
 
+def test_layer_images_asks_again_when_an_image_went_away_while_listed(executor, tmp_path, monkeypatch):
+    # The same race for images (a make test run on two workers: "locating image with ID ...: image not known").
+    monkeypatch.setattr(buildah_module, "labels_cache_path", lambda: tmp_path / "labels.json")
+    gone = (125, "", 'Error: locating image with ID "60d1": image not known')
+    fake = executor(gone, (0, "[]", ""))
+    assert Buildah().layer_images() == []
+    assert fake.calls == [[B, "images", "--json", "--filter", f"label={LABEL_PREFIX}layer"]] * 2
+
+
 def test_containers_gives_up_after_the_last_attempt_and_on_other_errors(executor):
     gone = (125, "", "Error: reading build containers: container not known")
     executor(*[gone] * buildah_module.LISTING_ATTEMPTS)
