@@ -52,6 +52,13 @@ options:
       - Required for O(state=started) and O(state=committed). With O(state=absent) and no key, every
         working container of the layer is removed (leftovers of killed runs included).
     type: str
+  fresh:
+    description:
+      - With O(state=started), first remove every working container of the layer, of any key (as O(state=absent)
+        without O(key)), the leftovers of a killed run, which a build must never build into. The build does so under
+        the layer's build lock (M(hpc.stateless.layer_lock)); RV(removed) names them.
+    type: bool
+    default: false
   state:
     description: Desired state of the layer's working container.
     type: str
@@ -238,6 +245,7 @@ def main() -> None:
                 host_path=dict(type="path", required=True),
             )),
             isolation=dict(type="str", choices=["chroot", "oci", "rootless"]),
+            fresh=dict(type="bool", default=False),
         ),
         required_if=[("state", "started", ["key"]), ("state", "committed", ["key"])],
         supports_check_mode=True,
@@ -249,7 +257,7 @@ def main() -> None:
         if params["state"] == "started":
             caches = params["package_caches"]
             result = builder.start(params["parent_image"], DEFAULT_PACKAGE_CACHES if caches is None else caches,
-                                   module.check_mode)
+                                   module.check_mode, fresh=params["fresh"])
         elif params["state"] == "committed":
             labels = layer_labels(params["name"], params["key"], params["parent"], params["parent_key"],
                                   params["git_commit"], params["labels"], params["inputs_key"])

@@ -122,27 +122,35 @@ class LayerBuilder:
         shutil.rmtree(commit_tmpdir(container), ignore_errors=True)
         caches.remove_views(views_cache_root(), container)
 
-    def _stale_commit_tmpdirs(self) -> list[str]:
-        """Commit temp directories of this layer and prefix whose working container is gone."""
+    def _stale_commit_tmpdirs(self, stem: str) -> list[str]:
+        """Commit temp directories of the containers named ``stem...`` (the removed ones)."""
         parent = os.path.dirname(commit_tmpdir(self.container_stem))
         try:
             names = os.listdir(parent)
         except OSError:
             return []
-        wanted = (lambda n: n == self.container) if self.container else (lambda n: n.startswith(self.container_stem))
-        return [os.path.join(parent, n) for n in sorted(names) if wanted(n)]
+        return [os.path.join(parent, n) for n in sorted(names) if n.startswith(stem)]
 
     def _tag_refs(self, tags: list[str]) -> list[str]:
         """The references ``tags`` give in the layer image's repository (``<prefix>/<layer>:<tag>``)."""
         return [f"{self.image.rsplit(':', 1)[0]}:{tag}" for tag in tags]
 
     # states -----------------------------------------------------------------
-    def start(self, parent_image: str, caches: list[dict[str, str]], check_mode: bool) -> LayerResult:
+    def start(self, parent_image: str, caches: list[dict[str, str]], check_mode: bool,
+              fresh: bool = False) -> LayerResult:
+        """Start (mount, bind the caches into) the working container of the layer's key from ``parent_image``.
+
+        ``fresh`` first removes every working container of the layer (any key: the leftovers of a killed run,
+        which the build must never build into), as :meth:`absent` does; the build holds the layer's build lock.
+        """
         result = LayerResult(container=self.container, image=self.image)
+        if fresh:
+            result.removed = self._remove_containers(self._our_containers(), self.container_stem, check_mode)
         if self.buildah.image_exists(self.image):
             result.cached = True
             return result
-        exists = self.buildah.container_exists(self.container)
+        # Fresh: the container of this key was among those just removed (one listing fewer).
+        exists = False if fresh else self.buildah.container_exists(self.container)
         if check_mode:
             result.changed = not exists
             return result
@@ -232,16 +240,26 @@ class LayerBuilder:
     def absent(self, check_mode: bool) -> LayerResult:
         result = LayerResult(container=self.container, image=self.image)
         targets = [self.container] if self.container else self._our_containers()
-        targets = [c for c in targets if c and self.buildah.container_exists(c)]
-        result.removed = targets
-        result.changed = bool(targets)
-        if not check_mode:
-            for container in targets:
-                self._remove(container)
-            # A commit killed after buildah removed its container (or a container removed by hand).
-            for leftover in self._stale_commit_tmpdirs():
-                shutil.rmtree(leftover, ignore_errors=True)
-            for leftover in caches.stale_views(views_cache_root(), self.container or self.container_stem):
-                if not self.buildah.container_exists(leftover):
-                    caches.remove_views(views_cache_root(), leftover)
+        result.removed = self._remove_containers(targets, self.container or self.container_stem, check_mode)
+        result.changed = bool(result.removed)
         return result
+
+    def _remove_containers(self, targets: list[str], stem: str, check_mode: bool) -> list[str]:
+        """Remove those of ``targets`` that exist (one listing), then what a killed run left of containers named
+        ``stem...``: commit temp directories and cache views. Returns the containers removed (or to be)."""
+        existing = set(self.buildah.container_names(""))
+        targets = [c for c in targets if c and c in existing]
+        if check_mode:
+            return targets
+        for container in targets:
+            self._remove(container)
+        # A commit killed after buildah removed its container (or a container removed by hand).
+        for leftover in self._stale_commit_tmpdirs(stem):
+            shutil.rmtree(leftover, ignore_errors=True)
+        stale_views = caches.stale_views(views_cache_root(), stem)
+        if stale_views:
+            existing = set(self.buildah.container_names(""))
+            for leftover in stale_views:
+                if leftover not in existing:
+                    caches.remove_views(views_cache_root(), leftover)
+        return targets

@@ -84,6 +84,35 @@ def test_start_from_parent_uses_pull_never_and_names_container(host):
             "localhost/p/base:b"] in host.calls
 
 
+def test_a_fresh_start_removes_the_layers_leftovers_of_every_key_then_builds_a_new_container(host):
+    # The build starts every layer fresh (under its build lock): a killed run's container of this key, half built,
+    # and one of an older key are removed, in the same module run; other layers' and prefixes' are kept.
+    ours = [container_name("localhost/p", "compute", k) for k in (KEY, "1" * 64)]
+    others = [container_name("localhost/p", "computer", "3" * 64), container_name("localhost/q", "compute", "4" * 64)]
+    host.replies = {
+        (BUILDAH, "inspect"): (1, "", "no such image"),
+        (BUILDAH, "containers"): (0, json.dumps([{"containername": n} for n in ours + others]), ""),
+        (BUILDAH, "mount"): (0, "/var/lib/containers/storage/overlay/x/merged\n", ""),
+    }
+    result = builder().start("scratch", [], False, fresh=True)
+    assert result.changed and result.removed == ours
+    verbs = [c[1] for c in host.calls]
+    assert [c[-1] for c in host.calls if c[1] == "rm"] == ours
+    assert verbs.index("from") > max(i for i, v in enumerate(verbs) if v == "rm")
+    assert not any(call[-1] in others for call in host.calls if call[1] in ("rm", "umount"))
+
+
+def test_a_fresh_start_in_check_mode_names_the_leftovers_and_removes_nothing(host):
+    leftover = container_name("localhost/p", "compute", "1" * 64)
+    host.replies = {
+        (BUILDAH, "inspect"): (1, "", "no such image"),
+        (BUILDAH, "containers"): (0, json.dumps([{"containername": leftover}]), ""),
+    }
+    result = builder().start("scratch", [], True, fresh=True)
+    assert result.removed == [leftover] and result.changed
+    assert not [c for c in host.calls if c[1] in ("rm", "from", "mount")]
+
+
 def test_a_missing_parent_is_refused_before_anything_is_created(host):
     host.replies = {(BUILDAH, "inspect"): (1, "", "no such image"), (BUILDAH, "containers"): (0, "[]", "")}
     with pytest.raises(LayerError, match="parent image localhost/p/base:b is not in local containers-storage"):
