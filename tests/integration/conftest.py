@@ -15,6 +15,7 @@ from typing import Iterator
 import pytest
 import yaml
 
+from ansible_collections.hpc.stateless.plugins.module_utils import _process
 from ansible_collections.hpc.stateless.plugins.module_utils._contract.labels import container_owner
 
 REPO = Path(__file__).resolve().parents[2]
@@ -69,15 +70,19 @@ def run_site(*extra: str, inventory: Path = TEST_INVENTORY, playbook: str = "sit
     return proc
 
 
+def listing_raced(args: tuple[str, ...], proc: subprocess.CompletedProcess) -> bool:
+    """Whether ``buildah <args>`` was a listing that failed whole because another build removed a container or
+    image while buildah read it (the product's Buildah._listing asks again the same way): ask again."""
+    return args[:1] in (("containers",), ("images",)) and proc.returncode != 0 and "not known" in proc.stderr
+
+
 def buildah(*args: str, check: bool = True) -> str:
     # A fresh /dev/null as stdin: `buildah run` with chroot isolation makes its stdin non-blocking, and an
     # inherited one would stay so for every later ansible-playbook of the session ("Non-blocking file handles").
     for _attempt in range(5):
         proc = subprocess.run(["buildah", *args], env=BUILDAH_ENV, stdin=subprocess.DEVNULL, capture_output=True,
                               text=True, check=False)
-        # A listing fails whole when another build removes a container or image while buildah reads it (the
-        # product's Buildah._listing asks again the same way): ask again.
-        if not (args[:1] in (("containers",), ("images",)) and proc.returncode != 0 and "not known" in proc.stderr):
+        if not listing_raced(args, proc):
             break
     if check and proc.returncode != 0:
         raise AssertionError(f"buildah {' '.join(args)} failed: {proc.stderr}")
@@ -181,13 +186,15 @@ def our_containers(prefix: str | None = None) -> list[str]:
 
 def leftover_owned_containers(*purposes: str) -> list[str]:
     """Working containers of a run (pack's, the diff's: named ``<purpose>-<tag>-pid<pid>`` of its process,
-    _contract/labels.py) whose process is gone: leaked. One whose process is alive is another test's run at work
-    (make test runs two workers)."""
+    _contract/labels.py) whose process is gone, a zombie included (as pack judges its own stale containers):
+    leaked. One whose process runs is another test's run at work (make test runs two workers)."""
     leaked = []
     for name in our_containers():
-        owners = [container_owner(name, purpose) for purpose in purposes]
-        owner = next((pid for pid in owners if pid is not None), None)
-        if owner is not None and not os.path.exists(f"/proc/{owner}"):
+        owner = next((pid for pid in (container_owner(name, p) for p in purposes) if pid is not None), None)
+        if owner is None:
+            continue
+        info = _process.proc_stat(owner)
+        if info is None or not info.running:
             leaked.append(name)
     return leaked
 

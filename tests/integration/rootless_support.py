@@ -13,6 +13,8 @@ import pwd
 import subprocess
 from pathlib import Path
 
+from conftest import listing_raced
+
 REPO = Path(__file__).resolve().parents[2]
 USER = "hpcbuild"
 SUBORDINATE_COUNT = 65536
@@ -86,8 +88,7 @@ def buildah_as(user: str | None, *args: str, env: dict[str, str] | None = None) 
                                   env={**os.environ, **(env or {})})
         else:
             proc = as_user(user, ["buildah", *args], env)
-        # A listing fails whole when another build removes an image or container while buildah reads it: again.
-        if not (args[:1] in (("containers",), ("images",)) and proc.returncode != 0 and "not known" in proc.stderr):
+        if not listing_raced(args, proc):
             break
     if proc.returncode != 0:
         raise AssertionError(f"buildah {' '.join(args)} as {user or 'root'} failed: {proc.stderr}")

@@ -89,10 +89,6 @@ class LayerBuilder:
         self.container_stem = container_stem(image_prefix, name)
 
     # helpers ------------------------------------------------------------------
-    def _our_containers(self) -> list[str]:
-        """Working containers of this layer and prefix (every key), e.g. leftovers of a killed run."""
-        return self.buildah.container_names(self.container_stem)
-
     @staticmethod
     def _release_binds(mountpoint: str) -> None:
         for target in mounts_under(mountpoint):
@@ -145,7 +141,7 @@ class LayerBuilder:
         """
         result = LayerResult(container=self.container, image=self.image)
         if fresh:
-            result.removed = self._remove_containers(self._our_containers(), self.container_stem, check_mode)
+            result.removed = self._remove_containers(None, check_mode)
         if self.buildah.image_exists(self.image):
             result.cached = True
             return result
@@ -239,16 +235,17 @@ class LayerBuilder:
 
     def absent(self, check_mode: bool) -> LayerResult:
         result = LayerResult(container=self.container, image=self.image)
-        targets = [self.container] if self.container else self._our_containers()
-        result.removed = self._remove_containers(targets, self.container or self.container_stem, check_mode)
+        result.removed = self._remove_containers(self.container or None, check_mode)
         result.changed = bool(result.removed)
         return result
 
-    def _remove_containers(self, targets: list[str], stem: str, check_mode: bool) -> list[str]:
-        """Remove those of ``targets`` that exist (one listing), then what a killed run left of containers named
-        ``stem...``: commit temp directories and cache views. Returns the containers removed (or to be)."""
-        existing = set(self.buildah.container_names(""))
-        targets = [c for c in targets if c and c in existing]
+    def _remove_containers(self, only: str | None, check_mode: bool) -> list[str]:
+        """Remove the working container ``only``, or with None every working container of this layer and prefix
+        (every key, e.g. leftovers of a killed run), as one listing finds them; then what a killed run left of
+        containers so named: commit temp directories and cache views. Returns the containers removed (or to be)."""
+        stem = only or self.container_stem
+        listed = self.buildah.container_names("")
+        targets = [c for c in listed if c == only] if only else [c for c in listed if c.startswith(stem)]
         if check_mode:
             return targets
         for container in targets:

@@ -108,17 +108,19 @@ def _empty_machine_id(root: str, result: SealResult, check_mode: bool) -> None:
         return
     if st is not None:
         _remove_in(directory, name, st)  # a link is replaced, never written through
-    fd = _imagepath.create_file(directory, name, MACHINE_ID_MODE)
+    fd = _imagepath.create_file(directory, name, MACHINE_ID_MODE)  # the mode set exactly, whatever the umask
     try:
         os.fchown(fd, 0, 0)
-        os.fchmod(fd, MACHINE_ID_MODE)
     finally:
         os.close(fd)
 
 
 def ssh_host_keys(root: str) -> list[str]:
     """Image paths of the SSH host keys (and anything else named ``ssh_host_*``) in ``/etc/ssh``, sorted."""
-    names = _imagepath.list_dir(root, SSH_DIR) if _imagepath.is_dir(root, SSH_DIR) else []
+    try:
+        names = _imagepath.list_dir(root, SSH_DIR)
+    except (FileNotFoundError, NotADirectoryError):
+        names = []
     return [f"{SSH_DIR}/{name}" for name in sorted(names) if fnmatch.fnmatchcase(name, SSH_HOST_KEYS)]
 
 
