@@ -17,7 +17,9 @@ description:
   - O(state=started) creates a working container from the parent image (or C(scratch)), mounts it
     and bind-mounts the host's package caches into it, so roles applied over the
     C(containers.podman.buildah) connection do not download packages twice.
-  - O(state=committed) releases the binds, labels the container, commits it to
+  - O(state=committed) releases the binds, removes the build's own files from the tree (apt's build-time
+    configuration and binary caches, the build connection's Ansible temporary directory C(/root/.ansible/tmp) and
+    C(/root/.ansible) when it held nothing else), labels the container, commits it to
     C(<image_prefix>/<name>:<key>) and removes the working container.
   - The labels record what the image holds, read from its tree before the commit - C(hpc.stateless.packages),
     every installed package and its version (dpkg status, or the rpm database read with the build host's rpm),

@@ -18,8 +18,7 @@ description:
     pam_tmpdir leaves C(/tmp/user) behind every session a package script opened. An image that carried them would
     give every node the same identity.
   - Leaves an empty C(/etc/machine-id) (root:root, mode 0444; systemd makes each node's own at boot), and removes
-    C(/var/lib/dbus/machine-id), every C(/etc/ssh/ssh_host_*), C(/tmp/user) and the build's Ansible temporary
-    directory (O(ansible_tmp)).
+    C(/var/lib/dbus/machine-id), every C(/etc/ssh/ssh_host_*) and C(/tmp/user).
   - The base role's C(seal) entry point runs it; the build runs that entry point in every layer after its roles.
   - Paths are resolved inside O(root) the way the image sees them; a link is removed or replaced as a link, never
     followed out of the tree.
@@ -44,15 +43,6 @@ options:
     default: true
   session_tmpdirs:
     description: Remove the per-user temporary directories (C(/tmp/user)) that sessions of the build made.
-    type: bool
-    default: true
-  ansible_tmp:
-    description:
-      - "Remove Ansible's remote temporary directory of the build (the connection's C(remote_tmp), by default
-        C(~/.ansible/tmp) of the user the module runs as, C(/root/.ansible/tmp) in a layer), and the
-        C(.ansible) directory above it when it holds nothing else. A task killed mid-run leaves its payload there."
-      - "A C(remote_tmp) that is not a directory of a C(.ansible) directory (C(/tmp), C(/var/tmp)) is left alone."
-      - Only with O(root=/), the tree the module runs in.
     type: bool
     default: true
   root:
@@ -87,13 +77,9 @@ emptied:
   sample: [/etc/machine-id]
 """
 
-import os
-
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.hpc.stateless.plugins.module_utils._build.seal_tree import SealTreeError, remote_tmp_path, seal
-
-DEFAULT_REMOTE_TMP = "~/.ansible/tmp"  # ansible-core's default remote_tmp
+from ansible_collections.hpc.stateless.plugins.module_utils._build.seal_tree import SealTreeError, seal
 
 
 def main() -> None:
@@ -102,19 +88,14 @@ def main() -> None:
             machine_id=dict(type="bool", default=True),
             ssh_host_keys=dict(type="bool", default=True),
             session_tmpdirs=dict(type="bool", default=True),
-            ansible_tmp=dict(type="bool", default=True),
             root=dict(type="path", default="/"),
         ),
         supports_check_mode=True,
     )
     p = module.params
-    ansible_tmp = None
-    if p["ansible_tmp"] and os.path.normpath(p["root"]) == "/":
-        # The remote_tmp the controller gave this module run (AnsibleModule keeps it), expanded here, in the image.
-        ansible_tmp = remote_tmp_path(getattr(module, "_remote_tmp", None) or DEFAULT_REMOTE_TMP)
     try:
         result = seal(p["root"], machine_id=p["machine_id"], host_keys=p["ssh_host_keys"],
-                      session_tmpdirs=p["session_tmpdirs"], ansible_tmp=ansible_tmp, check_mode=module.check_mode)
+                      session_tmpdirs=p["session_tmpdirs"], check_mode=module.check_mode)
     except (SealTreeError, OSError) as exc:
         module.fail_json(msg=f"cannot seal {p['root']}: {exc}")
     before = "".join(f"{path}\n" for path in sorted(result.removed + result.emptied))

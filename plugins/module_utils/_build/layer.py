@@ -26,7 +26,7 @@ from typing import Any
 from ansible_collections.hpc.stateless.plugins.module_utils import _process
 # mounts_under: the mount points below a container's root, deepest first (the order to unmount them).
 from ansible_collections.hpc.stateless.plugins.module_utils._fs import mounts_below as mounts_under
-from ansible_collections.hpc.stateless.plugins.module_utils._build import aptconf, caches, records, rootless
+from ansible_collections.hpc.stateless.plugins.module_utils._build import aptconf, caches, records, rootless, seal_tree
 from ansible_collections.hpc.stateless.plugins.module_utils._build.buildah import Buildah
 from ansible_collections.hpc.stateless.plugins.module_utils._contract.labels import container_name, container_stem, image_ref
 
@@ -202,13 +202,16 @@ class LayerBuilder:
         try:
             mountpoint = self.buildah.mount(self.container)
             self._release_binds(mountpoint)
-            # apt's build-time configuration and binary caches are no part of the image (_build/aptconf.py).
+            # apt's build-time configuration and binary caches (_build/aptconf.py) and the build connection's
+            # Ansible temporary directory (_build/seal_tree.py) are no part of the image.
             try:
                 aptconf.remove(mountpoint)
-            except OSError as exc:
+                seal_tree.remove_ansible_tmp(mountpoint)
+            except (OSError, seal_tree.SealTreeError) as exc:
                 self._remove(self.container)
-                raise LayerError(f"layer {self.name}: cannot remove apt's build-time files from the working container "
-                                 f"({exc}); its container was removed, run the build again") from exc
+                raise LayerError(f"layer {self.name}: cannot remove the build's own files (apt's configuration and "
+                                 f"caches, Ansible's temporary directory) from the working container ({exc}); its "
+                                 "container was removed, run the build again") from exc
             # What the image holds, read from its tree as committed: the plan's freshness check compares it
             # with the archive (_layers/freshness.py), the release records it.
             try:

@@ -6,9 +6,9 @@
 
 Package scripts re-create per-node identity whenever a layer installs or upgrades their package: systemd's
 postinst writes ``/etc/machine-id``, dbus's ``/var/lib/dbus/machine-id``, openssh-server's the SSH host keys
-``/etc/ssh/ssh_host_*``; and pam_tmpdir leaves ``/tmp/user`` behind each session a package script opened. The
-build itself leaves Ansible's remote temporary directory (``remote_tmp``, ``/root/.ansible/tmp``), empty or with a
-killed task's payload, which no node needs.
+``/etc/ssh/ssh_host_*``; and pam_tmpdir leaves ``/tmp/user`` behind each session a package script opened.
+:func:`remove_ansible_tmp` removes what the build itself leaves, Ansible's remote temporary directory (``remote_tmp``,
+``/root/.ansible/tmp``), empty or with a killed task's payload, which no node needs; the layer's commit runs it.
 :func:`seal` leaves an empty ``/etc/machine-id`` (root:root 0444: systemd makes the node's own at boot) and
 removes the rest. It was five tasks of the base role's ``seal`` entry point (copy, file, find, file per key,
 file), about 1 s of every layer's build (issue 29's profile); it is one module run now.
@@ -37,6 +37,8 @@ SSH_HOST_KEYS = "ssh_host_*"
 SESSION_TMPDIRS = "/tmp/user"
 #: The directory of Ansible's per-user files (``~/.ansible``) that holds ``remote_tmp`` by default.
 ANSIBLE_DIR_NAME = ".ansible"
+#: Ansible's remote temporary directory in a layer: ansible-core's default remote_tmp for the build's user, root.
+BUILD_ANSIBLE_TMP = "/root/.ansible/tmp"
 
 
 class SealTreeError(Exception):
@@ -128,33 +130,36 @@ def ssh_host_keys(root: str) -> list[str]:
     return [f"{SSH_DIR}/{name}" for name in sorted(names) if fnmatch.fnmatchcase(name, SSH_HOST_KEYS)]
 
 
-def remote_tmp_path(remote_tmp: str) -> str:
-    """Ansible's ``remote_tmp`` setting as the path it names for the user this runs as (``~`` and variables expanded,
-    as AnsibleModule expands it)."""
-    return os.path.expanduser(os.path.expandvars(remote_tmp))
+def remove_ansible_tmp(root: str, path: str = BUILD_ANSIBLE_TMP, check_mode: bool = False) -> list[str]:
+    """Remove Ansible's remote temporary directory ``path`` (an image path) from the tree ``root`` when it is a
+    directory of a ``.ansible`` directory (the default ``~/.ansible/tmp``), and that ``.ansible`` directory when it
+    held nothing else (a site's own files there, ansible-pull's collections for one, stay). A ``remote_tmp`` set
+    elsewhere (``/tmp``, ``/var/tmp``) is the image's own directory: left alone. The image paths removed (or that
+    would be, in check mode).
 
-
-def _remove_ansible_tmp(root: str, path: str, result: SealResult, check_mode: bool) -> None:
-    """Remove Ansible's remote temporary directory ``path`` when it is a directory of a ``.ansible`` directory (the
-    default ``~/.ansible/tmp``), and that ``.ansible`` directory when it held nothing else (a site's own files there,
-    ansible-pull's collections for one, stay). A ``remote_tmp`` set elsewhere (``/tmp``, ``/var/tmp``) is the
-    image's own directory: left alone."""
+    The layer's commit runs it on the working container's tree (_build/layer.py), as it removes apt's build-time
+    files: the build's connection made the directory, and re-makes it at each task, so a task of the roles (the
+    seal) could not remove it and stay idempotent under Molecule."""
+    if not os.path.isabs(path):
+        raise SealTreeError(f"Ansible's remote temporary directory {path!r} is not an absolute path in the image")
+    path = os.path.normpath(path)
+    result = SealResult()
     parent = os.path.dirname(path)
     if os.path.basename(parent) != ANSIBLE_DIR_NAME:
-        return
+        return []
     _remove(root, path, result, check_mode)
     try:
         names = set(_imagepath.list_dir(root, parent))
     except (FileNotFoundError, NotADirectoryError):
-        return
-    if not names - {os.path.basename(path.rstrip("/"))}:
+        return result.removed
+    if not names - {os.path.basename(path)}:
         _remove(root, parent, result, check_mode)
+    return result.removed
 
 
 def seal(root: str = "/", machine_id: bool = True, host_keys: bool = True, session_tmpdirs: bool = True,
-         ansible_tmp: str | None = None, check_mode: bool = False) -> SealResult:
-    """Seal the tree at ``root``: each part only when its flag is set (``ansible_tmp``: the image path of Ansible's
-    remote temporary directory to remove, None to keep it); see the module doc."""
+         check_mode: bool = False) -> SealResult:
+    """Seal the tree at ``root``: each part only when its flag is set; see the module doc."""
     if not os.path.isdir(root):
         raise SealTreeError(f"the tree to seal, {root}, is not a directory")
     result = SealResult()
@@ -166,9 +171,4 @@ def seal(root: str = "/", machine_id: bool = True, host_keys: bool = True, sessi
             _remove(root, path, result, check_mode)
     if session_tmpdirs:
         _remove(root, SESSION_TMPDIRS, result, check_mode)
-    if ansible_tmp:
-        if not os.path.isabs(ansible_tmp):
-            raise SealTreeError(f"Ansible's remote temporary directory {ansible_tmp!r} is not an absolute path in the "
-                                "image; set remote_tmp to one (default ~/.ansible/tmp)")
-        _remove_ansible_tmp(root, os.path.normpath(ansible_tmp), result, check_mode)
     return result

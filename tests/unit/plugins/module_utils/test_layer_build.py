@@ -342,3 +342,25 @@ def test_apt_builds_with_the_builds_configuration_and_the_image_keeps_none_of_it
     assert seen == [[]]  # gone before the tree was recorded
     assert not conf.exists()
     assert any(call[:2] == [BUILDAH, "commit"] for call in host.calls)
+
+
+def test_the_build_connections_ansible_tmp_is_no_part_of_the_image(host, tmp_path, monkeypatch):
+    """committed removes /root/.ansible/tmp (the build connection's remote_tmp, a killed task's payload in it) and
+    the then empty /root/.ansible before the tree is committed; a task of the roles could not, since the connection
+    makes it again for each task (the seal was not idempotent under Molecule)."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    root = tmp_path / "merged"
+    (root / "etc").mkdir(parents=True)
+    payload = root / "root" / ".ansible" / "tmp" / "ansible-tmp-1795924660.4-77-1"
+    payload.mkdir(parents=True)
+    (payload / "AnsiballZ_apt.py").write_text("killed mid-run\n")
+    name = container_name("localhost/p", "compute", KEY)
+    host.replies = new_layer_replies(root)
+    builder().start("scratch", [], False)
+    seen = []
+    monkeypatch.setattr(layer.records, "read_records", lambda mount: seen.append(sorted(os.listdir(
+        os.path.join(mount, "root")))) or {})
+    host.replies[(BUILDAH, "containers")] = (0, json.dumps([{"containername": name}]), "")
+    builder().commit(layer_labels("compute", KEY, "base", "b", "abc"), [], False)
+    assert seen == [[]]  # gone before the tree was recorded and committed
+    assert any(call[:2] == [BUILDAH, "commit"] for call in host.calls)

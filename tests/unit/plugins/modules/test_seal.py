@@ -128,33 +128,31 @@ def test_a_machine_id_of_another_mode_or_content_is_made_right(tmp_path, mode):
     assert stat.S_IMODE(os.lstat(machine_id).st_mode) == 0o444 and machine_id.read_bytes() == b""
 
 
+
 def test_the_builds_ansible_tmp_goes_and_ansible_dir_with_it_when_it_held_nothing_else(tmp_path):
     root = layer_tree(tmp_path / "root")
     payload = root / "root/.ansible/tmp/ansible-tmp-1795924660.4-77-1"
     payload.mkdir(parents=True)
     (payload / "AnsiballZ_apt.py").write_text("killed mid-run\n")
-    result = seal_tree.seal(str(root), ansible_tmp="/root/.ansible/tmp")
-    assert result.removed[-2:] == ["/root/.ansible/tmp", "/root/.ansible"]
+    assert seal_tree.remove_ansible_tmp(str(root)) == ["/root/.ansible/tmp", "/root/.ansible"]
     assert sorted(os.listdir(root / "root")) == []
+    assert seal_tree.remove_ansible_tmp(str(root)) == []
 
 
 def test_a_site_s_own_files_in_dot_ansible_stay_and_check_mode_removes_nothing(tmp_path):
     root = layer_tree(tmp_path / "root")
     (root / "root/.ansible/tmp").mkdir(parents=True)
     (root / "root/.ansible/collections").mkdir()
-    checked = seal_tree.seal(str(root), ansible_tmp="/root/.ansible/tmp", check_mode=True)
-    assert "/root/.ansible/tmp" in checked.removed and "/root/.ansible" not in checked.removed
+    assert seal_tree.remove_ansible_tmp(str(root), check_mode=True) == ["/root/.ansible/tmp"]
     assert (root / "root/.ansible/tmp").is_dir()
-    result = seal_tree.seal(str(root), ansible_tmp="/root/.ansible/tmp")
-    assert result.removed[-1] == "/root/.ansible/tmp"
+    assert seal_tree.remove_ansible_tmp(str(root)) == ["/root/.ansible/tmp"]
     assert sorted(os.listdir(root / "root/.ansible")) == ["collections"]
 
 
 def test_check_mode_names_the_empty_dot_ansible_it_would_remove(tmp_path):
     root = layer_tree(tmp_path / "root")
     (root / "root/.ansible/tmp").mkdir(parents=True)
-    checked = seal_tree.seal(str(root), ansible_tmp="/root/.ansible/tmp", check_mode=True)
-    assert checked.removed[-2:] == ["/root/.ansible/tmp", "/root/.ansible"]
+    assert seal_tree.remove_ansible_tmp(str(root), check_mode=True) == ["/root/.ansible/tmp", "/root/.ansible"]
     assert (root / "root/.ansible/tmp").is_dir()
 
 
@@ -162,8 +160,7 @@ def test_check_mode_names_the_empty_dot_ansible_it_would_remove(tmp_path):
 def test_a_remote_tmp_outside_a_dot_ansible_directory_is_the_image_s_own_and_stays(tmp_path, remote_tmp):
     root = layer_tree(tmp_path / "root")
     (root / "var/tmp").mkdir(parents=True)
-    result = seal_tree.seal(str(root), ansible_tmp=remote_tmp)
-    assert not [path for path in result.removed if path in ("/tmp", "/var/tmp", "/")]
+    assert seal_tree.remove_ansible_tmp(str(root), remote_tmp) == []
     assert (root / "tmp").is_dir() and (root / "var/tmp").is_dir()
 
 
@@ -174,12 +171,11 @@ def test_a_link_named_dot_ansible_tmp_is_removed_as_a_link_never_followed(tmp_pa
     (outside / "keep").write_text("host file\n")
     (root / "root/.ansible").mkdir(parents=True)
     (root / "root/.ansible/tmp").symlink_to(outside)
-    result = seal_tree.seal(str(root), ansible_tmp="/root/.ansible/tmp")
-    assert "/root/.ansible/tmp" in result.removed
+    assert "/root/.ansible/tmp" in seal_tree.remove_ansible_tmp(str(root))
     assert (outside / "keep").read_text() == "host file\n"
 
 
 def test_a_relative_remote_tmp_is_refused_naming_it(tmp_path):
     root = layer_tree(tmp_path / "root")
     with pytest.raises(seal_tree.SealTreeError, match="'.ansible/tmp' is not an absolute path"):
-        seal_tree.seal(str(root), ansible_tmp=".ansible/tmp")
+        seal_tree.remove_ansible_tmp(str(root), ".ansible/tmp")
