@@ -128,7 +128,6 @@ def test_a_machine_id_of_another_mode_or_content_is_made_right(tmp_path, mode):
     assert stat.S_IMODE(os.lstat(machine_id).st_mode) == 0o444 and machine_id.read_bytes() == b""
 
 
-
 def test_the_builds_ansible_tmp_goes_and_ansible_dir_with_it_when_it_held_nothing_else(tmp_path):
     root = layer_tree(tmp_path / "root")
     payload = root / "root/.ansible/tmp/ansible-tmp-1795924660.4-77-1"
