@@ -50,6 +50,7 @@ ENV = {**os.environ, "BUILDAH_ISOLATION": os.environ.get("BUILDAH_ISOLATION", "c
        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_NOCOLOR": "1"}
 # Plays of site.yml by stage (playbooks/build.yml, verify.yml, pack.yml, deploy.yml).
 STAGE_OF_PLAY = {"Plan the layer build": "build", "Build stale layers, one at a time in topological order": "build",
+                 "Record the plan of this run as built": "build",
                  "Plan the verification": "verify", "Boot and verify each image": "verify",
                  "Stop the chain when a layer failed verification": "verify", "Pack the images": "pack",
                  "Deploy packed images to the boot tree": "deploy"}

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Mapping
 from typing import Any
 
 from ansible import constants as C
@@ -310,8 +311,10 @@ class ActionModule(ActionBase):
         """The layer images and working containers of the build host (module hpc.stateless.layer_info). When the
         build host is the controller (a local connection, no become, no task environment), the same function runs
         here instead of in a module process: the answer is the same, without the module's start-up."""
+        # A play that sets no environment hands its tasks [{}]: that sets nothing, any other entry may.
+        no_environment = all(isinstance(entry, Mapping) and not entry for entry in self._task.environment or [])
         local = (self._connection.transport in ("local", "ansible.builtin.local") and not self._play_context.become
-                 and not self._task.environment)
+                 and no_environment)
         if not local:
             return self._execute_module(module_name="hpc.stateless.layer_info", module_args={}, task_vars=task_vars)
         try:

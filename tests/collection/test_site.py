@@ -248,6 +248,16 @@ def test_artifacts_and_boot_tree_are_in_the_site_tree_with_the_site_version(site
     assert (served / "vmlinuz").is_file() and (repo / "build/tftpboot/pxelinux.cfg/default").is_file()
 
 
+def test_verify_and_pack_take_the_plan_of_the_runs_build(site):
+    """Keys are computed once per run: verify and pack of site.yml take the build's plan (filter
+    hpc.stateless.plan_after_build) - after a build of the site layer and after a run with every layer cached."""
+    for run_output in (site["first"].stdout, site["second"].stdout):
+        assert run_output.count("TASK [Compute the content keys with each layer host's variables]") == 1
+        planned = re.findall(r"TASK \[Plan the layers as the build does \(same variables, same keys\), unless this "
+                             r"run's build did\] \**\n(\w+)", run_output)
+        assert planned == ["skipping", "skipping"], planned
+
+
 LYNIS_FILTERS_PLAYBOOK = """---
 - name: The verify gate's Lynis filters of the installed collection
   hosts: localhost

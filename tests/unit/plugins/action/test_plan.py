@@ -309,10 +309,13 @@ class _FakeBuildah:
 
 @pytest.mark.parametrize("transport, become, environment, in_process", [
     ("local", False, [], True),
+    ("local", False, None, True),
+    ("local", False, [{}], True),       # what a play that sets no environment hands the action
     ("ansible.builtin.local", False, [], True),
     ("ssh", False, [], False),          # a remote build host: the module runs there
     ("local", True, [], False),         # become: the module runs as the become user
     ("local", False, [{"X": "1"}], False),  # a task environment reaches the module, not this process
+    ("local", False, [{}, "{{ proxy_env }}"], False),  # a templated one may set variables: the module too
 ])
 def test_the_listing_runs_in_the_plans_process_only_for_a_local_build_host(monkeypatch, transport, become,
                                                                            environment, in_process):
