@@ -20,7 +20,9 @@ The image under test is, in order of preference:
 ``vars/converge.yml`` and ``vars/<instance>.yml``, and - when ``$HPC_STATELESS_EXPECT_FROM_INVENTORY``
 is 1 (molecule/default, verify) - the values the inventory (``$HPC_STATELESS_MOLECULE_INVENTORY``, default
 ``inventory/``) gives the role; checks of roles that no layer applies (or, with ``$HPC_STATELESS_TEST_ROLES``,
-that the image's layer chain does not apply) are then skipped.
+that the image's layer chain does not apply) are then skipped. verify also hands the values each role of the
+image was applied with, read as the build read them (``$HPC_STATELESS_EXPECT_VALUES``: host_vars and extra
+variables included); they win over that reading of the inventory's group_vars files.
 
 Checks marked ``@pytest.mark.booted`` ask what only a running system answers (the sshd that runs, live
 sysctl values, mounts, sockets, failed units); they run only against a booted image (verify.yml) and
@@ -34,6 +36,7 @@ and shows its reason (``waived: <reason>``, which the verify record reads back).
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import uuid
@@ -231,6 +234,22 @@ def waivers() -> list[compliance.Waiver]:
     return compliance.load_waivers(*_waiver_files())
 
 
+def _applied_values() -> dict[str, dict[str, Any]] | None:
+    """``$HPC_STATELESS_EXPECT_VALUES``: the values each role of the booted image was applied with, as verify read
+    them (plugins/module_utils/_verify/suite.py, role_values), or None."""
+    path = os.environ.get("HPC_STATELESS_EXPECT_VALUES")
+    if not path:
+        return None
+    try:
+        with open(path, encoding="utf-8") as handle:
+            found = json.load(handle)
+    except (OSError, ValueError) as exc:
+        raise pytest.UsageError(f"HPC_STATELESS_EXPECT_VALUES={path}: {exc}") from None
+    if not isinstance(found, dict) or not all(isinstance(v, dict) for v in found.values()):
+        raise pytest.UsageError(f"HPC_STATELESS_EXPECT_VALUES={path}: expected {{role: {{variable: value}}}}")
+    return found
+
+
 @pytest.fixture(scope="session")
 def role_vars(instance: tuple[str, str | None]) -> Callable[[str], dict[str, Any]]:
     """``role_vars('base')``: the role's defaults overlaid with what the scenario's converge
@@ -239,9 +258,14 @@ def role_vars(instance: tuple[str, str | None]) -> Callable[[str], dict[str, Any
     # Scenarios that check a built image (molecule/default) expect what the inventory asked for.
     inventory = _expectation_inventory()
 
+    applied = _applied_values()
+
     def load(role: str) -> dict[str, Any]:
         values = compliance.scenario_vars(PROJECT_DIR, role, scenario, instance[0])
-        if inventory:
+        if applied is not None and role in applied:
+            # verify read them as the build applied them (the layer hosts' variables, extra variables included)
+            values.update(applied[role])
+        elif inventory:
             # verify names the image's layers (root first) or the layer under test: that chain's values
             chain = [name for name in os.environ.get("HPC_STATELESS_TEST_CHAIN", "").split(",") if name] or None
             values.update(compliance.inventory_vars(inventory, role, os.environ.get("HPC_STATELESS_TEST_INSTANCE"),

@@ -32,6 +32,8 @@ from typing import Any
 from ansible.errors import AnsibleActionFail, AnsibleError
 from ansible.plugins.action import ActionBase
 
+from ansible_collections.hpc.stateless.plugins.action.plan import LayerHosts, PlanError
+from ansible_collections.hpc.stateless.plugins.module_utils._layers.content_key import canonical_value
 from ansible_collections.hpc.stateless.plugins.module_utils._verify.drift import with_suite
 from ansible_collections.hpc.stateless.plugins.module_utils._verify.suite import (
     SSH_CONNECTIONS,
@@ -43,6 +45,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils._verify.suite import
     live_inventory,
     parse_junit,
     pytest_command,
+    role_values,
     run_error,
     suite_environment,
     suite_paths,
@@ -177,14 +180,39 @@ class ActionModule(ActionBase):
         except SuiteError as exc:
             raise AnsibleActionFail(str(exc)) from exc
         leader, nsenter = _leader(self._connection)
-        env = suite_environment(os.environ, leader, nsenter, str(layer), roles, image=str(image), root=str(root),
-                                waivers=waivers, inventory=inventory_dir(args.get("inventory")), chain=chain)
-        try:
-            checks, seconds, output = run_suite(paths, env, int(args.get("timeout") or 600), str(layer))
-        except SuiteError as exc:
-            raise AnsibleActionFail(str(exc)) from exc
+        # The values may hold an inventory's plain-text secrets: a file only this user reads, removed after the run.
+        with tempfile.TemporaryDirectory(prefix="hpc-stateless-values-") as scratch:
+            try:
+                values_file = self._write_role_values(scratch, layers, str(layer), task_vars or {})
+                env = suite_environment(os.environ, leader, nsenter, str(layer), roles, image=str(image),
+                                        root=str(root), waivers=waivers, inventory=inventory_dir(args.get("inventory")),
+                                        chain=chain, values=values_file)
+                checks, seconds, output = run_suite(paths, env, int(args.get("timeout") or 600), str(layer))
+            except SuiteError as exc:
+                raise AnsibleActionFail(str(exc)) from exc
         result.update(_outcome(checks, seconds, roles, paths, output, f"{layer}: {len(checks)} checks in {seconds}s"))
         return result
+
+    def _role_values(self, layers: dict[str, Any], layer: str, task_vars: dict[str, Any]) -> dict[str, Any]:
+        """What each role of the image was applied with, read as the plan reads a layer for its key (the layer's
+        inventory host with its groups, host_vars and extra variables, then its ``vars``): suite.role_values."""
+        hosts = LayerHosts(self._loader, task_vars.get("hostvars"), str(task_vars.get("inventory_hostname") or ""))
+
+        def variables_of(name: str) -> dict[str, Any]:
+            entry = layers[name]
+            return hosts.build_vars(name, list(entry.get("host_groups") or []), entry.get("vars") or {}, {})
+
+        try:
+            return canonical_value(role_values(layers, layer, variables_of))
+        except PlanError as exc:
+            raise SuiteError(f"the values the roles of {layer} were applied with cannot be read: {exc}") from exc
+
+    def _write_role_values(self, scratch: str, layers: dict[str, Any], layer: str, task_vars: dict[str, Any]) -> str:
+        """:meth:`_role_values` as the JSON file the suite reads (``$HPC_STATELESS_EXPECT_VALUES``) in ``scratch``."""
+        path = os.path.join(scratch, "values.json")
+        with open(path, "w", encoding="utf-8") as handle:
+            json.dump(self._role_values(layers, layer, task_vars), handle)
+        return path
 
     # -- live nodes (playbooks/compliance.yml) ------------------------------------------------------------
     def _live(self, result: dict[str, Any], task_vars: dict[str, Any]) -> dict[str, Any]:
@@ -196,7 +224,7 @@ class ActionModule(ActionBase):
             raise AnsibleActionFail(f"compliance_suite: report must be the node's drift report (a dict), got {report!r}")
         started = time.monotonic()
         try:
-            checks, roles, paths, output = self._live_checks(node, args)
+            checks, roles, paths, output = self._live_checks(node, args, task_vars)
         except SuiteError as exc:
             checks, roles, paths, output = [run_error(f"{node}: {exc}")], [], [], ""
         seconds = round(time.monotonic() - started, 2)
@@ -206,7 +234,8 @@ class ActionModule(ActionBase):
             result["report"] = with_suite(report, checks, seconds)
         return result
 
-    def _live_checks(self, node: str, args: Any) -> tuple[list[dict[str, Any]], list[str], list[str], str]:
+    def _live_checks(self, node: str, args: Any,
+                     task_vars: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str], list[str], str]:
         layer, layers = args.get("layer"), args.get("layers")
         if not isinstance(layers, dict):
             raise AnsibleActionFail("compliance_suite: live needs layers (hpc_stateless_plan.layers)")
@@ -237,6 +266,7 @@ class ActionModule(ActionBase):
                 json.dump(live_inventory(node, settings), handle)
             env = live_environment(os.environ, node, inventory_file, str(layer), roles, waivers=waivers,
                                    inventory=inventory_dir(args.get("inventory")), chain=chain,
-                                   bindirs=[os.path.dirname(os.path.abspath(sys.argv[0])), os.path.dirname(sys.executable)])
+                                   bindirs=[os.path.dirname(os.path.abspath(sys.argv[0])), os.path.dirname(sys.executable)],
+                                   values=self._write_role_values(scratch, layers, str(layer), task_vars))
             checks, _seconds, output = run_suite(paths, env, int(args.get("timeout") or 600), node)
         return checks, roles, paths, output

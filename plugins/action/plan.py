@@ -196,6 +196,15 @@ class LayerHosts:
             self._added.add(layer)
         return self._fresh_vars(inventory, inventory.get_host(layer))
 
+    def build_vars(self, layer: str, groups: list[str], layer_own: Mapping[str, Any],
+                   fallback: Mapping[str, Any]) -> dict[str, Any]:
+        """Raw variables layer host ``layer`` sees while it is built: its inventory variables (``fallback``
+        without any inventory), then the layer's own ``vars``, which build_layer.yml applies as facts."""
+        found = self.layer_vars(layer, groups)
+        merged = dict(fallback) if found is None else found
+        merged.update(layer_own)
+        return merged
+
     def source_paths(self) -> list[str]:
         """The inventory sources that are paths (not host lists): inputs of every layer key."""
         return [s for s in self._sources if "," not in s]
@@ -451,11 +460,7 @@ class ActionModule(ActionBase):
     def _layer_vars(hosts: LayerHosts, layer: str, own_raw: dict[str, Any], graph: LayerGraph) -> dict[str, Any]:
         """Raw variables the layer's inventory host will see while it is built."""
         spec = graph.spec(layer)
-        found = hosts.layer_vars(layer, layer_host_groups(spec))
-        merged = dict(own_raw) if found is None else found
-        # build_layer.yml applies the layer's vars as facts, above inventory variables.
-        merged.update(spec.get("vars", {}))
-        return merged
+        return hosts.build_vars(layer, layer_host_groups(spec), spec.get("vars", {}), own_raw)
 
     @staticmethod
     def _plan(graph: LayerGraph, keys: dict[str, Any], existing: set[str],

@@ -27,7 +27,7 @@ import os
 import shlex
 import stat
 import xml.etree.ElementTree as ET
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 from urllib.parse import quote
 
 PASSED = "passed"
@@ -82,6 +82,32 @@ def chain_roles(layers: Mapping[str, Any], layer: str) -> list[str]:
     return roles
 
 
+def role_values(layers: Mapping[str, Any], layer: str,
+                variables_of: Callable[[str], Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """What each role of ``layer``'s image was applied with: ``{role: {role_variable: value}}``, the values of the
+    role's prefixed variables as the last layer of the chain that applies it saw them while it was built.
+
+    ``variables_of(layer)`` gives a layer's raw variables the way the plan reads them for its key (its inventory
+    host: group_vars of its groups, host_vars, extra variables; then the layer's ``vars``), so the checks expect
+    what the build applied, not a second reading of the inventory's files. Values are raw (as written, Jinja not
+    rendered); the caller makes them JSON (``content_key.canonical_value``: a vaulted value becomes the digest
+    of its ciphertext, never the secret)."""
+    applied: dict[str, str] = {}
+    for item in chain_layers(layers, layer):
+        for role in layers[item].get("roles") or []:
+            role_name = role.get("role") if isinstance(role, dict) else role
+            if role_name:
+                applied[short_role(str(role_name))] = item
+    found: dict[str, dict[str, Any]] = {}
+    seen: dict[str, Mapping[str, Any]] = {}
+    for role, item in applied.items():
+        if item not in seen:
+            seen[item] = variables_of(item)
+        found[role] = {name: value for name, value in sorted(seen[item].items())
+                       if isinstance(name, str) and name.startswith(f"{role}_")}
+    return found
+
+
 def suite_paths(suite_root: str, roles: Iterable[str], extra: Iterable[str] = ()) -> list[str]:
     """Test directories of the suite for an image with ``roles``: the shared baseline, each role's
     ``<role>/tests`` that exists, then ``extra`` (a site's own tests; each must exist)."""
@@ -110,22 +136,23 @@ def pytest_command(python: str, suite_root: str, report: str, paths: Iterable[st
 
 def suite_environment(base: Mapping[str, str], leader: int, nsenter: str, layer: str, roles: Iterable[str],
                       image: str = "", root: str = "", waivers: Iterable[str] = (), inventory: str = "",
-                      chain: Iterable[str] = ()) -> dict[str, str]:
+                      chain: Iterable[str] = (), values: str = "") -> dict[str, str]:
     """Environment of that process: what molecule/conftest.py reads to enter the booted container (leader PID),
     find the image at rest (``image`` or the packed tree ``root``), pick the roles' tests, the waivers and the
-    inventory whose values the checks expect. Nothing of an outer pytest, Molecule or verify run leaks in."""
+    inventory, and the file of the values the checks expect (``values``: :func:`role_values` as JSON). Nothing
+    of an outer pytest, Molecule or verify run leaks in."""
     return _environment(base, f"nsenter://{int(leader)}", layer, roles, nsenter=nsenter, image=image, root=root,
-                        waivers=waivers, inventory=inventory, chain=chain)
+                        waivers=waivers, inventory=inventory, chain=chain, values=values)
 
 
 def live_environment(base: Mapping[str, str], node: str, inventory_file: str, layer: str, roles: Iterable[str],
                      waivers: Iterable[str] = (), inventory: str = "", chain: Iterable[str] = (),
-                     bindirs: Iterable[str] = ()) -> dict[str, str]:
+                     bindirs: Iterable[str] = (), values: str = "") -> dict[str, str]:
     """Environment of the pytest process that checks the live ``node`` (playbooks/compliance.yml): the target is
     testinfra's ansible backend on the one-host ``inventory_file`` (:func:`live_inventory`); no image at rest.
     ``bindirs`` go in front of PATH (testinfra runs ``ansible-inventory`` of the controller's Ansible)."""
     env = _environment(base, live_target(node, inventory_file), layer, roles, waivers=waivers, inventory=inventory,
-                       chain=chain)
+                       chain=chain, values=values)
     path = [d for d in bindirs if d] + [d for d in env.get("PATH", "").split(os.pathsep) if d]
     env["PATH"] = os.pathsep.join(dict.fromkeys(path))
     return env
@@ -133,7 +160,7 @@ def live_environment(base: Mapping[str, str], node: str, inventory_file: str, la
 
 def _environment(base: Mapping[str, str], target: str, layer: str, roles: Iterable[str], nsenter: str = "nsenter",
                  image: str = "", root: str = "", waivers: Iterable[str] = (), inventory: str = "",
-                 chain: Iterable[str] = ()) -> dict[str, str]:
+                 chain: Iterable[str] = (), values: str = "") -> dict[str, str]:
     env = {k: v for k, v in base.items() if not k.startswith(("PYTEST_", "MOLECULE_", "HPC_STATELESS_"))}
     env.update({
         "HPC_STATELESS_TEST_TARGET": target,
@@ -149,6 +176,9 @@ def _environment(base: Mapping[str, str], target: str, layer: str, roles: Iterab
     })
     if inventory:
         env.update({"HPC_STATELESS_EXPECT_FROM_INVENTORY": "1", "HPC_STATELESS_MOLECULE_INVENTORY": inventory})
+    if values:
+        # The file of role_values: the checks expect these values instead of reading the inventory's files.
+        env["HPC_STATELESS_EXPECT_VALUES"] = values
     return env
 
 

@@ -24,6 +24,7 @@ from ansible.template import Templar
 from ansible.vars.hostvars import HostVars
 from ansible.vars.manager import VariableManager
 
+from ansible_collections.hpc.stateless.plugins.action import compliance_suite
 from ansible_collections.hpc.stateless.plugins.action import plan as plan_action
 from ansible_collections.hpc.stateless.plugins.module_utils import _git, _process
 
@@ -232,6 +233,36 @@ def test_a_site_role_beside_the_top_level_playbook_is_found_when_the_play_is_a_c
     assert not result.get("failed"), result.get("msg")
     assert result["project_dir"] == str(site)
     assert result["layers"]["accel"]["role_refs"] == [str(site / "roles/marker")]
+
+
+def test_the_suite_expects_the_values_the_build_applied_host_vars_and_extra_variables_included(site, monkeypatch):
+    """verify's compliance suite reads each role's values as the plan reads a layer for its key (LayerHosts): the
+    layer's groups, its host_vars and extra variables, then its own vars - not the inventory's group_vars files
+    alone, which missed the last three (an -e edit failed the slurm check that had built it). A vaulted value
+    reaches the checks as the digest of its ciphertext, never as the secret."""
+    from ansible.parsing.vault import VaultLib, VaultSecret
+    from ansible.utils.vars import load_extra_vars
+
+    secret = VaultSecret(b"unit-test-vault")
+    ciphertext = VaultLib([("default", secret)]).encrypt("s3cret").decode()
+    write(site, {
+        "inventory/host_vars/accel.yml": "marker_mode: from host_vars\nmarker_secret: !vault |\n"
+                                         + "".join(f"  {line}\n" for line in ciphertext.splitlines()),
+        "inventory/group_vars/all/layers.yml": LAYERS.replace("    roles: [marker]\n",
+                                                              "    roles: [marker]\n    vars: {marker_size: 3}\n"),
+    })
+    # -e marker_text='from -e': ansible-core keeps the parsed extra variables on load_extra_vars for the run
+    monkeypatch.setattr(load_extra_vars, "extra_vars", {"marker_text": "from -e"}, raising=False)
+    run = Run(site / "inventory", site)
+    run.loader.set_vault_secrets([("default", secret)])
+    plan = run.plan(compute_keys=False)
+    run.add_layer_host("accel", plan["layers"]["accel"]["host_groups"])
+    action = compliance_suite.ActionModule(Task(), NO_CONNECTION, PlayContext(), run.loader, Templar(run.loader), None)
+    values = action._role_values(plan["layers"], "accel", {"hostvars": HostVars(run.inventory, run.variables, run.loader),
+                                                           "inventory_hostname": "accel"})
+    marker = values["marker"]
+    assert (marker["marker_text"], marker["marker_mode"], marker["marker_size"]) == ("from -e", "from host_vars", 3)
+    assert set(marker["marker_secret"]) == {"__vault_sha256__"} and "s3cret" not in str(values)
 
 
 def test_a_role_found_nowhere_names_the_setting_to_add(site, tmp_path, monkeypatch):

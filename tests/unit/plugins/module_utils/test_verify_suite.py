@@ -13,6 +13,7 @@ import pytest
 
 from ansible_collections.hpc.stateless.plugins.action.compliance_suite import inventory_dir
 from ansible_collections.hpc.stateless.plugins.module_utils._verify.suite import (
+    role_values,
     RUN_CHECK,
     SuiteError,
     bad_checks,
@@ -164,6 +165,30 @@ def test_suite_environment_points_conftest_at_the_booted_container_and_drops_out
     assert (env["HPC_STATELESS_EXPECT_FROM_INVENTORY"], env["HPC_STATELESS_MOLECULE_INVENTORY"]) == ("1", "/inv")
     assert env["HPC_STATELESS_TEST_CHAIN"] == "base,hsn,slurm"
     assert "HPC_STATELESS_EXPECT_FROM_INVENTORY" not in suite_environment({}, 1, "nsenter", "x", [])
+    assert "HPC_STATELESS_EXPECT_VALUES" not in env
+    assert suite_environment({}, 1, "nsenter", "x", [], values="/s/values.json")["HPC_STATELESS_EXPECT_VALUES"] == \
+        "/s/values.json"
+
+
+def test_role_values_are_each_roles_variables_as_the_last_layer_applying_it_saw_them():
+    layers = {
+        "root": {"parent": None, "roles": ["hpc.stateless.base"]},
+        "hpc": {"parent": "root", "roles": ["slurm", {"role": "hpc.stateless.base"}]},
+        "leaf": {"parent": "hpc", "roles": []},
+        "other": {"parent": None, "roles": ["slurm"]},
+    }
+    seen = {"root": {"base_x": "root's", "slurm_y": "not applied here"},
+            "hpc": {"base_x": "hpc's", "slurm_y": 1, "slurmy": "no prefix", "other_z": 3}}
+    asked = []
+
+    def variables_of(name):
+        asked.append(name)
+        return seen[name]
+
+    assert role_values(layers, "leaf", variables_of) == {"base": {"base_x": "hpc's"}, "slurm": {"slurm_y": 1}}
+    assert sorted(asked) == ["hpc"]  # each layer read once; a layer whose roles a later one re-applies not at all
+    with pytest.raises(SuiteError, match="'gone'"):
+        role_values({"leaf": {"parent": "gone"}}, "leaf", variables_of)
 
 
 # -- live nodes (playbooks/compliance.yml) ---------------------------------------------------------------------
