@@ -6,7 +6,9 @@ into which the default build's layers are tagged (images are named by content ke
 committed configuration) with their verification records. Three runs of the whole site.yml (build, verify,
 pack, deploy):
 
-1. ``slurm_cluster_name`` edited in a tracked group_vars file -> the slurm layer alone is built, verified,
+1. ``slurm_cluster_name`` edited in a tracked file, the slurm layer's ``host_vars`` -> the slurm layer alone is
+   built, verified with the compliance suite, which expects the value the build applied (the plan's reading of the
+   layer host: a second reading of the group_vars files expected the committed name and failed the image),
    packed under ``v1+<key>`` and served;
 2. the same variable set differently in a new, untracked vars file -> another version, served;
 3. back to the committed state -> nothing is built; the version is ``v1`` again (the tree is clean and the
@@ -20,7 +22,7 @@ Each served initrd is read back through the boot link (the slurm.conf it carries
 
 Verify boots each edited image, checks the units its roles enabled and writes the record pack requires, as
 always; what this test does not need of it is off, as Lynis is for every test project (TEST_EXTRA_VARS):
-the compliance suite (test_verify_compliance, test_verify_gate prove it) and the settle wait after boot
+the compliance suite after the first edit (test_verify_compliance, test_verify_gate prove it) and the settle wait after boot
 (a sleep for services that fail a few seconds after start; none here). The default build's record of the
 committed slurm image, made with the suite, covers the revert's request without it (_verify/record.py).
 """
@@ -41,7 +43,7 @@ from conftest import BUILDAH_ENV, REPO, TEST_EXTRA_VARS, buildah, layer_images, 
 
 DEFAULT_PREFIX = "localhost/hpc-stateless"
 LAYERS = ("base", "hsn", "compute", "slurm", "bootstrap/base")
-SITE_VARS = "inventory/group_vars/all/site.yml"
+LAYER_VARS = "inventory/host_vars/slurm.yml"
 UNTRACKED_VARS = "inventory/group_vars/all/zz.yml"
 SITE_YML = "---\n- name: The whole chain\n  ansible.builtin.import_playbook: hpc.stateless.site\n"
 #: What verify of this loop leaves out (see the module's docstring); the edit loop's benchmark keeps them.
@@ -109,6 +111,8 @@ def loop(tmp_path_factory):
                                                  f"hpc_stateless_image_prefix: {prefix}\n"))
     assert prefix in layers.read_text()
     (project / "site.yml").write_text(SITE_YML)
+    (project / LAYER_VARS).parent.mkdir(parents=True, exist_ok=True)
+    (project / LAYER_VARS).write_text("---\n")
     (project / ".gitignore").write_text("build/\n")
     git(project, "init", "-q", "-b", "main")
     git(project, "add", "-A")
@@ -119,12 +123,11 @@ def loop(tmp_path_factory):
     (project / "build/verify").mkdir(parents=True)
     for record in (REPO / "build/verify").glob("slurm-*.json"):
         shutil.copy(record, project / "build/verify")
-    original = (project / SITE_VARS).read_text()
     runs = {}
     try:
-        (project / SITE_VARS).write_text(original + "slurm_cluster_name: edit-one\n")
-        runs["one"] = (*playbook(project, "site.yml"), served(project))
-        (project / SITE_VARS).write_text(original)
+        (project / LAYER_VARS).write_text("---\nslurm_cluster_name: edit-one\n")
+        runs["one"] = (*playbook(project, "site.yml", "-e", "hpc_stateless_verify_suite=true"), served(project))
+        (project / LAYER_VARS).write_text("---\n")
         (project / UNTRACKED_VARS).write_text("---\nslurm_cluster_name: edit-two\n")
         runs["two"] = (*playbook(project, "site.yml"), served(project))
         (project / UNTRACKED_VARS).unlink()
@@ -151,6 +154,9 @@ def test_each_edit_is_built_verified_packed_and_served_under_a_version_of_its_ow
         assert served_cluster == cluster
         assert "versions are 'v1'+<leaf layer key>: the work tree differs from v1" in out
     assert runs["one"][2][0] != runs["two"][2][0]
+    # the suite of the first edit's boot expected its host_vars value and passed (test_slurm's slurm.conf check)
+    suite = re.search(r'"msg": "slurm: (\d+) checks in [0-9.]+s, (\d+) passed', runs["one"][0].stdout)
+    assert suite and int(suite.group(2)) > 0, runs["one"][0].stdout[-4000:]
     # the key in the version is the slurm layer's of that run
     for name in ("one", "two"):
         version = runs[name][2][0]
