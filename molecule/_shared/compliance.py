@@ -16,6 +16,7 @@ checks read, so unit tests reach them without a container.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shlex
 import subprocess
@@ -334,6 +335,22 @@ def scenario_vars(project: Path, role: str, scenario_dir: Path, instance: str | 
     return merged
 
 
+class _InventoryLoader(yaml.SafeLoader):
+    """YAML of an inventory's variable files, with Ansible's tags: ``!unsafe`` is its string, ``!vault`` the
+    digest of its ciphertext as the layer keys have it (``{"__vault_sha256__": ...}``), never the secret - plain
+    ``yaml.safe_load`` stopped at either tag."""
+
+
+_InventoryLoader.add_constructor("!unsafe", lambda loader, node: loader.construct_scalar(node))
+_InventoryLoader.add_constructor("!vault", lambda loader, node: {
+    "__vault_sha256__": hashlib.sha256(str(loader.construct_scalar(node)).encode("utf-8")).hexdigest()})
+
+
+def _inventory_yaml(path: Path) -> Any:
+    """The data of one inventory variable file (:class:`_InventoryLoader`)."""
+    return yaml.load(path.read_text(encoding="utf-8"), Loader=_InventoryLoader)
+
+
 def _inventory_files(inventory: Path, group: str = "all") -> list[Path]:
     """``group_vars/<group>.yml`` (or ``.yaml``), then the files of ``group_vars/<group>/``, of an inventory directory."""
     group_vars = inventory / "group_vars"
@@ -347,7 +364,7 @@ def inventory_layers(inventory: Path) -> dict[str, Any]:
     """``hpc_stateless_layers`` of an inventory directory (group_vars/all)."""
     layers: dict[str, Any] = {}
     for path in _inventory_files(inventory):
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        data = _inventory_yaml(path) or {}
         layers.update(data.get("hpc_stateless_layers") or {})
     return layers
 
@@ -362,7 +379,7 @@ def inventory_images(inventory: Path) -> dict[str, Any]:
     """``hpc_stateless_images`` of an inventory directory (group_vars/all)."""
     images: dict[str, Any] = {}
     for path in _inventory_files(inventory):
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        data = _inventory_yaml(path) or {}
         images.update(data.get("hpc_stateless_images") or {})
     return images
 
@@ -392,7 +409,7 @@ def inventory_vars(inventory: Path, role: str, layer: str | None = None,
     written (Jinja is not rendered)."""
     merged: dict[str, Any] = {}
     for path in _inventory_files(inventory):
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        data = _inventory_yaml(path) or {}
         merged.update({k: v for k, v in data.items() if k.startswith(f"{role}_")})
     layers = inventory_layers(inventory)
     if chain is None:
@@ -411,5 +428,5 @@ def _group_vars(inventory: Path, group: str) -> dict[str, Any]:
     """The values of ``group``'s group_vars files (:func:`_inventory_files`), later files winning."""
     values: dict[str, Any] = {}
     for path in _inventory_files(inventory, group):
-        values.update(yaml.safe_load(path.read_text(encoding="utf-8")) or {})
+        values.update(_inventory_yaml(path) or {})
     return values

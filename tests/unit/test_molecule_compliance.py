@@ -295,3 +295,25 @@ def test_a_layers_groups_give_their_group_vars_below_its_own_vars(tmp_path):
     assert compliance.inventory_vars(tmp_path, "base", "leaf") == {
         "base_root_authorized_keys": ["ssh-ed25519 AAAA k"], "base_locale": "C", "base_timezone": "Europe/Oslo"}
     assert compliance.inventory_vars(tmp_path, "base", "base") == {}
+
+
+def test_inventory_files_with_ansible_tags_are_read_a_vaulted_value_as_the_keys_digest(tmp_path):
+    """A site's group_vars may hold !vault and !unsafe values: the Molecule reading of the inventory (no plan)
+    gets the string of an unsafe one and the digest the layer keys have for a vaulted one, never the secret."""
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.parsing.vault import VaultLib, VaultSecret
+
+    from ansible_collections.hpc.stateless.plugins.module_utils._layers.content_key import canonical_value
+
+    secret = VaultSecret(b"unit-test-vault")
+    ciphertext = VaultLib([("default", secret)]).encrypt("s3cret").decode()
+    text = ("slurm_cluster_name: !unsafe '{{ not templated }}'\nslurm_db_password: !vault |\n"
+            + "".join(f"  {line}\n" for line in ciphertext.splitlines()))
+    (tmp_path / "group_vars" / "all").mkdir(parents=True)
+    (tmp_path / "group_vars" / "all" / "slurm.yml").write_text(text, encoding="utf-8")
+    found = compliance.inventory_vars(tmp_path, "slurm")
+    assert found["slurm_cluster_name"] == "{{ not templated }}"
+    loader = DataLoader()
+    loader.set_vault_secrets([("default", secret)])
+    ansibles = loader.load(text)["slurm_db_password"]
+    assert found["slurm_db_password"] == canonical_value(ansibles) and "s3cret" not in str(found)
