@@ -27,7 +27,7 @@ import os
 import shlex
 import stat
 import xml.etree.ElementTree as ET
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 from urllib.parse import quote
 
 PASSED = "passed"
@@ -70,16 +70,18 @@ def chain_layers(layers: Mapping[str, Any], layer: str) -> list[str]:
     return chain
 
 
-def chain_roles(layers: Mapping[str, Any], layer: str) -> list[str]:
-    """Short names of the roles applied to ``layer``'s image, root layer first (each once)."""
-    chain = chain_layers(layers, layer)
-    roles: list[str] = []
-    for item in chain:
+def _applications(layers: Mapping[str, Any], layer: str) -> Iterator[tuple[str, str]]:
+    """``(layer, short role name)`` for each role each layer of ``layer``'s chain applies, root layer first."""
+    for item in chain_layers(layers, layer):
         for role in layers[item].get("roles") or []:
             role_name = role.get("role") if isinstance(role, dict) else role
-            if role_name and short_role(str(role_name)) not in roles:
-                roles.append(short_role(str(role_name)))
-    return roles
+            if role_name:
+                yield item, short_role(str(role_name))
+
+
+def chain_roles(layers: Mapping[str, Any], layer: str) -> list[str]:
+    """Short names of the roles applied to ``layer``'s image, root layer first (each once)."""
+    return list(dict.fromkeys(role for _item, role in _applications(layers, layer)))
 
 
 def role_values(layers: Mapping[str, Any], layer: str,
@@ -92,12 +94,7 @@ def role_values(layers: Mapping[str, Any], layer: str,
     what the build applied, not a second reading of the inventory's files. Values are raw (as written, Jinja not
     rendered); the caller makes them JSON (``content_key.canonical_value``: a vaulted value becomes the digest
     of its ciphertext, never the secret)."""
-    applied: dict[str, str] = {}
-    for item in chain_layers(layers, layer):
-        for role in layers[item].get("roles") or []:
-            role_name = role.get("role") if isinstance(role, dict) else role
-            if role_name:
-                applied[short_role(str(role_name))] = item
+    applied = {role: item for item, role in _applications(layers, layer)}  # the last layer applying each role
     found: dict[str, dict[str, Any]] = {}
     seen: dict[str, Mapping[str, Any]] = {}
     for role, item in applied.items():
