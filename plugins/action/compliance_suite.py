@@ -105,6 +105,10 @@ def _ssh_settings(connection: Any, play_context: Any) -> dict[str, Any]:
     settings["control_path"] = path % {"directory": unfrackpath(option("control_path_dir") or "~/.ansible/cp")}
     settings.update(become=bool(play_context.become), become_user=play_context.become_user,
                     become_method=play_context.become_method)
+    try:
+        settings["remote_tmp"] = connection._shell.get_option("remote_tmp")  # pylint: disable=protected-access
+    except (AttributeError, KeyError, AnsibleError):
+        settings["remote_tmp"] = None
     return settings
 
 

@@ -147,11 +147,14 @@ _RELEASE: Release | None = None
 
 
 def build_cluster_images() -> Release:
-    """Build the cluster layers and pack version A of both images; once per process. Like layers,
-    packs are kept between runs (PACK_DIR): an unchanged layer image is neither rebuilt nor repacked."""
+    """Build the cluster layers and pack version A of both images; once per process. Layers are kept between
+    runs (an unchanged one is not rebuilt), the packs are not: the tests pack fixed versions (A, B, C), and a
+    version packed by an earlier run of a changed checkout holds another build, which pack rightly refuses to
+    replace."""
     global _RELEASE  # pylint: disable=global-statement
     if _RELEASE is None:
         pack_dir = PACK_DIR
+        shutil.rmtree(pack_dir, ignore_errors=True)
         images = [COMPUTE_IMAGE, CONTROLLER_IMAGE]
         # build, verify (the gate of pack), pack; deploy goes to each cluster's own boot tree (start_cluster)
         proc = run_playbook(*playbook_args(pack_dir, pack_dir / "unused-boot-root", FIRST_VERSION, images),

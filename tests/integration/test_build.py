@@ -99,20 +99,29 @@ def test_roles_ran_inside_the_layer_with_its_own_facts(first_build, image_prefix
 
 
 def test_a_layer_that_ran_apt_keeps_none_of_apts_build_files(first_build, image_prefix):
-    """The probe role installs a package: the build's own apt configuration and apt's binary caches
-    (_build/aptconf.py; 80 MB in a leaf, issue 29) are not in the image, what apt installed is."""
+    """The probe role installs a package: the build's own apt configuration and apt's package cache
+    (_build/aptconf.py; stale after any install) are not in the image, what apt installed is. The parsed lists
+    (srcpkgcache.bin) are the base layer's file, unchanged: the probe's apt started from it and wrote no copy."""
     keys = {layer: next(iter(tags)) for layer, tags in by_layer(image_prefix).items()}
-    container = buildah("from", "--pull=never", "--quiet", f"{image_prefix}/probe:{keys['probe']}").strip()
+    roots = {}
+    containers = []
     try:
-        root = Path(buildah("mount", container).strip())
+        for layer in ("base", "probe"):
+            containers.append(buildah("from", "--pull=never", "--quiet", f"{image_prefix}/{layer}:{keys[layer]}").strip())
+            roots[layer] = Path(buildah("mount", containers[-1]).strip())
+        root = roots["probe"]
         assert (root / "etc/apt/apt.conf.d").is_dir()
         assert not (root / "etc/apt/apt.conf.d/00hpc-stateless-build").exists()
-        assert sorted(p.name for p in (root / "var/cache/apt").glob("*.bin")) == []
+        assert sorted(p.name for p in (root / "var/cache/apt").glob("*.bin")) == ["srcpkgcache.bin"]
+        lists = [(roots[layer] / "var/cache/apt/srcpkgcache.bin").stat() for layer in ("base", "probe")]
+        assert lists[0].st_size > 1_000_000 and (lists[0].st_mtime_ns, lists[0].st_size) == \
+            (lists[1].st_mtime_ns, lists[1].st_size)
         assert not list((root / "var/lib/apt/lists").glob("*_Translation-*"))
         assert "Package: file\n" in (root / "var/lib/dpkg/status").read_text(encoding="utf-8")
     finally:
-        buildah("umount", container, check=False)
-        buildah("rm", container, check=False)
+        for container in containers:
+            buildah("umount", container, check=False)
+            buildah("rm", container, check=False)
 
 
 def test_noop_rerun_builds_nothing(first_build, image_prefix):

@@ -8,17 +8,24 @@ A Debian-family layer's roles run apt in its working container, and the first ``
 is common: ansible.builtin.apt runs one before it installs python3-apt into a root without it, and for
 ``update_cache``; the build runs one for a layer's own sources (layer_sources.yml). Profiled on a bookworm root
 with its three suites (issue 29), that update fetched 8 MB of description translations no image reads
-(``Translation-en``; a bootstrapped root has none), and each apt run wrote its binary cache twice
-(``pkgcache.bin`` and ``srcpkgcache.bin``, 40 MB each), which the layer then carried into its commit.
+(``Translation-en``; a bootstrapped root has none).
+
+apt keeps two binary caches in ``/var/cache/apt``, about 37 MB each with the three suites: ``srcpkgcache.bin``,
+the parsed lists, valid as long as the lists and sources are the same files; and ``pkgcache.bin``, that plus
+dpkg's status, stale after every install. Parsing the lists again is 1.1-2.2 s on the 2-core build host; making
+``pkgcache.bin`` from a valid ``srcpkgcache.bin`` is about 0.5 s. So a layer keeps ``srcpkgcache.bin``: it is
+written where the lists change (the base layer's first update, a layer that adds sources or refreshes them) and
+is then the parent's file in every child, which writes no copy of it, and each later apt run of a child (the
+first of every role's apt tasks) starts from it. ``pkgcache.bin`` is stale in any child that installs a package,
+so it leaves with the layer's commit. Packs never carry either (_pack/tree.py).
 
 * :func:`install` - at ``started``, :data:`CONF_NAME` in the tree's ``/etc/apt/apt.conf.d`` (only where that
-  directory exists): no translations are fetched (``Acquire::Languages``) and no source cache is written
-  (``Dir::Cache::srcpkgcache``), and dpkg unpacks without an fsync per file (``--force-unsafe-io``: the tree
-  is committed from the host after the build, a build that crashes is built again). Packages, InRelease
-  files and so what the suites carry (security updates included) and the repository labels
-  (_build/records.py) are as before.
-* :func:`remove` - at ``committed``, before the tree is recorded: that file, and apt's binary caches in
-  ``/var/cache/apt`` (apt rebuilds them from the lists on its next run, on a node or in the next layer).
+  directory exists): no translations are fetched (``Acquire::Languages``), and dpkg unpacks without an fsync per
+  file (``--force-unsafe-io``: the tree is committed from the host after the build, a build that crashes is built
+  again). Packages, InRelease files and so what the suites carry (security updates included) and the repository
+  labels (_build/records.py) are as before.
+* :func:`remove` - at ``committed``, before the tree is recorded: that file, and ``pkgcache.bin`` (apt makes it
+  again on its next run, on a node or in the next layer, from ``srcpkgcache.bin``).
 
 The tree is the working container's mount on the host; nothing runs in it at either point (the agent is
 stopped before a commit, none is started yet at ``started``). Its paths are resolved inside it (its links
@@ -39,12 +46,11 @@ CONF_NAME = "00hpc-stateless-build"
 CONF_TEXT = """\
 // Written by hpc.stateless while this layer builds; removed before the layer is committed (_build/aptconf.py).
 Acquire::Languages "none";
-Dir::Cache::srcpkgcache "";
 DPkg::Options:: "--force-unsafe-io";
 """
 APT_CACHE_DIR = "var/cache/apt"
-#: apt's binary caches, rebuilt from /var/lib/apt/lists whenever they are missing or older than the lists.
-APT_CACHE_FILES = ("pkgcache.bin", "srcpkgcache.bin")
+#: apt's binary cache of the lists and dpkg's status, stale after any install: no layer keeps it.
+APT_CACHE_FILES = ("pkgcache.bin",)
 
 
 def _unlink(directory: int, name: str) -> bool:
@@ -78,7 +84,8 @@ def install(root: str) -> bool:
 
 
 def remove(root: str) -> list[str]:
-    """Remove the build's apt configuration and apt's binary caches from the tree ``root``; the paths removed."""
+    """Remove the build's apt configuration and apt's package cache (:data:`APT_CACHE_FILES`) from the tree
+    ``root``; the paths removed."""
     removed = []
     for parent, names in ((CONF_DIR, (CONF_NAME,)), (APT_CACHE_DIR, APT_CACHE_FILES)):
         try:

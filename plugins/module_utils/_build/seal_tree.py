@@ -132,10 +132,12 @@ def ssh_host_keys(root: str) -> list[str]:
 
 def remove_ansible_tmp(root: str, path: str = BUILD_ANSIBLE_TMP, check_mode: bool = False) -> list[str]:
     """Remove Ansible's remote temporary directory ``path`` (an image path) from the tree ``root`` when it is a
-    directory of a ``.ansible`` directory (the default ``~/.ansible/tmp``), and that ``.ansible`` directory when it
-    held nothing else (a site's own files there, ansible-pull's collections for one, stay). A ``remote_tmp`` set
-    elsewhere (``/tmp``, ``/var/tmp``) is the image's own directory: left alone. The image paths removed (or that
-    would be, in check mode).
+    directory of a ``.ansible`` directory (the default ``~/.ansible/tmp``). The ``.ansible`` directory itself stays,
+    empty: it is a run-time place of the live nodes' drift check (_verify/drift.py RUNTIME_PATHS), and the first
+    Ansible run on a node booted without it (a rolling update, a site's own play) would make it and so change
+    ``/root``, which that check watches: drift on every node. A ``remote_tmp`` set elsewhere (``/tmp``,
+    ``/var/tmp``) is the image's own directory: left alone. The image paths removed (or that would be, in check
+    mode).
 
     The layer's commit runs it on the working container's tree (_build/layer.py), as it removes apt's build-time
     files: the build's connection made the directory, and re-makes it at each task, so a task of the roles (the
@@ -144,16 +146,9 @@ def remove_ansible_tmp(root: str, path: str = BUILD_ANSIBLE_TMP, check_mode: boo
         raise SealTreeError(f"Ansible's remote temporary directory {path!r} is not an absolute path in the image")
     path = os.path.normpath(path)
     result = SealResult()
-    parent = os.path.dirname(path)
-    if os.path.basename(parent) != ANSIBLE_DIR_NAME:
+    if os.path.basename(os.path.dirname(path)) != ANSIBLE_DIR_NAME:
         return []
     _remove(root, path, result, check_mode)
-    try:
-        names = set(_imagepath.list_dir(root, parent))
-    except (FileNotFoundError, NotADirectoryError):
-        return result.removed
-    if not names - {os.path.basename(path)}:
-        _remove(root, parent, result, check_mode)
     return result.removed
 
 

@@ -41,8 +41,10 @@ from ansible_collections.hpc.stateless.plugins.module_utils._layers.graph import
 )
 from ansible_collections.hpc.stateless.plugins.module_utils._layers.seal import SEAL_VARIABLES
 
-#: Bump when the key document changes shape, so every layer rebuilds once.
-KEY_SCHEMA_VERSION = 1
+#: Bump when the key document changes shape, or when the build changes what it leaves in every layer
+#: (so the layers built before hold other content), so every layer rebuilds once. 2: layers keep apt's parsed
+#: lists (srcpkgcache.bin, _build/aptconf.py) and an empty /root/.ansible (_build/seal_tree.py).
+KEY_SCHEMA_VERSION = 2
 
 #: Value recorded for a referenced variable the host does not define.
 UNDEFINED_MARKER: dict[str, bool] = {"__undefined__": True}

@@ -65,7 +65,9 @@ RUNTIME_PATHS: tuple[tuple[str, str], ...] = (
     ("/var/lib/chrony", "the clock's drift file"),
     ("/var/lib/sss", "sssd's caches"),
     ("/home", "users' files (a network file system on a real cluster)"),
-    ("/root/.ansible", "the temporary files of the Ansible run that asks (its modules and their output)"),
+    ("/root/.ansible", "the temporary files of an Ansible run with the default remote_tmp; images keep the empty "
+                       "directory (making it would change /root), compliance.yml puts its own in "
+                       "hpc_stateless_compliance_remote_tmp"),
 )
 #: The line the file search prints first: the boot's end in seconds since the epoch.
 SINCE_PREFIX = "since\t"

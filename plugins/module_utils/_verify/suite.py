@@ -203,7 +203,8 @@ def live_inventory(node: str, settings: Mapping[str, Any]) -> dict[str, Any]:
     settings Ansible itself uses for ``node``: ``settings`` are the resolved options of the node's ssh connection
     (``host``, ``port``, ``remote_user``, ``private_key_file``, ``ssh_args``, ``ssh_common_args``,
     ``ssh_extra_args``, ``host_key_checking``, ``timeout``, ``control_path`` - the socket path Ansible's master
-    listens on - ``password``, ``become``, ``become_user``, ``become_method``). The values are written resolved:
+    listens on - ``password``, ``become``, ``become_user``, ``become_method``, ``remote_tmp`` - the shell's remote
+    temporary directory, so the suite leaves its files where the play does). The values are written resolved:
     testinfra reads inventory variables as written, and one source is all it takes. Keys only: a password is
     refused (SuiteError), it would go on ssh's command line."""
     if settings.get("password") and not settings.get("private_key_file"):
@@ -227,6 +228,8 @@ def live_inventory(node: str, settings: Mapping[str, Any]) -> dict[str, Any]:
         hostvars["ansible_ssh_private_key_file"] = os.path.expanduser(str(settings["private_key_file"]))
     if settings.get("ssh_extra_args"):
         hostvars["ansible_ssh_extra_args"] = str(settings["ssh_extra_args"])
+    if settings.get("remote_tmp"):
+        hostvars["ansible_remote_tmp"] = str(settings["remote_tmp"])
     if settings.get("become"):
         if (settings.get("become_method") or "sudo") != "sudo":
             raise SuiteError(f"{node}: become_method {settings['become_method']!r}: testinfra becomes root with sudo "

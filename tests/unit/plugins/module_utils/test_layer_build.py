@@ -322,8 +322,9 @@ def test_mounts_under_lists_deepest_first(tmp_path):
 
 
 def test_apt_builds_with_the_builds_configuration_and_the_image_keeps_none_of_it(host, tmp_path, monkeypatch):
-    """started writes _build/aptconf.py's file; committed removes it and apt's binary caches before the tree is
-    recorded and committed, so neither is in the image (issue 29: 80 MB of caches in a leaf's commit)."""
+    """started writes _build/aptconf.py's file; committed removes it and apt's package cache before the tree is
+    recorded and committed, so neither is in the image (issue 29: stale after every install); the parsed lists
+    (srcpkgcache.bin) stay for the children."""
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     root = tmp_path / "merged"
     (root / "etc" / "apt" / "apt.conf.d").mkdir(parents=True)
@@ -334,20 +335,22 @@ def test_apt_builds_with_the_builds_configuration_and_the_image_keeps_none_of_it
     conf = root / "etc" / "apt" / "apt.conf.d" / "00hpc-stateless-build"
     assert conf.is_file()
     (root / "var" / "cache" / "apt" / "pkgcache.bin").write_bytes(b"cache")  # what apt wrote in the build
+    (root / "var" / "cache" / "apt" / "srcpkgcache.bin").write_bytes(b"lists")
     seen = []
     monkeypatch.setattr(layer.records, "read_records",
                         lambda mount: seen.append(sorted(os.listdir(os.path.join(mount, "var/cache/apt")))) or {})
     host.replies[(BUILDAH, "containers")] = (0, json.dumps([{"containername": name}]), "")
     builder().commit(layer_labels("compute", KEY, "base", "b", "abc"), [], False)
-    assert seen == [[]]  # gone before the tree was recorded
+    assert seen == [["srcpkgcache.bin"]]  # the package cache gone before the tree was recorded
     assert not conf.exists()
     assert any(call[:2] == [BUILDAH, "commit"] for call in host.calls)
 
 
 def test_the_build_connections_ansible_tmp_is_no_part_of_the_image(host, tmp_path, monkeypatch):
-    """committed removes /root/.ansible/tmp (the build connection's remote_tmp, a killed task's payload in it) and
-    the then empty /root/.ansible before the tree is committed; a task of the roles could not, since the connection
-    makes it again for each task (the seal was not idempotent under Molecule)."""
+    """committed removes /root/.ansible/tmp (the build connection's remote_tmp, a killed task's payload in it)
+    before the tree is committed, and keeps the empty /root/.ansible (a run-time place of the drift check); a task
+    of the roles could not, since the connection makes it again for each task (the seal was not idempotent under
+    Molecule)."""
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     root = tmp_path / "merged"
     (root / "etc").mkdir(parents=True)
@@ -362,5 +365,6 @@ def test_the_build_connections_ansible_tmp_is_no_part_of_the_image(host, tmp_pat
         os.path.join(mount, "root")))) or {})
     host.replies[(BUILDAH, "containers")] = (0, json.dumps([{"containername": name}]), "")
     builder().commit(layer_labels("compute", KEY, "base", "b", "abc"), [], False)
-    assert seen == [[]]  # gone before the tree was recorded and committed
+    assert seen == [[".ansible"]]  # its tmp gone before the tree was recorded and committed
+    assert os.listdir(root / "root" / ".ansible") == []
     assert any(call[:2] == [BUILDAH, "commit"] for call in host.calls)

@@ -196,7 +196,7 @@ SSH = {"host": "10.0.0.11", "port": 2222, "remote_user": "root", "private_key_fi
        "ssh_args": "-C -o ControlMaster=auto -o ControlPersist=60s",
        "ssh_common_args": '-o ProxyCommand="ip netns exec ns1 socat - TCP:%h:%p"', "ssh_extra_args": "-4",
        "host_key_checking": False, "timeout": 10, "control_path": "/root/.ansible/cp/0123456789", "password": None,
-       "become": False, "become_user": None, "become_method": "sudo"}
+       "become": False, "become_user": None, "become_method": "sudo", "remote_tmp": "/tmp"}
 
 
 def test_live_inventory_hands_testinfra_the_ssh_settings_ansible_resolved(monkeypatch):
@@ -204,7 +204,8 @@ def test_live_inventory_hands_testinfra_the_ssh_settings_ansible_resolved(monkey
     hostvars = live_inventory("node001", SSH)["all"]["hosts"]["node001"]
     assert {k: v for k, v in hostvars.items() if k != "ansible_ssh_common_args"} == {
         "ansible_connection": "ssh", "ansible_host": "10.0.0.11", "ansible_port": 2222, "ansible_user": "root",
-        "ansible_ssh_private_key_file": "/home/admin/keys/root", "ansible_ssh_extra_args": "-4"}
+        "ansible_ssh_private_key_file": "/home/admin/keys/root", "ansible_ssh_extra_args": "-4",
+        "ansible_remote_tmp": "/tmp"}  # where the play leaves its files (compliance.yml): no drift of /root
     # ssh_args and common args as Ansible passes them, then what Ansible adds itself: the same master socket
     assert hostvars["ansible_ssh_common_args"] == (
         '-C -o ControlMaster=auto -o ControlPersist=60s -o ProxyCommand="ip netns exec ns1 socat - TCP:%h:%p" '

@@ -128,31 +128,26 @@ def test_a_machine_id_of_another_mode_or_content_is_made_right(tmp_path, mode):
     assert stat.S_IMODE(os.lstat(machine_id).st_mode) == 0o444 and machine_id.read_bytes() == b""
 
 
-def test_the_builds_ansible_tmp_goes_and_ansible_dir_with_it_when_it_held_nothing_else(tmp_path):
+def test_the_builds_ansible_tmp_goes_and_the_empty_ansible_dir_stays(tmp_path):
+    """/root/.ansible stays: the live nodes' drift check prunes it, and a node booted without it would have its
+    /root changed by the first Ansible run against it (a false drift on every node)."""
     root = layer_tree(tmp_path / "root")
     payload = root / "root/.ansible/tmp/ansible-tmp-1795924660.4-77-1"
     payload.mkdir(parents=True)
     (payload / "AnsiballZ_apt.py").write_text("killed mid-run\n")
-    assert seal_tree.remove_ansible_tmp(str(root)) == ["/root/.ansible/tmp", "/root/.ansible"]
-    assert sorted(os.listdir(root / "root")) == []
-    assert seal_tree.remove_ansible_tmp(str(root)) == []
-
-
-def test_a_site_s_own_files_in_dot_ansible_stay_and_check_mode_removes_nothing(tmp_path):
-    root = layer_tree(tmp_path / "root")
-    (root / "root/.ansible/tmp").mkdir(parents=True)
-    (root / "root/.ansible/collections").mkdir()
     assert seal_tree.remove_ansible_tmp(str(root), check_mode=True) == ["/root/.ansible/tmp"]
     assert (root / "root/.ansible/tmp").is_dir()
     assert seal_tree.remove_ansible_tmp(str(root)) == ["/root/.ansible/tmp"]
-    assert sorted(os.listdir(root / "root/.ansible")) == ["collections"]
+    assert sorted(os.listdir(root / "root")) == [".ansible"] and os.listdir(root / "root/.ansible") == []
+    assert seal_tree.remove_ansible_tmp(str(root)) == []
 
 
-def test_check_mode_names_the_empty_dot_ansible_it_would_remove(tmp_path):
+def test_a_site_s_own_files_in_dot_ansible_stay(tmp_path):
     root = layer_tree(tmp_path / "root")
     (root / "root/.ansible/tmp").mkdir(parents=True)
-    assert seal_tree.remove_ansible_tmp(str(root), check_mode=True) == ["/root/.ansible/tmp", "/root/.ansible"]
-    assert (root / "root/.ansible/tmp").is_dir()
+    (root / "root/.ansible/collections").mkdir()
+    assert seal_tree.remove_ansible_tmp(str(root)) == ["/root/.ansible/tmp"]
+    assert sorted(os.listdir(root / "root/.ansible")) == ["collections"]
 
 
 @pytest.mark.parametrize("remote_tmp", ["/tmp", "/var/tmp", "/"])
