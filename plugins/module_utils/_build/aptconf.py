@@ -26,6 +26,9 @@ so it leaves with the layer's commit. Packs never carry either (_pack/tree.py).
   labels (_build/records.py) are as before.
 * :func:`remove` - at ``committed``, before the tree is recorded: that file, and ``pkgcache.bin`` (apt makes it
   again on its next run, on a node or in the next layer, from ``srcpkgcache.bin``).
+* :func:`lists_unparsed` - at the commit of a root layer: whether its tree has apt's lists but no
+  ``srcpkgcache.bin`` (a bootstrapped root, whose bootstrap cleans apt's caches, or a root layer whose roles ran
+  no apt). The build then runs :data:`PARSE_LISTS` in it, so no child parses them again and none writes a copy.
 
 The tree is the working container's mount on the host; nothing runs in it at either point (the agent is
 stopped before a commit, none is started yet at ``started``). Its paths are resolved inside it (its links
@@ -51,6 +54,11 @@ DPkg::Options:: "--force-unsafe-io";
 APT_CACHE_DIR = "var/cache/apt"
 #: apt's binary cache of the lists and dpkg's status, stale after any install: no layer keeps it.
 APT_CACHE_FILES = ("pkgcache.bin",)
+#: apt's binary cache of the parsed lists, which layers keep.
+LISTS_CACHE_FILE = "srcpkgcache.bin"
+LISTS_DIR = "var/lib/apt/lists"
+#: The command, run in the working container, that writes both caches from the lists and changes nothing else.
+PARSE_LISTS = ("apt-cache", "gencaches")
 
 
 def _unlink(directory: int, name: str) -> bool:
@@ -97,3 +105,14 @@ def remove(root: str) -> list[str]:
         finally:
             os.close(directory)
     return removed
+
+
+def lists_unparsed(root: str) -> bool:
+    """Whether the tree ``root`` has apt (``apt-cache``) and package lists but no :data:`LISTS_CACHE_FILE`."""
+    if not _imagepath.is_file(root, "usr/bin/apt-cache") or _imagepath.lstat(root, f"{APT_CACHE_DIR}/{LISTS_CACHE_FILE}",
+                                                                            follow_last=False) is not None:
+        return False
+    try:
+        return any(name.endswith("_Packages") for name in _imagepath.list_dir(root, LISTS_DIR))
+    except (FileNotFoundError, NotADirectoryError):
+        return False

@@ -28,7 +28,12 @@ from ansible_collections.hpc.stateless.plugins.module_utils import _process
 from ansible_collections.hpc.stateless.plugins.module_utils._fs import mounts_below as mounts_under
 from ansible_collections.hpc.stateless.plugins.module_utils._build import aptconf, caches, records, rootless, seal_tree
 from ansible_collections.hpc.stateless.plugins.module_utils._build.buildah import Buildah
-from ansible_collections.hpc.stateless.plugins.module_utils._contract.labels import container_name, container_stem, image_ref
+from ansible_collections.hpc.stateless.plugins.module_utils._contract.labels import (
+    PARENT_LABEL,
+    container_name,
+    container_stem,
+    image_ref,
+)
 
 # In-image package cache -> host directory (the pool). A view of it is bound while roles run so a
 # rebuild, a sibling layer or another project's build finds the packages already downloaded.
@@ -202,6 +207,8 @@ class LayerBuilder:
         try:
             mountpoint = self.buildah.mount(self.container)
             self._release_binds(mountpoint)
+            if not labels.get(PARENT_LABEL) and aptconf.lists_unparsed(mountpoint):
+                self._parse_apt_lists()
             # apt's build-time configuration and binary caches (_build/aptconf.py) and the build connection's
             # Ansible temporary directory (_build/seal_tree.py) are no part of the image.
             try:
@@ -235,6 +242,14 @@ class LayerBuilder:
         finally:
             shutil.rmtree(tmpdir, ignore_errors=True)
         return result
+
+    def _parse_apt_lists(self) -> None:
+        """A root layer's apt lists parsed once, for every child (_build/aptconf.py). An apt that cannot parse them
+        is left to the next apt run to report (a role's, a child's): the cache only saves it time."""
+        try:
+            self.buildah.run_in(self.container, list(aptconf.PARSE_LISTS))
+        except _process.ProcessError:
+            pass
 
     def absent(self, check_mode: bool) -> LayerResult:
         result = LayerResult(container=self.container, image=self.image)

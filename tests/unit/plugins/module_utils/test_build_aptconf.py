@@ -96,3 +96,14 @@ def test_dpkg_unpacks_without_an_fsync_per_file_while_the_layer_builds(tmp_path)
     aptconf.install(str(root))
     lines = (root / "etc" / "apt" / "apt.conf.d" / aptconf.CONF_NAME).read_text().splitlines()
     assert 'DPkg::Options:: "--force-unsafe-io";' in lines
+
+
+def test_a_tree_without_apt_or_lists_is_not_parsed(tmp_path):
+    root = tmp_path / "el9"
+    (root / "usr" / "bin").mkdir(parents=True)
+    assert aptconf.lists_unparsed(str(root)) is False
+    (root / "usr" / "bin" / "apt-cache").write_text("#!/bin/sh\n")
+    assert aptconf.lists_unparsed(str(root)) is False  # no lists
+    (root / "var" / "lib" / "apt" / "lists").mkdir(parents=True)
+    (root / "var" / "lib" / "apt" / "lists" / "lock").write_text("")
+    assert aptconf.lists_unparsed(str(root)) is False  # lists without a Packages file

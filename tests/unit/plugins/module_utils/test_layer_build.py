@@ -368,3 +368,31 @@ def test_the_build_connections_ansible_tmp_is_no_part_of_the_image(host, tmp_pat
     assert seen == [[".ansible"]]  # its tmp gone before the tree was recorded and committed
     assert os.listdir(root / "root" / ".ansible") == []
     assert any(call[:2] == [BUILDAH, "commit"] for call in host.calls)
+
+
+@pytest.mark.parametrize("parent,has_cache,parsed", [
+    (None, False, True),  # a bootstrapped root: parsed once, for every child
+    (None, True, False),  # a root whose roles ran apt already wrote it
+    ("base", False, False),  # a child never writes a copy its parent lacks
+])
+def test_a_root_layer_commits_its_apt_lists_parsed(host, tmp_path, monkeypatch, parent, has_cache, parsed):
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    root = tmp_path / "merged"
+    (root / "usr" / "bin").mkdir(parents=True)
+    (root / "usr" / "bin" / "apt-cache").write_text("#!/bin/sh\n")
+    (root / "var" / "lib" / "apt" / "lists").mkdir(parents=True)
+    (root / "var" / "lib" / "apt" / "lists" / "deb.debian.org_debian_dists_bookworm_main_binary-amd64_Packages"
+     ).write_text("Package: a\n")
+    (root / "var" / "cache" / "apt").mkdir(parents=True)
+    if has_cache:
+        (root / "var" / "cache" / "apt" / "srcpkgcache.bin").write_bytes(b"lists")
+    name = container_name("localhost/p", "compute", KEY)
+    host.replies = new_layer_replies(root)
+    builder().start("scratch", [], False)
+    monkeypatch.setattr(layer.records, "read_records", lambda mount: {})
+    host.replies[(BUILDAH, "containers")] = (0, json.dumps([{"containername": name}]), "")
+    builder().commit(layer_labels("compute", KEY, parent, "b" if parent else None, "abc"), [], False)
+    runs = [call for call in host.calls if call[1] == "run"]
+    assert runs == ([[BUILDAH, "run", name, "--", "apt-cache", "gencaches"]] if parsed else [])
+    assert any(call[:2] == [BUILDAH, "commit"] for call in host.calls)
+
