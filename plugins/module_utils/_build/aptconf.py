@@ -109,8 +109,8 @@ def remove(root: str) -> list[str]:
 
 def lists_unparsed(root: str) -> bool:
     """Whether the tree ``root`` has apt (``apt-cache``) and package lists but no :data:`LISTS_CACHE_FILE`."""
-    if not _imagepath.is_file(root, "usr/bin/apt-cache") or _imagepath.lstat(root, f"{APT_CACHE_DIR}/{LISTS_CACHE_FILE}",
-                                                                            follow_last=False) is not None:
+    cache = _imagepath.lstat(root, f"{APT_CACHE_DIR}/{LISTS_CACHE_FILE}", follow_last=False)
+    if cache is not None or not _imagepath.is_file(root, "usr/bin/apt-cache"):
         return False
     try:
         return any(name.endswith("_Packages") for name in _imagepath.list_dir(root, LISTS_DIR))

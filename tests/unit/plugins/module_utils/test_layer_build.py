@@ -395,4 +395,3 @@ def test_a_root_layer_commits_its_apt_lists_parsed(host, tmp_path, monkeypatch, 
     runs = [call for call in host.calls if call[1] == "run"]
     assert runs == ([[BUILDAH, "run", name, "--", "apt-cache", "gencaches"]] if parsed else [])
     assert any(call[:2] == [BUILDAH, "commit"] for call in host.calls)
-
