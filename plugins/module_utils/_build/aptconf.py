@@ -42,6 +42,7 @@ import os
 import stat
 
 from ansible_collections.hpc.stateless.plugins.module_utils import _imagepath
+from ansible_collections.hpc.stateless.plugins.module_utils._build.records import APT_LISTS
 
 CONF_DIR = "etc/apt/apt.conf.d"
 #: Sorted first among apt's configuration files: a role's own file may still say otherwise.
@@ -56,7 +57,6 @@ APT_CACHE_DIR = "var/cache/apt"
 APT_CACHE_FILES = ("pkgcache.bin",)
 #: apt's binary cache of the parsed lists, which layers keep.
 LISTS_CACHE_FILE = "srcpkgcache.bin"
-LISTS_DIR = "var/lib/apt/lists"
 #: The command, run in the working container, that writes both caches from the lists and changes nothing else.
 PARSE_LISTS = ("apt-cache", "gencaches")
 
@@ -113,6 +113,6 @@ def lists_unparsed(root: str) -> bool:
     if cache is not None or not _imagepath.is_file(root, "usr/bin/apt-cache"):
         return False
     try:
-        return any(name.endswith("_Packages") for name in _imagepath.list_dir(root, LISTS_DIR))
+        return any(name.endswith("_Packages") for name in _imagepath.list_dir(root, APT_LISTS))
     except (FileNotFoundError, NotADirectoryError):
         return False
