@@ -11,7 +11,7 @@ same package set, both booted under systemd-nspawn, in one run, and the seconds 
          the key a hash of the bootstrap image ID and the package list (a rebuilt image gets a new one).
   ours   the default image (``<prefix>/<leaf layer>:latest``, which ``site.yml`` builds).
 
-Both are judged by playbooks/tasks/verify_lynis.yml exactly as verify.yml does (the same bind of the build
+Both are judged by playbooks/tasks/verify_lynis_start.yml and verify_lynis.yml exactly as verify.yml does (the same bind of the build
 host's Lynis, the same profile and waivers); a throw-away munge key is bound in for both boots. Goal: ours
 >= hpc_stateless_verify_lynis_min_score (80); the plain image's index is reported beside it.
 
@@ -51,14 +51,28 @@ PLAYBOOK = """\
     ansible_connection: hpc.stateless.nspawn
     ansible_nspawn_boot: true
     ansible_python_interpreter: auto_silent
-    ansible_nspawn_extra_args: "{{ ['--bind-ro=' ~ munge_key ~ ':/etc/munge/munge.key'] + (true | hpc.stateless.lynis_nspawn_args) }}"
+    ansible_nspawn_extra_args: >-
+      {{ ['--bind-ro=' ~ munge_key ~ ':/etc/munge/munge.key'] + (_boot_files.binds | default([]))
+         + (true | hpc.stateless.lynis_nspawn_args) }}
+    # What verify.yml gives its two Lynis task files: the profile's place in the boot, the job's status dir.
+    _lynis_profile: /run/hpc-stateless-lynis.prf
+    ansible_async_dir: /run/hpc-stateless-async
     hpc_stateless_verify_lynis_waivers: []
     hpc_stateless_verify_lynis_min_score: %(min)d
+    hpc_stateless_verify_lynis_timeout: 1800
     _verify_checks: []
   tasks:
     - name: Run and judge Lynis
       block:
-        - name: The task file of verify.yml
+        - name: This boot's Lynis profile, as verify.yml writes it
+          hpc.stateless.verify_boot_files:
+            files: [{path: "{{ _lynis_profile }}", content: "{{ hpc_stateless_verify_lynis_waivers | hpc.stateless.lynis_profile }}"}]
+          register: _boot_files
+
+        - name: The first task file of verify.yml (writes the profile, boots, starts Lynis)
+          ansible.builtin.import_tasks: %(start)s
+
+        - name: The second (waits for Lynis, judges its report)
           ansible.builtin.import_tasks: %(tasks)s
       rescue:
         - name: A score below the minimum is a result here, not an error
@@ -76,6 +90,11 @@ PLAYBOOK = """\
             ansible_python_interpreter: "{{ ansible_playbook_python }}"
         - name: Stop the container
           ansible.builtin.meta: reset_connection
+        - name: Remove the boot's files
+          when: _boot_files.path is defined
+          hpc.stateless.verify_boot_files:
+            state: absent
+            path: "{{ _boot_files.path }}"
 """
 
 
@@ -127,8 +146,9 @@ def lynis_runs(images: dict[str, str], work: Path, extra_vars: dict[str, Any] | 
     key = work / "munge.key"
     key.write_bytes(os.urandom(1024))
     key.chmod(0o600)
-    (work / "play.yml").write_text(PLAYBOOK % {"min": MIN_SCORE, "tasks": REPO / "playbooks/tasks/verify_lynis.yml",
-                                               "out": work}, encoding="utf-8")
+    (work / "play.yml").write_text(PLAYBOOK % {"min": MIN_SCORE, "start": REPO / "playbooks/tasks/verify_lynis_start.yml",
+                                               "tasks": REPO / "playbooks/tasks/verify_lynis.yml", "out": work},
+                                   encoding="utf-8")
     inventory = {"all": {"hosts": {name: {"ansible_nspawn_image": ref} for name, ref in images.items()},
                          "vars": {"munge_key": str(key), **(extra_vars or {})}}}
     (work / "inventory.yml").write_text(yaml.safe_dump(inventory), encoding="utf-8")

@@ -37,11 +37,13 @@ def lynis_nspawn_args(enabled: Any) -> list[str]:
         raise AnsibleFilterError(str(exc)) from exc
 
 
-def lynis_argv(report_file: Any, log_file: Any = "", profile: Any = "") -> list[str]:
+def lynis_argv(report_file: Any, log_file: Any = "", profile: Any = "", print_report: Any = False) -> list[str]:
     """The command that audits the booted container (run in lynis.MOUNT_POINT)."""
     if not isinstance(report_file, str) or not report_file.startswith("/"):
         raise AnsibleFilterError(f"lynis_argv: expects the absolute path of the report file, got {report_file!r}")
-    return lynis.lynis_argv(report_file, str(log_file or ""), str(profile or ""))
+    if not isinstance(print_report, bool):
+        raise AnsibleFilterError(f"lynis_argv: print_report expects true or false, got {print_report!r}")
+    return lynis.lynis_argv(report_file, str(log_file or ""), str(profile or ""), print_report=print_report)
 
 
 def _waiver_set(waiver_files: Any) -> lynis.Waivers:

@@ -21,6 +21,7 @@ description:
     once complete).
   - With O(state=query) the record is read and judged against the image's current ID, the same verdict
     M(hpc.stateless.pack) applies before it packs.
+  - Runs on the controller, which is the build host (action plugin), where the records and containers-storage are.
 extends_documentation_fragment:
   - hpc.stateless.attributes
 attributes:
@@ -130,61 +131,3 @@ record:
   returned: always
   type: dict
 """
-
-from ansible.module_utils.basic import AnsibleModule
-
-from ansible_collections.hpc.stateless.plugins.module_utils._build.buildah import Buildah, BuildahError
-from ansible_collections.hpc.stateless.plugins.module_utils._process import ProcessError
-from ansible_collections.hpc.stateless.plugins.module_utils._verify.record import (
-    Check,
-    Record,
-    RecordError,
-    judge,
-    junit_path,
-    record_path,
-    write_record,
-)
-
-
-def main() -> None:
-    module = AnsibleModule(
-        argument_spec=dict(
-            dir=dict(type="path", required=True),
-            layer=dict(type="str", required=True),
-            key=dict(type="str", required=True, no_log=False),
-            image=dict(type="str", required=True),
-            state=dict(type="str", choices=["present", "query"], default="query"),
-            checks=dict(type="list", elements="dict", default=[]),
-            settings=dict(type="dict"),
-        ),
-        supports_check_mode=True,
-    )
-    p = module.params
-    try:
-        path = record_path(p["dir"], p["layer"], p["key"])
-        image_id = Buildah().image_id(p["image"])
-    except RecordError as exc:
-        module.fail_json(msg=str(exc))
-    except (BuildahError, ProcessError) as exc:
-        module.fail_json(msg=f"image {p['image']} of layer {p['layer']} is not in local containers-storage ({exc}); "
-                             "build it first (ansible-playbook site.yml)")
-    if p["state"] == "present":
-        try:
-            checks = tuple(Check.from_dict(f"checks[{i}]", c) for i, c in enumerate(p["checks"]))
-            record = Record(p["layer"], p["key"], p["image"], image_id, checks, settings=p["settings"] or {})
-            if not module.check_mode:
-                write_record(p["dir"], record)
-        except RecordError as exc:
-            module.fail_json(msg=str(exc))
-        module.exit_json(changed=True, path=path, junit=junit_path(path), passed=record.passed,
-                         status="passed" if record.passed else "failed",
-                         message=f"recorded {path}: " + ("passed" if record.passed else "failed: " + ", ".join(
-                             c.name for c in record.failed)), record=record.to_dict())
-    verdict = judge(p["dir"], p["layer"], p["key"], image_id, p["settings"])
-    module.exit_json(changed=False, path=path, junit=junit_path(path), passed=verdict.passed, status=verdict.status,
-                     message=verdict.message,
-                     record=verdict.record.to_dict() if verdict.record else {})
-
-
-if __name__ == "__main__":
-    main()

@@ -159,13 +159,21 @@ def nspawn_binds(install: Mapping[str, str], mount_point: str = MOUNT_POINT) -> 
     return [f"--bind-ro={source}:{mount_point}/{name}" for name, source in sorted(install.items())]
 
 
-def lynis_argv(report_file: str, log_file: str = "", profile: str = "", mount_point: str = MOUNT_POINT) -> list[str]:
-    """The command that audits the booted container; run it with ``mount_point`` as the working directory."""
+def lynis_argv(report_file: str, log_file: str = "", profile: str = "", mount_point: str = MOUNT_POINT,
+               print_report: bool = False) -> list[str]:
+    """The command that audits the booted container; run it with ``mount_point`` as the working directory.
+
+    With ``print_report``, the command's output is the report file's text once Lynis succeeded (its screen output is
+    dropped), so a background job hands the report over with its status and nobody reads the file afterwards.
+    """
     argv = ["sh", f"{mount_point}/lynis", "audit", "system", "--usecwd", "--quick", "--no-colors",
             "--report-file", report_file]
     argv += ["--log-file", log_file] if log_file else ["--no-log"]
     if profile:
         argv += ["--profile", profile]
+    if print_report:
+        argv = ["sh", "-c", 'report=$1; shift; "$@" > /dev/null || exit; exec cat -- "$report"', "sh",
+                report_file] + argv
     return argv
 
 

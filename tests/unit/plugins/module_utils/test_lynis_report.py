@@ -170,6 +170,33 @@ def test_the_command_runs_from_the_bound_directory_with_the_profile():
         lynis_filter.lynis_argv("r.dat")
 
 
+FAKE_LYNIS = """\
+# Stands in for Lynis (the real one needs a booted system): screen output, then the report at --report-file.
+while [ $# -gt 0 ]; do [ "$1" = --report-file ] && report=$2; shift; done
+echo "[+] Initializing program"
+[ -n "$FAIL" ] && { echo "lynis: broken" >&2; exit "$FAIL"; }
+printf 'hardening_index=82\\nwarning[]=SSH-7408|Port|-|-|\\n' > "$report"
+"""
+
+
+@pytest.mark.parametrize("fail", ["", "3"])
+def test_print_report_hands_over_the_report_and_keeps_lyniss_exit_status(tmp_path, fail):
+    import subprocess  # pylint: disable=import-outside-toplevel
+    (tmp_path / "lynis").write_text(FAKE_LYNIS, encoding="utf-8")
+    argv = lynis.lynis_argv(str(tmp_path / "r.dat"), "", "", mount_point=str(tmp_path), print_report=True)
+    assert lynis_filter.lynis_argv("/run/r.dat", "", "", True)[-len(lynis.lynis_argv("/run/r.dat")):] == \
+        lynis.lynis_argv("/run/r.dat")
+    proc = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, check=False,
+                          env=dict(os.environ, FAIL=fail))
+    if fail:
+        assert (proc.returncode, proc.stdout, proc.stderr) == (3, "", "lynis: broken\n")
+    else:
+        assert proc.returncode == 0 and proc.stdout == "hardening_index=82\nwarning[]=SSH-7408|Port|-|-|\n"
+        assert lynis.parse_report(proc.stdout).hardening_index == 82
+    with pytest.raises(AnsibleFilterError, match="print_report expects true or false"):
+        lynis_filter.lynis_argv("/run/r.dat", "", "", "yes")
+
+
 def test_the_verdict_filter_reads_the_collection_file_then_the_sites(tmp_path):
     site = write(tmp_path, "site.yml", {"waivers": [{"check": "AUTH-9328", "reason": "site keeps umask 022"}]})
     verdict = lynis_filter.lynis_verdict(REPORT, [site], "80")
