@@ -72,6 +72,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils._layers.graph import
 from ansible_collections.hpc.stateless.plugins.module_utils._layers.render import render_dot, render_table
 from ansible_collections.hpc.stateless.plugins.module_utils._layers.seal import SEAL_ROLE
 from ansible_collections.hpc.stateless.plugins.module_utils._project import project_dir, role_search_paths
+from ansible_collections.hpc.stateless.plugins.plugin_utils.controller import runs_in_this_process
 
 # ansible_collections/hpc/stateless/plugins/action/plan.py -> the dir holding ansible_collections
 _OWN_COLLECTIONS_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), *[os.pardir] * 5))
@@ -320,11 +321,7 @@ class ActionModule(ActionBase):
         """The layer images and working containers of the build host (module hpc.stateless.layer_info). When the
         build host is the controller (a local connection, no become, no task environment), the same function runs
         here instead of in a module process: the answer is the same, without the module's start-up."""
-        # A play that sets no environment hands its tasks [{}]: that sets nothing, any other entry may.
-        no_environment = all(isinstance(entry, Mapping) and not entry for entry in self._task.environment or [])
-        local = (self._connection.transport in ("local", "ansible.builtin.local") and not self._play_context.become
-                 and no_environment)
-        if not local:
+        if not runs_in_this_process(self):
             return self._execute_module(module_name="hpc.stateless.layer_info", module_args={}, task_vars=task_vars)
         try:
             return layer_listing(Buildah())

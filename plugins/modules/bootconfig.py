@@ -219,50 +219,14 @@ images:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.hpc.stateless.plugins.module_utils._contract.names import ArtifactError
-from ansible_collections.hpc.stateless.plugins.module_utils._deploy.bootconfig import render
-from ansible_collections.hpc.stateless.plugins.module_utils._deploy.bootlink import BootlinkError
+from ansible_collections.hpc.stateless.plugins.module_utils._deploy.bootconfig_task import ARGUMENT_SPEC, VALIDATION, run
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec=dict(
-            boot_root=dict(type="path", required=True),
-            images=dict(type="dict", required=True),
-            default_image=dict(type="str"),
-            nodes=dict(type="list", elements="dict", default=[], options=dict(
-                name=dict(type="str", required=True),
-                mac=dict(type="raw", required=True),
-                image=dict(type="str"),
-                kernel_args=dict(type="raw"),
-            )),
-            pending_manifests=dict(type="list", elements="path", default=[]),
-            serial_console=dict(type="str", default="ttyS0,115200n8"),
-            ip=dict(type="str", default="dhcp"),
-            rdinit=dict(type="str", default="/sbin/init"),
-            ramdisk_headroom=dict(type="int", default=10),
-            ramdisk_round_mib=dict(type="int", default=256),
-            boot_url=dict(type="str", default=""),
-            prompt_timeout=dict(type="int", default=30),
-            ipappend=dict(type="int", default=2),
-            remove_stale=dict(type="bool", default=True),
-            diff_limit=dict(type="int", default=20),
-            lock_timeout=dict(type="float", default=60.0),
-            loader_dirs=dict(type="list", elements="path", default=[]),
-            validate_only=dict(type="bool", default=False),
-        ),
-        supports_check_mode=True,
-    )
-    params = dict(module.params)
-    if not module._diff:
-        params["diff_limit"] = 0
-    try:
-        result = render(params, check_mode=module.check_mode)
-    except (ArtifactError, BootlinkError) as exc:
-        module.fail_json(msg=str(exc), boot_root=module.params["boot_root"])
-    diffs = result.pop("diff")
-    if module._diff:
-        result["diff"] = diffs
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True, **VALIDATION)
+    result = run(module.params, module.check_mode, module._diff)
+    if result.pop("failed", False):
+        module.fail_json(**result)
     module.exit_json(**result)
 
 

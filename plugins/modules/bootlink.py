@@ -257,42 +257,14 @@ versions:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.hpc.stateless.plugins.module_utils._process import ProcessError
-from ansible_collections.hpc.stateless.plugins.module_utils._contract.names import FORMATS, ArtifactError
-from ansible_collections.hpc.stateless.plugins.module_utils._contract.signature import SignatureError
-from ansible_collections.hpc.stateless.plugins.module_utils._deploy.bootlink import STATES, BootlinkError, apply_state
-from ansible_collections.hpc.stateless.plugins.module_utils._verify.record import serve_gate
+from ansible_collections.hpc.stateless.plugins.module_utils._deploy.bootlink_task import ARGUMENT_SPEC, VALIDATION, run
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec=dict(
-            boot_root=dict(type="path", required=True),
-            image=dict(type="str", required=True),
-            state=dict(type="str", default="switched", choices=list(STATES)),
-            src=dict(type="path"),
-            version=dict(type="str"),
-            format=dict(type="str", choices=list(FORMATS)),
-            keep=dict(type="int", default=3),
-            lock_timeout=dict(type="float", default=60.0),
-            keyring=dict(type="path"),
-            signers=dict(type="list", elements="str"),
-            unverified_ok=dict(type="str", default=""),
-        ),
-        required_if=[("state", "present", ("src",)), ("state", "absent", ("version",)),
-                     ("state", "switched", ("src", "version"), True)],
-        required_by={"signers": ("keyring",)},
-        supports_check_mode=True,
-    )
-    try:
-        result = apply_state(module.params, check_mode=module.check_mode)
-    except (ArtifactError, BootlinkError, SignatureError, ProcessError) as exc:
-        module.fail_json(msg=str(exc), image=module.params["image"], boot_root=module.params["boot_root"])
-    if result.get("source"):
-        result["gate"] = serve_gate(result["image"], result["version"], result["source"], result.get("verification"),
-                                    module.params["unverified_ok"]).to_dict()
-    if not module._diff:
-        result.pop("diff")
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True, **VALIDATION)
+    result = run(module.params, module.check_mode, module._diff)
+    if result.pop("failed", False):
+        module.fail_json(**result)
     module.exit_json(**result)
 
 

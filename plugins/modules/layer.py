@@ -18,15 +18,18 @@ description:
     and bind-mounts the host's package caches into it, so roles applied over the
     C(containers.podman.buildah) connection do not download packages twice.
   - O(state=committed) releases the binds, removes the build's own files from the tree (apt's build-time
-    configuration and binary caches, the build connection's Ansible temporary directory C(/root/.ansible/tmp) and
-    C(/root/.ansible) when it held nothing else), labels the container, commits it to
-    C(<image_prefix>/<name>:<key>) and removes the working container.
+    configuration and the binary cache C(pkgcache.bin), the build connection's Ansible temporary directory
+    C(/root/.ansible/tmp); the empty C(/root/.ansible) stays, so that the first Ansible run on a node does not change
+    C(/root)), labels the container, commits it to C(<image_prefix>/<name>:<key>) and removes the working container.
   - The labels record what the image holds, read from its tree before the commit - C(hpc.stateless.packages),
     every installed package and its version (dpkg status, or the rpm database read with the build host's rpm),
     and C(hpc.stateless.repositories), the state (URI, suite, date, sha256 of the InRelease or Release file) of
     each repository in apt's lists - and C(hpc.stateless.inputs-key), O(inputs_key). The plan compares the
     packages with the archive (docs/freshness.md).
   - O(state=absent) unmounts and removes working containers of the layer.
+  - An action plugin runs it in the controller's process when the task's connection is local, with no become and no
+    task environment (the build host is the controller, as in the collection's playbooks); otherwise as a module on
+    the build host.
   - When an image with the layer's key already exists (a cache hit), O(state=started) and
     O(state=committed) create nothing and report C(changed=false).
   - On failure no working container and no mount of the layer is left behind.
@@ -216,61 +219,15 @@ removed:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.hpc.stateless.plugins.module_utils._process import ProcessError
-from ansible_collections.hpc.stateless.plugins.module_utils._build.buildah import Buildah
-from ansible_collections.hpc.stateless.plugins.module_utils._build.layer import (
-    DEFAULT_PACKAGE_CACHES,
-    LayerBuilder,
-    LayerError,
-)
-from ansible_collections.hpc.stateless.plugins.module_utils._contract.labels import DEFAULT_IMAGE_PREFIX, layer_labels
+from ansible_collections.hpc.stateless.plugins.module_utils._build.layer_task import ARGUMENT_SPEC, VALIDATION, run
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec=dict(
-            name=dict(type="str", required=True),
-            key=dict(type="str", no_log=False),
-            state=dict(type="str", default="started", choices=["started", "committed", "absent"]),
-            parent_image=dict(type="str", default="scratch"),
-            image_prefix=dict(type="str", default=DEFAULT_IMAGE_PREFIX),
-            parent=dict(type="str"),
-            parent_key=dict(type="str", no_log=False),
-            git_commit=dict(type="str"),
-            inputs_key=dict(type="str", no_log=False),
-            labels=dict(type="dict", default={}),
-            extra_tags=dict(type="list", elements="str", default=["latest"]),
-            also_tag=dict(type="list", elements="str", default=[]),
-            container=dict(type="str"),
-            package_caches=dict(type="list", elements="dict", options=dict(
-                path=dict(type="str", required=True),
-                host_path=dict(type="path", required=True),
-            )),
-            isolation=dict(type="str", choices=["chroot", "oci", "rootless"]),
-            fresh=dict(type="bool", default=False),
-        ),
-        required_if=[("state", "started", ["key"]), ("state", "committed", ["key"])],
-        supports_check_mode=True,
-    )
-    params = module.params
-    builder = LayerBuilder(Buildah(isolation=params["isolation"]), params["name"], params["key"],
-                           params["image_prefix"], container=params["container"])
-    try:
-        if params["state"] == "started":
-            caches = params["package_caches"]
-            result = builder.start(params["parent_image"], DEFAULT_PACKAGE_CACHES if caches is None else caches,
-                                   module.check_mode, fresh=params["fresh"])
-        elif params["state"] == "committed":
-            labels = layer_labels(params["name"], params["key"], params["parent"], params["parent_key"],
-                                  params["git_commit"], params["labels"], params["inputs_key"])
-            result = builder.commit(labels, params["extra_tags"], module.check_mode, params["also_tag"])
-        else:
-            result = builder.absent(module.check_mode)
-    except LayerError as exc:
-        module.fail_json(msg=str(exc))
-    except ProcessError as exc:
-        module.fail_json(msg=f"layer {params['name']}: {exc}", cmd=exc.argv, rc=exc.rc, stderr=exc.stderr)
-    module.exit_json(**result.as_dict())
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True, **VALIDATION)
+    result = run(module.params, module.check_mode)
+    if result.pop("failed", False):
+        module.fail_json(**result)
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":

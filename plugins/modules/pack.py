@@ -408,101 +408,15 @@ capabilities:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.common.text.formatters import human_to_bytes
 
-from ansible_collections.hpc.stateless.plugins.module_utils._process import ProcessError
-from ansible_collections.hpc.stateless.plugins.module_utils._contract.names import FORMATS
-from ansible_collections.hpc.stateless.plugins.module_utils._build.buildah import Buildah
-from ansible_collections.hpc.stateless.plugins.module_utils._pack.run import Packer, PackError, PackRequest
+from ansible_collections.hpc.stateless.plugins.module_utils._pack.pack_task import ARGUMENT_SPEC, VALIDATION, run
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec=dict(
-            image=dict(type="str", required=True),
-            source_image=dict(type="str"),
-            source_path=dict(type="path"),
-            output_dir=dict(type="path", required=True),
-            version=dict(type="str"),
-            layer=dict(type="str"),
-            layer_keys=dict(type="dict", no_log=False),
-            formats=dict(type="list", elements="str", default=["cpio.zst"], choices=list(FORMATS)),
-            levels=dict(type="dict", default={}),
-            squashfs_compression=dict(type="str", default="zstd", choices=["zstd", "xz", "gzip"]),
-            threads=dict(type="int", default=0),
-            exclude=dict(type="list", elements="str", default=[]),
-            exclude_defaults=dict(type="bool", default=True),
-            secret_patterns=dict(type="list", elements="str", default=[], no_log=False),
-            allowed_secrets=dict(type="list", elements="str", default=[], no_log=False),
-            allow_secrets=dict(type="bool", default=False, no_log=False),
-            kernel=dict(type="path"),
-            kernel_version=dict(type="str"),
-            kernel_args=dict(type="str", default=""),
-            initrd=dict(type="path"),
-            dracut=dict(type="bool", default=True),
-            source_date_epoch=dict(type="int"),
-            size_ceiling=dict(type="str", default="4G"),
-            size_warn_ratio=dict(type="float", default=0.8),
-            size_ceiling_action=dict(type="str", default="fail", choices=["fail", "warn"]),
-            reset_machine_id=dict(type="bool", default=True),
-            release_extra=dict(type="dict", default={}),
-            force=dict(type="bool", default=False),
-            hardware_profile=dict(type="dict", options=dict(
-                modules=dict(type="list", elements="str", default=[]),
-                modaliases=dict(type="list", elements="str", default=[]),
-                modaliases_file=dict(type="path"),
-                force=dict(type="list", elements="str", default=[]),
-                firmware=dict(type="list", elements="str", default=[]),
-            )),
-            verify_dir=dict(type="path"),
-            unverified_ok=dict(type="str", default=""),
-            layers=dict(type="dict"),
-            project_dir=dict(type="path"),
-            freshness_gate=dict(type="str", default="refuse", choices=["refuse", "warn"]),
-            archive_cache_dir=dict(type="path"),
-        ),
-        mutually_exclusive=[("source_image", "source_path")],
-        required_one_of=[("source_image", "source_path")],
-        supports_check_mode=True,
-    )
-    p = module.params
-    try:
-        ceiling = human_to_bytes(p["size_ceiling"])
-    except ValueError as exc:
-        module.fail_json(msg=f"size_ceiling {p['size_ceiling']!r}: {exc}")
-    try:
-        levels = {str(k): int(v) for k, v in p["levels"].items()}
-    except (TypeError, ValueError):
-        module.fail_json(msg=f"levels must map a format to an integer level, got {p['levels']!r}")
-    request = PackRequest(
-        image=p["image"], output_dir=p["output_dir"], formats=p["formats"], version=p["version"],
-        source_image=p["source_image"], source_path=p["source_path"], layer=p["layer"],
-        layer_keys=p["layer_keys"], levels=levels, squashfs_compression=p["squashfs_compression"],
-        threads=p["threads"], exclude=p["exclude"], exclude_defaults=p["exclude_defaults"],
-        secret_patterns=p["secret_patterns"], allow_secrets=p["allow_secrets"],
-        allowed_secrets=p["allowed_secrets"], kernel=p["kernel"], kernel_version=p["kernel_version"],
-        initrd=p["initrd"], dracut=p["dracut"], kernel_args=p["kernel_args"],
-        source_date_epoch=p["source_date_epoch"], size_ceiling=ceiling, size_warn_ratio=p["size_warn_ratio"],
-        size_ceiling_action=p["size_ceiling_action"], reset_machine_id=p["reset_machine_id"],
-        release_extra={str(k): str(v) for k, v in p["release_extra"].items()}, force=p["force"],
-        hardware_profile=p["hardware_profile"], verify_dir=p["verify_dir"], unverified_ok=p["unverified_ok"],
-        layers=p["layers"], project_dir=p["project_dir"], freshness_gate=p["freshness_gate"], archive_cache_dir=p["archive_cache_dir"],
-    )
-    packer = Packer(request, Buildah() if p["source_image"] else None)
-    try:
-        result = packer.run(module.check_mode)
-    except (PackError, ProcessError) as exc:
-        for warning in packer.warnings:
-            module.warn(warning)
-        module.fail_json(msg=f"pack {p['image']}: {exc}")
-    for warning in packer.warnings:
-        module.warn(warning)
-    result["verification"] = result["manifest"].get("verification") or {}
-    result["capabilities"] = result["manifest"].get("capabilities") or []
-    if result["manifest"].get("freshness"):
-        result["freshness"] = result["manifest"]["freshness"]
-    if result["manifest"].get("hardware_profile"):
-        result["hardware_profile"] = result["manifest"]["hardware_profile"]
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True, **VALIDATION)
+    result = run(module.params, module.check_mode, module._diff)
+    if result.pop("failed", False):
+        module.fail_json(**result)
     module.exit_json(**result)
 
 

@@ -37,7 +37,7 @@ import math
 import os
 import re
 import stat
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -638,7 +638,8 @@ def sync_loaders(root: str, dirs: Iterable[str], check_mode: bool = False) -> tu
 # --------------------------------------------------------------------------- the module's whole job
 
 
-def render(params: Mapping[str, Any], check_mode: bool = False) -> dict[str, Any]:
+def render(params: Mapping[str, Any], check_mode: bool = False,
+           on_wait: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Validate inventory input, render every entry and write what changed; the bootconfig module's logic.
 
     ``params``: boot_root, images ({name: {formats, kernel_args}}), default_image, nodes,
@@ -712,7 +713,7 @@ def render(params: Mapping[str, Any], check_mode: bool = False) -> dict[str, Any
     else:
         check_writable(root)
         os.makedirs(root, exist_ok=True)
-        with deploy_lock(root, float(params.get("lock_timeout") or 0), "bootconfig render"):
+        with deploy_lock(root, float(params.get("lock_timeout") or 0), "bootconfig render", on_wait):
             synced = sync_files(root, files, False, bool(params.get("remove_stale", True)), diff_limit)
             loaders, loaders_written = sync_loaders(root, loader_dirs, False)
     written = loaders_written + synced.written

@@ -72,7 +72,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils._contract.names impo
 )
 from ansible_collections.hpc.stateless.plugins.module_utils._contract.signature import Signer, read_optional, verify
 from ansible_collections.hpc.stateless.plugins.module_utils._contract.sums import parse_sums, read_sums, sha256_bytes, sha256_file
-from ansible_collections.hpc.stateless.plugins.module_utils._fs import Flock, LockBusy
+from ansible_collections.hpc.stateless.plugins.module_utils._fs import Flock, LockBusy, wait_message
 from ansible_collections.hpc.stateless.plugins.module_utils._time import iso_utc
 from ansible_collections.hpc.stateless.plugins.module_utils._paths import (
     TEMP_INFIX,
@@ -266,12 +266,18 @@ def find_packed(src: str, version: str | None) -> str:
 
 
 @contextlib.contextmanager
-def deploy_lock(boot_root: str, timeout: float = 0.0, purpose: str = "deploy") -> Iterator[str]:
-    """Hold the boot root's exclusive lock; raise LockBusyError naming the holder after ``timeout`` s."""
+def deploy_lock(boot_root: str, timeout: float = 0.0, purpose: str = "deploy",
+                on_wait: Callable[[str], None] | None = None) -> Iterator[str]:
+    """Hold the boot root's exclusive lock; raise LockBusyError naming the holder after ``timeout`` s.
+
+    When another deploy holds it, ``on_wait`` gets ``waiting for the boot tree <root>, held by <holder>`` once,
+    as the wait begins (with no ``timeout`` there is no wait: the error names the holder)."""
     path = os.path.join(boot_root, LOCK_NAME)
     lock = Flock(path, purpose)
+    say = (None if on_wait is None or timeout <= 0
+           else (lambda holder: on_wait(wait_message(f"the boot tree {boot_root}", holder))))
     try:
-        lock.acquire(timeout=max(timeout, 0.0))
+        lock.acquire(timeout=max(timeout, 0.0), on_wait=say)
     except LockBusy as exc:
         raise LockBusyError(f"boot root {boot_root} is locked by another deploy ({exc.holder}); wait for it to finish "
                             f"or raise lock_timeout (waited {timeout:g} s on {path})") from None
@@ -823,7 +829,8 @@ def describe(tree: BootTree, image: str, current: str | None = None, previous: s
     return "\n".join(lines) + "\n"
 
 
-def apply_state(params: dict[str, Any], check_mode: bool = False) -> dict[str, Any]:
+def apply_state(params: dict[str, Any], check_mode: bool = False,
+                on_wait: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Do (or, in check mode, predict) what ``params`` ask for; the bootlink module's logic.
 
     ``params``: boot_root, image, state, src, version, format, keep, lock_timeout, keyring, signers.
@@ -881,7 +888,7 @@ def apply_state(params: dict[str, Any], check_mode: bool = False) -> dict[str, A
                  verify_target)
     else:
         os.makedirs(tree.root, exist_ok=True)
-        with deploy_lock(tree.root, float(params.get("lock_timeout") or 0), f"bootlink {state} {image}"):
+        with deploy_lock(tree.root, float(params.get("lock_timeout") or 0), f"bootlink {state} {image}", on_wait):
             result["cleaned"] = clean_leftovers(tree, image)
             _apply(tree, image, state, packed, version, keep, result, verify_target)
         result["current"], result["previous"] = tree.current(image), tree.previous(image)

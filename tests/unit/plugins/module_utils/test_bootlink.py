@@ -429,10 +429,15 @@ def test_lock_waits_for_the_holder_within_lock_timeout(root):
     thread.start()
     time.sleep(0.1)
     start = time.monotonic()
-    with deploy_lock(str(root), timeout=10):
+    heard = []
+    with deploy_lock(str(root), timeout=10, on_wait=heard.append):
         assert released.is_set()
     assert time.monotonic() - start >= 0.3
     thread.join()
+    # Said once, as the wait began, naming the tree and the holder's note (pid, purpose, since).
+    assert len(heard) == 1 and heard[0].startswith(f"waiting for the boot tree {root}, held by pid {os.getpid()} deploy since ")
+    with deploy_lock(str(root), timeout=10, on_wait=heard.append):
+        assert len(heard) == 1, "a free lock is taken without a word"
 
 
 def test_readers_never_see_a_missing_or_mixed_boot_pair_during_switches(out, root):
