@@ -69,7 +69,7 @@ PLAYBOOK = """\
             files: [{path: "{{ _lynis_profile }}", content: "{{ hpc_stateless_verify_lynis_waivers | hpc.stateless.lynis_profile }}"}]
           register: _boot_files
 
-        - name: The first task file of verify.yml (writes the profile, boots, starts Lynis)
+        - name: The first task file of verify.yml (boots the image, starts Lynis in its background)
           ansible.builtin.import_tasks: %(start)s
 
         - name: The second (waits for Lynis, judges its report)
