@@ -25,6 +25,10 @@ description:
     namespace of C(buildah unshare), once, before any play; there the user is root, container mounts
     work, and every module of the run sees the mounts the others made. It first checks the user's
     subordinate ids (C(/etc/subuid), C(/etc/subgid)) and stops with an error that names the line to add.
+  - It loads the collection's connection plugins (C(hpc.stateless.buildah), C(hpc.stateless.nspawn)) in
+    the controller before the first task. Ansible runs each task in a fork of the controller, which
+    otherwise compiles a connection plugin and its helpers again for every task, even a C(debug)
+    (measured on a 2-core host, 50 module tasks in a working container, 0.25 s per task without, 0.17 s with).
   - Enable it with C(callbacks_enabled = hpc.stateless.buildah_isolation) in C(ansible.cfg).
 options:
   isolation:
@@ -54,9 +58,14 @@ import os
 import sys
 
 from ansible.plugins.callback import CallbackBase
+from ansible.plugins.loader import connection_loader
 from ansible.utils.display import Display
 
 from ansible_collections.hpc.stateless.plugins.module_utils._build import rootless
+
+
+# Loaded once in the controller, so that no task's worker loads them again.
+PRELOADED = ("hpc.stateless.buildah", "hpc.stateless.nspawn")
 
 
 class CallbackModule(CallbackBase):
@@ -69,8 +78,13 @@ class CallbackModule(CallbackBase):
         super().set_options(task_keys=task_keys, var_options=var_options, direct=direct)
         # Set before any worker forks, so buildah run in every connection inherits it.
         os.environ.setdefault("BUILDAH_ISOLATION", self.get_option("isolation"))
-        if not self.get_option("unshare") or not rootless.is_rootless():
-            return
+        if self.get_option("unshare") and rootless.is_rootless():
+            self._enter_user_namespace()
+        for name in PRELOADED:  # after the exec above: each worker is a fork of this process from here on
+            connection_loader.get(name, class_only=True)
+
+    def _enter_user_namespace(self) -> None:
+        """Stop unless the user's subordinate ids are set up; outside a user namespace, start again inside one."""
         try:
             rootless.preflight()
         except rootless.RootlessError as exc:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import fcntl
 import glob
+import hashlib
 import multiprocessing
 import os
 import pty
@@ -161,6 +162,29 @@ def test_module_results_through_ansible_are_whole(container, tmp_path):
                           check=False, stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert "ok=2" in proc.stdout
+
+
+# -- requests bigger than a pipe ----------------------------------------------------------------
+F_GETPIPE_SZ = 1032  # Linux; Python 3.10's fcntl.F_GETPIPE_SZ
+
+
+def test_the_pipes_of_the_relay_hold_a_whole_module_request_and_big_requests_arrive_whole(container):
+    """buildah's chroot runtime relays the agent's streams and lets the tail of a frame that found the pipe into
+    the agent full wait about 0.1 s; so the agent and its holder widen their pipes (figures: docs/connection.md)."""
+    session = Session(container, None, Buildah())
+    assert session.exec(b"true")[0] == 0
+    agent_pid = session.hello["pid"]  # chroot isolation: the host's pid namespace
+    sizes = {}
+    for fd in (0, 1):
+        with open(f"/proc/{agent_pid}/fd/{fd}", "rb" if fd == 0 else "wb") as pipe:
+            sizes[fd] = fcntl.fcntl(pipe.fileno(), F_GETPIPE_SZ)
+    assert sizes == {0: 1 << 20, 1: 1 << 20}, f"the agent's stdin and stdout pipes: {sizes}"
+    payload = os.urandom(700_000)
+    rc, out, _err = session.exec(b"sha256sum", payload)
+    assert rc == 0 and out.split()[0].decode() == hashlib.sha256(payload).hexdigest()
+    rc, out, _err = session.exec(b"head -c 700000 /dev/zero")
+    assert rc == 0 and out == bytes(700_000)
+    session.close()
 
 
 # -- what a build container reaches -------------------------------------------------------------

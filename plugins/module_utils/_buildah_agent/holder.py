@@ -187,6 +187,8 @@ class Holder:
             self.proc = subprocess.Popen(  # pylint: disable=consider-using-with
                 agent_argv(self.client, self.container, self.user), env=command_env(self.client.env),
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, close_fds=True)
+            for pipe in self._pipes()[:2]:  # the agent widens its ends of the runtime's relay
+                agent.widen_pipe(pipe.fileno())
             hello = self._await_hello()
             if hello is not None:
                 self.hello = hello

@@ -420,7 +420,7 @@ def test_an_unprivileged_user_checks_into_its_own_cache(repos):
         keyring.write_bytes(security.keyring.read_bytes())
         for path in (home, keyring):
             os.chown(path, 65534, 65534)
-        collections = str(Path(archive.__file__).resolve().parents[5])
+        collections = str(Path(archive.__file__).parents[6])  # the directory that holds ansible_collections/
         with security.serve() as uri:
             proc = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "env", f"HOME={home}",
                                    sys.executable, "-c", UNPRIVILEGED_CHECK, collections, uri, str(keyring)],

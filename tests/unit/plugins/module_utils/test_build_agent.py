@@ -8,6 +8,7 @@ tests/integration/test_buildah_agent.py.
 
 from __future__ import annotations
 
+import fcntl
 import io
 import json
 import os
@@ -57,6 +58,23 @@ def test_exec_request_and_result_keep_command_input_and_streams_apart():
     header, body = frames(agent.exec_request(3, b"cat; echo e >&2", b"in"))[0]
     assert header == {"id": 3, "op": "exec", "cmd_len": 15, "stdin": True} and body == b"cat; echo e >&2in"
     assert agent.exec_result({"rc": 2, "out": 3}, b"outerr") == (2, b"out", b"err")
+
+
+F_GETPIPE_SZ = 1032  # Linux; Python 3.10's fcntl.F_GETPIPE_SZ
+
+
+def test_widen_pipe_lets_a_pipe_hold_a_whole_module_request_and_leaves_what_is_no_pipe(tmp_path):
+    read_end, write_end = os.pipe()
+    try:
+        assert fcntl.fcntl(read_end, F_GETPIPE_SZ) < agent.PIPE_SIZE
+        agent.widen_pipe(read_end)
+        assert fcntl.fcntl(write_end, F_GETPIPE_SZ) == agent.PIPE_SIZE  # one pipe, whichever end was widened
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    with open(tmp_path / "file", "wb") as handle:
+        agent.widen_pipe(handle.fileno())  # EBADF from the kernel: kept quiet, nothing to widen
+    agent.widen_pipe(999_999)
 
 
 def serve(requests: list[bytes]) -> list:
