@@ -59,7 +59,13 @@ from ansible_collections.hpc.stateless.plugins.module_utils._layers.change_plan 
     normalise_changed_files,
     plan_changes,
 )
-from ansible_collections.hpc.stateless.plugins.module_utils._layers.content_key import RoleIndex, compute_keys, layer_key
+from ansible_collections.hpc.stateless.plugins.module_utils._layers.content_key import (
+    VARIABLES_CACHE,
+    RoleIndex,
+    compute_keys,
+    layer_key,
+)
+from ansible_collections.hpc.stateless.plugins.module_utils._paths import controller_cache_dir
 from ansible_collections.hpc.stateless.plugins.module_utils._layers.freshness import (
     DEFAULT_POLICY,
     POLICIES,
@@ -281,7 +287,8 @@ class ActionModule(ActionBase):
         try:
             if args["compute_keys"]:
                 keys = compute_keys(graph, role_index, lambda name: self._layer_vars(hosts, name, own_raw, graph),
-                                    seal_role=SEAL_ROLE, settle=check.settle if check else None)
+                                    seal_role=SEAL_ROLE, settle=check.settle if check else None,
+                                    variables_cache=controller_cache_dir(VARIABLES_CACHE))
             planned = self._plan(graph, keys, existing, prefix, args["check_storage"], role_index, check)
         except ValueError as exc:
             if isinstance(exc, LayerSpecError):

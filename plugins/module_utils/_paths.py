@@ -21,6 +21,8 @@ import uuid
 from collections.abc import Iterator
 from typing import NamedTuple
 
+from ansible_collections.hpc.stateless.plugins.module_utils import _process
+
 # The tag of a file being written under a temporary name: ``.<name>.new-<8 hex>``.
 NEW_TAG = "new"
 # What a temporary name next to a file carries between the file's name and its random token; the
@@ -132,3 +134,15 @@ def move_into_place(staged: str, final: str, aside: str | None = None) -> None:
     fsync_dir(os.path.dirname(os.path.abspath(final)))
     if aside is not None:
         shutil.rmtree(aside, ignore_errors=True)
+
+
+def controller_cache_dir(name: str) -> str:
+    """Where the controller keeps its cache ``name`` between runs: ``/var/cache/hpc.stateless/<name>`` as root, else
+    below ``$XDG_CACHE_HOME`` (default ``~/.cache``): ``hpc.stateless/<name>``.
+
+    Inside a user namespace (``buildah unshare`` of a rootless build) uid 0 is the user, who cannot write root's
+    cache: the user's own one then."""
+    if os.geteuid() == 0 and not _process.in_user_namespace():
+        return os.path.join("/var/cache/hpc.stateless", name)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "hpc.stateless", name)

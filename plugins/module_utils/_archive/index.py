@@ -37,7 +37,7 @@ from typing import Callable, Iterable, Mapping, NamedTuple, Sequence
 
 from ansible.module_utils.urls import ConnectionError as UrlsConnectionError, open_url
 
-from ansible_collections.hpc.stateless.plugins.module_utils import _process
+from ansible_collections.hpc.stateless.plugins.module_utils import _paths, _process
 from ansible_collections.hpc.stateless.plugins.module_utils._archive import debversion
 from ansible_collections.hpc.stateless.plugins.module_utils._fs import Flock, LockBusy, wait_message
 from ansible_collections.hpc.stateless.plugins.module_utils._paths import write_atomic
@@ -134,10 +134,7 @@ def default_cache_dir() -> str:
 
     Inside a user namespace (``buildah unshare`` of a rootless build) uid 0 is the user, who cannot write root's
     cache: the user's own one then."""
-    if os.geteuid() == 0 and not _process.in_user_namespace():
-        return "/var/cache/hpc.stateless/archive"
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "hpc.stateless", "archive")
+    return _paths.controller_cache_dir("archive")
 
 
 # -- Release files ---------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ Reads role files; no other I/O.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -34,6 +35,7 @@ except ImportError as _exc:  # reported by the calling module with missing_requi
 else:
     CONTENT_KEY_IMPORT_ERROR = None
 
+from ansible_collections.hpc.stateless.plugins.module_utils import _paths
 from ansible_collections.hpc.stateless.plugins.module_utils._layers.graph import (
     LAYERS_VAR,
     LayerGraph,
@@ -370,6 +372,11 @@ def role_digest(role_dir: str) -> str:
     ``*.pyc`` and editor leftovers (``*~``, ``.*.swp``). A symlink is hashed by
     its target string, not followed; the executable bit of files counts.
     """
+    return role_digest_and_links(role_dir)[0]
+
+
+def role_digest_and_links(role_dir: str) -> tuple[str, bool]:
+    """:func:`role_digest`, and whether the role holds a symbolic link (which its digest does not follow)."""
     entries: list[str] = []
     for root, dirs, files in os.walk(role_dir):
         rel_root = os.path.relpath(root, role_dir)
@@ -389,7 +396,8 @@ def role_digest(role_dir: str) -> str:
             if not os.path.islink(os.path.join(root, d))
             and not _excluded_from_digest(rel_root + d, True)
         )
-    return hashlib.sha256("\n".join(sorted(entries)).encode("utf-8", "surrogateescape")).hexdigest()
+    digest = hashlib.sha256("\n".join(sorted(entries)).encode("utf-8", "surrogateescape")).hexdigest()
+    return digest, any(entry.startswith("link\0") for entry in entries)
 
 
 # --------------------------------------------------------------------------- variables
@@ -537,6 +545,51 @@ def referenced_variables(role_dir: str) -> set[str]:
     return found
 
 
+#: The controller's cache (_paths.controller_cache_dir) of the variables each role reads, by the role's digest.
+VARIABLES_CACHE = "role-variables"
+
+
+@functools.lru_cache(maxsize=None)
+def _rules_stamp() -> str:
+    """What a role's variables depend on besides its files: the rules here and Jinja's parser ("" if unknown)."""
+    try:
+        with open(__file__, "rb") as handle:
+            rules = handle.read()
+    except (NameError, OSError):
+        return ""
+    return hashlib.sha256(rules + b"\0" + str(getattr(jinja2, "__version__", "")).encode()).hexdigest()[:16]
+
+
+def role_variables(role_dir: str, digest: str, has_links: bool, cache_dir: str | None) -> set[str]:
+    """:func:`referenced_variables` of ``role_dir``, kept in ``cache_dir`` under the role's ``digest``.
+
+    The Jinja parse of every template and task is most of a plan's key computation; a role whose files did not
+    change is not parsed again. The entry is named by the digest and :func:`_rules_stamp`, so another rule or
+    Jinja release never reads an old one; a role with a symbolic link is always parsed (its digest covers the
+    link, not what it names). An entry that cannot be read is parsed again and rewritten; one that cannot be
+    written costs the next run the parse, nothing else. A role that changed while it was parsed is not kept.
+    """
+    stamp = _rules_stamp()
+    if cache_dir is None or has_links or not stamp:
+        return referenced_variables(role_dir)
+    path = os.path.join(cache_dir, f"{digest}-{stamp}.json")
+    try:
+        with open(path, encoding="utf-8") as handle:
+            names = json.load(handle)
+        if isinstance(names, list) and all(isinstance(name, str) for name in names):
+            return set(names)
+    except (OSError, ValueError):
+        pass
+    found = referenced_variables(role_dir)
+    if role_digest(role_dir) == digest:
+        try:
+            os.makedirs(cache_dir, exist_ok=True)
+            _paths.write_atomic(path, json.dumps(sorted(found)), sync=False)
+        except OSError:
+            pass
+    return found
+
+
 def is_ignored_variable(name: str) -> bool:
     """True for facts and Ansible-provided names, whose values never come from the inventory."""
     return name.startswith("ansible_") or name in _IGNORED_VARIABLES
@@ -675,6 +728,7 @@ def compute_keys(
     variables_for: Callable[[str], Mapping[str, Any]],
     seal_role: str | None = None,
     settle: Callable[[str, str, str | None], str] | None = None,
+    variables_cache: str | None = None,
 ) -> dict[str, LayerKey]:
     """Keys of every layer in ``graph``, in build order (dict order).
 
@@ -685,18 +739,20 @@ def compute_keys(
     variables merged with the layer's ``vars``). ``seal_role`` is the role whose seal the
     build runs after every layer's roles (_layers/seal.py): the key of each layer with roles then
     covers its files, the variables it reads and the layer's opt-out settings, opted out or not.
+    ``variables_cache`` is the directory where the variables each role reads are kept between runs
+    (:func:`role_variables`); None parses every role.
     Raises :class:`LayerSpecError` (a :class:`RoleError` for role problems).
     """
     digests: dict[str, str] = {}
-    role_variables: dict[str, set[str]] = {}
+    variables_of: dict[str, set[str]] = {}
     keys: dict[str, LayerKey] = {}
 
     def hashed_dir(role: str) -> str:
         """The role's real directory; its digest and variables are read once per run."""
         role_dir = os.path.realpath(role_index.path(role))
         if role_dir not in digests:
-            digests[role_dir] = role_digest(role_dir)
-            role_variables[role_dir] = referenced_variables(role_dir)
+            digests[role_dir], has_links = role_digest_and_links(role_dir)
+            variables_of[role_dir] = role_variables(role_dir, digests[role_dir], has_links, variables_cache)
         return role_dir
 
     for name in graph.order():
@@ -713,12 +769,12 @@ def compute_keys(
         for role in applied:
             role_dir = hashed_dir(role)
             role_entries.append((role, digests[role_dir]))
-            referenced |= role_variables[role_dir]
+            referenced |= variables_of[role_dir]
         seal = None
         if seal_role is not None and applied:  # a layer without roles is committed as it is, unsealed
             seal_dir = hashed_dir(seal_role)
             seal = (seal_role, digests[seal_dir])
-            referenced |= role_variables[seal_dir] | SEAL_VARIABLES
+            referenced |= variables_of[seal_dir] | SEAL_VARIABLES
         values = resolve_variable_values(referenced, variables_for(name))
         parent = spec["parent"]
         parent_key = keys[parent].key if parent is not None else None

@@ -368,6 +368,8 @@ def test_default_cache_dir(monkeypatch):
     monkeypatch.delenv("XDG_CACHE_HOME")
     monkeypatch.setenv("HOME", "/home/u")
     assert archive.default_cache_dir() == "/home/u/.cache/hpc.stateless/archive"
+    # The rule is the controller's for every cache of its own (_paths.controller_cache_dir).
+    assert archive._paths.controller_cache_dir("role-variables") == "/home/u/.cache/hpc.stateless/role-variables"
 
 
 def test_parse_packages_keeps_every_version_newest_first():

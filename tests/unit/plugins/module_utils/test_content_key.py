@@ -702,3 +702,59 @@ def test_role_order_matters():
     """Roles apply in order, so swapping two roles changes the key."""
     a, b = ("a", "0" * 64), ("b", "1" * 64)
     assert layer_key(None, SPEC, [a, b], {}) != layer_key(None, SPEC, [b, a], {})
+
+
+# --------------------------------------------------------------------------- the variables cache
+
+def cached_keys(roles_dir: Path, cache: Path, variables=None) -> dict[str, str]:
+    index = RoleIndex([str(roles_dir)], [])
+    graph = LayerGraph.from_spec(LAYERS, role_exists=index.exists)
+    chosen = VARS if variables is None else variables
+    return {name: k.key for name, k in compute_keys(graph, index, lambda name: chosen, variables_cache=str(cache)).items()}
+
+
+def test_the_variables_cache_gives_the_keys_of_a_parse_and_is_read_instead_of_parsing(roles, tmp_path):
+    cache = tmp_path / "cache"
+    parsed = key_map(roles)
+    assert cached_keys(roles, cache) == parsed  # the first run writes the entries
+    entries = sorted(cache.iterdir())
+    assert len(entries) == 5  # one per role: common, web, webdep, extra, helper
+    assert cached_keys(roles, cache) == parsed  # the second reads them
+    # An entry is what the run trusts: one naming another variable moves the key of its role's layers.
+    web_digest = role_digest(str(roles / "web"))
+    (web_entry,) = [entry for entry in entries if entry.name.startswith(web_digest)]
+    web_entry.write_text('["web_port", "web_enabled", "unrelated"]', encoding="utf-8")
+    assert changed(parsed, cached_keys(roles, cache)) == {"compute", "gpu"}
+
+
+def test_an_edited_role_is_parsed_again_and_a_bad_entry_is_rewritten(roles, tmp_path):
+    cache = tmp_path / "cache"
+    before = cached_keys(roles, cache)
+    write(roles / "web/templates/web.conf.j2", "port={{ web_port }}\nsite={{ site_name }}\n")
+    after = cached_keys(roles, cache)
+    assert changed(before, after) == {"compute", "gpu"}
+    assert after == key_map(roles)
+    assert len(list(cache.iterdir())) == 6  # the edited role's new digest
+    for entry in cache.iterdir():
+        entry.write_text("not json", encoding="utf-8")
+    assert cached_keys(roles, cache) == after
+    current = {role_digest(str(roles / role)) for role in ("common", "web", "webdep", "extra", "helper")}
+    rewritten = {entry.name.split("-")[0] for entry in cache.iterdir() if entry.read_text(encoding="utf-8").startswith("[")}
+    assert rewritten == current  # the entry of the web role before the edit is read by no one, and left
+
+
+def test_a_role_with_a_symbolic_link_is_never_cached(roles, tmp_path):
+    """The digest covers a link's target string, not the file it names: what that file reads is parsed each run."""
+    cache = tmp_path / "cache"
+    outside = write(tmp_path / "elsewhere" / "web.conf.j2", "port={{ web_port }}\n")
+    (roles / "web/templates/web.conf.j2").unlink()
+    (roles / "web/templates/web.conf.j2").symlink_to(outside)
+    before = cached_keys(roles, cache)
+    assert not [entry for entry in cache.iterdir() if entry.name.startswith(role_digest(str(roles / "web")))]
+    outside.write_text("port={{ web_port }}\nsite={{ site_name }}\n", encoding="utf-8")
+    assert changed(before, cached_keys(roles, cache)) == {"compute", "gpu"}
+
+
+def test_an_unwritable_cache_only_costs_the_parse(roles, tmp_path):
+    blocker = write(tmp_path / "cache", "a file where the directory should be\n")
+    assert cached_keys(roles, blocker) == key_map(roles)
