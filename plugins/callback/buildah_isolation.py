@@ -81,7 +81,10 @@ class CallbackModule(CallbackBase):
         if self.get_option("unshare") and rootless.is_rootless():
             self._enter_user_namespace()
         for name in PRELOADED:  # after the exec above: each worker is a fork of this process from here on
-            connection_loader.get(name, class_only=True)
+            try:
+                connection_loader.get(name, class_only=True)
+            except Exception:  # pylint: disable=broad-exception-caught
+                pass  # a plugin that cannot load fails the task that uses it, which says why; no other run
 
     def _enter_user_namespace(self) -> None:
         """Stop unless the user's subordinate ids are set up; outside a user namespace, start again inside one."""
