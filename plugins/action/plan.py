@@ -65,7 +65,6 @@ from ansible_collections.hpc.stateless.plugins.module_utils._layers.content_key 
     compute_keys,
     layer_key,
 )
-from ansible_collections.hpc.stateless.plugins.module_utils._paths import controller_cache_dir
 from ansible_collections.hpc.stateless.plugins.module_utils._layers.freshness import (
     DEFAULT_POLICY,
     POLICIES,
@@ -77,6 +76,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils._layers.freshness im
 from ansible_collections.hpc.stateless.plugins.module_utils._layers.graph import LayerGraph, LayerSpecError
 from ansible_collections.hpc.stateless.plugins.module_utils._layers.render import render_dot, render_table
 from ansible_collections.hpc.stateless.plugins.module_utils._layers.seal import SEAL_ROLE
+from ansible_collections.hpc.stateless.plugins.module_utils._paths import controller_cache_dir
 from ansible_collections.hpc.stateless.plugins.module_utils._project import project_dir, role_search_paths
 from ansible_collections.hpc.stateless.plugins.plugin_utils.controller import runs_in_this_process
 

@@ -144,5 +144,9 @@ def controller_cache_dir(name: str) -> str:
     cache: the user's own one then."""
     if os.geteuid() == 0 and not _process.in_user_namespace():
         return os.path.join("/var/cache/hpc.stateless", name)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "hpc.stateless", name)
+    return os.path.join(user_cache_home(), "hpc.stateless", name)
+
+
+def user_cache_home(home: str | None = None) -> str:
+    """The user's cache directory: ``$XDG_CACHE_HOME``, else ``<home>/.cache`` (``home``: ``~`` when not given)."""
+    return os.environ.get("XDG_CACHE_HOME") or os.path.join(home or os.path.expanduser("~"), ".cache")

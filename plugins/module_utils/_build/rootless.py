@@ -20,6 +20,7 @@ import shlex
 import shutil
 from typing import Sequence
 
+from ansible_collections.hpc.stateless.plugins.module_utils._paths import user_cache_home
 from ansible_collections.hpc.stateless.plugins.module_utils._process import ProcessError, id_map, in_user_namespace
 
 SUBID_FILES = {"uid": "/etc/subuid", "gid": "/etc/subgid"}
@@ -148,9 +149,8 @@ def host_cache_path(path: str) -> str:
     if not is_rootless() or not (path == HOST_CACHE_ROOT or path.startswith(HOST_CACHE_ROOT + "/")):
         return path
     home = os.environ.get("HOME") or pwd.getpwuid(outer_user()[1]).pw_dir
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(home, ".cache")
     below = os.path.relpath(path, HOST_CACHE_ROOT)
-    return os.path.join(cache, "hpc-stateless", *([] if below == "." else [below]))
+    return os.path.join(user_cache_home(home), "hpc-stateless", *([] if below == "." else [below]))
 
 
 _checked: list[bool] = []
