@@ -51,6 +51,17 @@ BOOTSTRAP_TOOLS: dict[str, tuple[str, ...]] = {
     "zypper": ("zypper",),
 }
 
+#: tool family -> what Ansible needs in a root whose layers run roles, installed with the root's bootstrap
+#: (_layers/graph.py adds what ``bootstrap.packages`` does not list): the interpreter, and for apt the binding of
+#: ``ansible.builtin.apt``. Without python3-apt, the first apt task of every child layer runs ``apt-get update``
+#: and installs python3-apt itself (about 4 s a layer on the 2-core build host), and that layer carries the
+#: refreshed lists. For dnf and zypper an empty list keeps the tool's default set, which has python3.
+ANSIBLE_PACKAGES: dict[str, tuple[str, ...]] = {
+    "debootstrap": ("python3", "python3-apt"),
+    "dnf": ("python3",),
+    "zypper": ("python3",),
+}
+
 # The kinds of value of a bootstrap key.
 KIND_STRING = "string"
 KIND_PATH = "path"        # a string naming a file of the build host

@@ -25,6 +25,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils._contract.names impo
     check_name as check_artifact_name,
 )
 from ansible_collections.hpc.stateless.plugins.module_utils._contract.inventory import (
+    ANSIBLE_PACKAGES,
     BOOTSTRAP_KEYS,
     BOOTSTRAP_REQUIRED,
     BOOTSTRAP_TOOLS,
@@ -173,6 +174,27 @@ def _normalise_bootstrap(path: str, raw: object) -> dict[str, Any]:
         for key in ("updates", "security"):
             result.setdefault(key, suite_default(result["release"]))
     return result
+
+
+def _with_ansible_packages(bootstrap: dict[str, Any]) -> dict[str, Any]:
+    """``bootstrap`` with what Ansible needs (:data:`ANSIBLE_PACKAGES`) added to its packages, after the listed ones."""
+    family = SUPPORTED_DISTROS[bootstrap["distro"]]
+    listed = bootstrap["packages"]
+    if family != "debootstrap" and not listed:
+        return bootstrap  # dnf and zypper install their default set, python3 in it (_build/bootstrap.py)
+    missing = [package for package in ANSIBLE_PACKAGES[family] if package not in listed]
+    return {**bootstrap, "packages": listed + missing} if missing else bootstrap
+
+
+def _roots_with_roles(specs: Mapping[str, Mapping[str, Any]]) -> set[str]:
+    """The root layers of the layers that run roles (the DAG is known to be acyclic)."""
+    roots = set()
+    for name, spec in specs.items():
+        if spec["roles"]:
+            while specs[name]["parent"] is not None:
+                name = specs[name]["parent"]
+            roots.add(name)
+    return roots
 
 
 def _normalise_role(path: str, entry: object) -> str:
@@ -361,6 +383,9 @@ class LayerGraph:
             raise LayerSpecError(
                 LAYERS_VAR, f"cycle between layers {' -> '.join(cycle + cycle[:1])}"
             )
+        # A root whose layers run roles gets what Ansible needs to run them, so it is keyed and bootstrapped so.
+        for name in _roots_with_roles(specs):
+            specs[name]["bootstrap"] = _with_ansible_packages(specs[name]["bootstrap"])
         normalised_images: dict[str, dict[str, Any]] = {}
         raw_images = _expect_mapping(IMAGES_VAR, images if images is not None else {})
         for name in sorted(raw_images, key=str):

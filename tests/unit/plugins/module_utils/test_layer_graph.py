@@ -138,11 +138,31 @@ def test_spec_is_canonical():
     }
     base = graph.spec("base")
     assert base["parent"] is None
-    assert base["bootstrap"] == {
-        "distro": "debian", "release": "bookworm", "packages": [], "components": [], "extra_args": [],
-        "updates": True, "security": True,
+    assert base["bootstrap"] == {  # app runs roles: the root gets what Ansible needs for them
+        "distro": "debian", "release": "bookworm", "packages": ["python3", "python3-apt"], "components": [],
+        "extra_args": [], "updates": True, "security": True,
     }
     assert base["groups"] == ["all_nodes"] and base["description"] == "Base"
+
+
+def test_a_root_whose_layers_run_roles_gets_what_ansible_needs():
+    """python3 and python3-apt (Debian family) are added after the listed packages of a root whose tree runs
+    roles; a tree without roles keeps its list; dnf and zypper keep their tool's default set when none is listed."""
+    graph = LayerGraph.from_spec({
+        "deb": {"bootstrap": {"distro": "debian", "release": "12", "packages": ["systemd", "python3"]}},
+        "leaf": child("deb", roles=["site"]),
+        "bare": {"bootstrap": {"distro": "debian", "release": "12", "packages": ["systemd"]}},
+        "bare_child": child("bare"),
+        "alma": root("almalinux", "9"),
+        "alma_leaf": child("alma", roles=["site"]),
+        "leap": root("opensuse-leap", "15.6", roles=["site"]),
+        "rocky": {"bootstrap": {"distro": "rocky", "release": "9", "packages": ["bash"]}, "roles": ["site"]},
+    })
+    assert graph.spec("deb")["bootstrap"]["packages"] == ["systemd", "python3", "python3-apt"]
+    assert graph.spec("bare")["bootstrap"]["packages"] == ["systemd"]
+    assert graph.spec("alma")["bootstrap"]["packages"] == []
+    assert graph.spec("leap")["bootstrap"]["packages"] == []
+    assert graph.spec("rocky")["bootstrap"]["packages"] == ["bash", "python3"]
 
 
 def test_bootstrap_options_are_normalised():
