@@ -51,15 +51,13 @@ BOOTSTRAP_TOOLS: dict[str, tuple[str, ...]] = {
     "zypper": ("zypper",),
 }
 
-#: tool family -> what Ansible needs in a root whose layers run roles, installed with the root's bootstrap
-#: (_layers/graph.py adds what ``bootstrap.packages`` does not list): the interpreter, and for apt the binding of
-#: ``ansible.builtin.apt``. Without python3-apt, the first apt task of every child layer runs ``apt-get update``
-#: and installs python3-apt itself (about 4 s a layer on the 2-core build host), and that layer carries the
-#: refreshed lists. For dnf and zypper an empty list keeps the tool's default set, which has python3.
-ANSIBLE_PACKAGES: dict[str, tuple[str, ...]] = {
+#: tool family -> (the interpreter, the binding Ansible's package module needs beside it). A root that lists the
+#: interpreter is meant to be configured by Ansible, so the layer DAG (_layers/graph.py) adds the binding when the
+#: list lacks it: without python3-apt, the first apt task of every child layer runs ``apt-get update`` and installs
+#: python3-apt itself (about 4 s a layer on the 2-core build host), and that layer carries the refreshed lists.
+#: dnf's binding comes with dnf itself, and zypper's module needs none.
+ANSIBLE_BINDINGS: dict[str, tuple[str, str]] = {
     "debootstrap": ("python3", "python3-apt"),
-    "dnf": ("python3",),
-    "zypper": ("python3",),
 }
 
 # The kinds of value of a bootstrap key.

@@ -25,7 +25,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils._contract.names impo
     check_name as check_artifact_name,
 )
 from ansible_collections.hpc.stateless.plugins.module_utils._contract.inventory import (
-    ANSIBLE_PACKAGES,
+    ANSIBLE_BINDINGS,
     BOOTSTRAP_KEYS,
     BOOTSTRAP_REQUIRED,
     BOOTSTRAP_TOOLS,
@@ -168,33 +168,16 @@ def _normalise_bootstrap(path: str, raw: object) -> dict[str, Any]:
         check_bootstrap_sources(path, result)
     except SourceSpecError as exc:
         raise LayerSpecError(exc.path, exc.problem) from None
+    binding = ANSIBLE_BINDINGS.get(SUPPORTED_DISTROS[result["distro"]])
+    if binding and binding[0] in result["packages"] and binding[1] not in result["packages"]:
+        # Ansible configures the layers on this root: its package module's binding comes with the interpreter.
+        result["packages"] = result["packages"] + [binding[1]]
     if result["distro"] in DEBIAN_STYLE_MIRRORS:
         # The suites are keyed as resolved: a root made before the updates and security suites were on by
         # default differs from one made now.
         for key in ("updates", "security"):
             result.setdefault(key, suite_default(result["release"]))
     return result
-
-
-def _with_ansible_packages(bootstrap: dict[str, Any]) -> dict[str, Any]:
-    """``bootstrap`` with what Ansible needs (:data:`ANSIBLE_PACKAGES`) added to its packages, after the listed ones."""
-    family = SUPPORTED_DISTROS[bootstrap["distro"]]
-    listed = bootstrap["packages"]
-    if family != "debootstrap" and not listed:
-        return bootstrap  # dnf and zypper install their default set, python3 in it (_build/bootstrap.py)
-    missing = [package for package in ANSIBLE_PACKAGES[family] if package not in listed]
-    return {**bootstrap, "packages": listed + missing} if missing else bootstrap
-
-
-def _roots_with_roles(specs: Mapping[str, Mapping[str, Any]]) -> set[str]:
-    """The root layers of the layers that run roles (the DAG is known to be acyclic)."""
-    roots = set()
-    for name, spec in specs.items():
-        if spec["roles"]:
-            while specs[name]["parent"] is not None:
-                name = specs[name]["parent"]
-            roots.add(name)
-    return roots
 
 
 def _normalise_role(path: str, entry: object) -> str:
@@ -383,9 +366,6 @@ class LayerGraph:
             raise LayerSpecError(
                 LAYERS_VAR, f"cycle between layers {' -> '.join(cycle + cycle[:1])}"
             )
-        # A root whose layers run roles gets what Ansible needs to run them, so it is keyed and bootstrapped so.
-        for name in _roots_with_roles(specs):
-            specs[name]["bootstrap"] = _with_ansible_packages(specs[name]["bootstrap"])
         normalised_images: dict[str, dict[str, Any]] = {}
         raw_images = _expect_mapping(IMAGES_VAR, images if images is not None else {})
         for name in sorted(raw_images, key=str):

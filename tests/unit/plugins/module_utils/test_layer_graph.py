@@ -138,31 +138,26 @@ def test_spec_is_canonical():
     }
     base = graph.spec("base")
     assert base["parent"] is None
-    assert base["bootstrap"] == {  # app runs roles: the root gets what Ansible needs for them
-        "distro": "debian", "release": "bookworm", "packages": ["python3", "python3-apt"], "components": [],
-        "extra_args": [], "updates": True, "security": True,
+    assert base["bootstrap"] == {
+        "distro": "debian", "release": "bookworm", "packages": [], "components": [], "extra_args": [],
+        "updates": True, "security": True,
     }
     assert base["groups"] == ["all_nodes"] and base["description"] == "Base"
 
 
-def test_a_root_whose_layers_run_roles_gets_what_ansible_needs():
-    """python3 and python3-apt (Debian family) are added after the listed packages of a root whose tree runs
-    roles; a tree without roles keeps its list; dnf and zypper keep their tool's default set when none is listed."""
-    graph = LayerGraph.from_spec({
-        "deb": {"bootstrap": {"distro": "debian", "release": "12", "packages": ["systemd", "python3"]}},
-        "leaf": child("deb", roles=["site"]),
-        "bare": {"bootstrap": {"distro": "debian", "release": "12", "packages": ["systemd"]}},
-        "bare_child": child("bare"),
-        "alma": root("almalinux", "9"),
-        "alma_leaf": child("alma", roles=["site"]),
-        "leap": root("opensuse-leap", "15.6", roles=["site"]),
-        "rocky": {"bootstrap": {"distro": "rocky", "release": "9", "packages": ["bash"]}, "roles": ["site"]},
-    })
-    assert graph.spec("deb")["bootstrap"]["packages"] == ["systemd", "python3", "python3-apt"]
-    assert graph.spec("bare")["bootstrap"]["packages"] == ["systemd"]
-    assert graph.spec("alma")["bootstrap"]["packages"] == []
-    assert graph.spec("leap")["bootstrap"]["packages"] == []
-    assert graph.spec("rocky")["bootstrap"]["packages"] == ["bash", "python3"]
+def test_a_debian_root_with_python3_gets_the_apt_binding():
+    """A Debian-family root that lists python3 gets python3-apt after its packages (once); one without python3,
+    and dnf and zypper roots, keep their list as written."""
+    def packages(distro, listed):
+        graph = LayerGraph.from_spec({"r": {"bootstrap": {"distro": distro, "release": "12", "packages": listed}}})
+        return graph.spec("r")["bootstrap"]["packages"]
+    assert packages("debian", ["systemd", "python3"]) == ["systemd", "python3", "python3-apt"]
+    assert packages("ubuntu", ["python3"]) == ["python3", "python3-apt"]
+    assert packages("debian", ["python3-apt", "python3"]) == ["python3-apt", "python3"]
+    assert packages("debian", ["systemd"]) == ["systemd"]
+    assert packages("debian", []) == []
+    assert packages("rocky", ["python3"]) == ["python3"]
+    assert packages("opensuse-leap", ["python3"]) == ["python3"]
 
 
 def test_bootstrap_options_are_normalised():
