@@ -54,9 +54,6 @@ PLAYBOOK = """\
     ansible_nspawn_extra_args: >-
       {{ ['--bind-ro=' ~ munge_key ~ ':/etc/munge/munge.key'] + (_boot_files.binds | default([]))
          + (true | hpc.stateless.lynis_nspawn_args) }}
-    # What verify.yml gives its two Lynis task files: the profile's place in the boot, the job's status dir.
-    _lynis_profile: /run/hpc-stateless-lynis.prf
-    ansible_async_dir: /run/hpc-stateless-async
     hpc_stateless_verify_lynis_waivers: []
     hpc_stateless_verify_lynis_min_score: %(min)d
     hpc_stateless_verify_lynis_timeout: 1800
@@ -66,7 +63,8 @@ PLAYBOOK = """\
       block:
         - name: This boot's Lynis profile, as verify.yml writes it
           hpc.stateless.verify_boot_files:
-            files: [{path: "{{ _lynis_profile }}", content: "{{ hpc_stateless_verify_lynis_waivers | hpc.stateless.lynis_profile }}"}]
+            files: [{path: "{{ 'profile' | hpc.stateless.lynis_boot_path }}",
+                     content: "{{ hpc_stateless_verify_lynis_waivers | hpc.stateless.lynis_profile }}"}]
           register: _boot_files
 
         - name: The first task file of verify.yml (boots the image, starts Lynis in its background)

@@ -2,12 +2,14 @@
 # Copyright (c) 2026 hpc.stateless developers
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Filters hpc.stateless.lynis_nspawn_args, lynis_profile, lynis_argv and lynis_verdict: Lynis in the verify gate.
+"""Filters hpc.stateless.lynis_nspawn_args, lynis_profile, lynis_argv, lynis_boot_path and lynis_verdict: Lynis in the
+verify gate.
 
 playbooks/verify.yml boots the image with the host's Lynis bound in read-only (lynis_nspawn_args),
 playbooks/tasks/verify_lynis.yml runs it with the skipped tests of the waiver files (lynis_profile, lynis_argv) and judges its report (lynis_verdict) with the
 collection's waiver file (roles/hpc_stateless/files/lynis-waivers.yml) and the site's. The rules live in
-module_utils/_verify/lynis.py. Documentation: lynis_nspawn_args.yml, lynis_profile.yml, lynis_argv.yml, lynis_verdict.yml.
+module_utils/_verify/lynis.py, and where its files are in the boot (lynis_boot_path) there too. Documentation:
+lynis_nspawn_args.yml, lynis_profile.yml, lynis_argv.yml, lynis_boot_path.yml, lynis_verdict.yml.
 """
 
 from __future__ import annotations
@@ -44,6 +46,17 @@ def lynis_argv(report_file: Any, log_file: Any = "", profile: Any = "", print_re
     if not isinstance(print_report, bool):
         raise AnsibleFilterError(f"lynis_argv: print_report expects true or false, got {print_report!r}")
     return lynis.lynis_argv(report_file, str(log_file or ""), str(profile or ""), print_report=print_report)
+
+
+def lynis_boot_path(name: Any) -> str:
+    """Where verify's Lynis keeps ``name`` (workdir, profile, report, async_dir) in the boot."""
+    if isinstance(name, Undefined):
+        return name
+    try:
+        return lynis.BOOT_PATHS[name]
+    except (KeyError, TypeError):
+        raise AnsibleFilterError(f"lynis_boot_path: unknown name {name!r} "
+                                 f"(known: {', '.join(sorted(lynis.BOOT_PATHS))})") from None
 
 
 def _waiver_set(waiver_files: Any) -> lynis.Waivers:
@@ -85,4 +98,4 @@ class FilterModule:
 
     def filters(self) -> dict[str, Callable[..., Any]]:
         return {"lynis_nspawn_args": lynis_nspawn_args, "lynis_argv": lynis_argv, "lynis_verdict": lynis_verdict,
-                "lynis_profile": lynis_profile}
+                "lynis_profile": lynis_profile, "lynis_boot_path": lynis_boot_path}

@@ -41,6 +41,15 @@ OPTIONAL_LAYOUT = {"plugins": ("/etc/lynis/plugins", "/usr/local/etc/lynis/plugi
 # Where the bundle appears inside the booted container: /run is a tmpfs of the boot, so the mount points
 # nspawn creates vanish with it.
 MOUNT_POINT = "/run/hpc-stateless-lynis"
+#: Where verify's Lynis keeps its things in the boot, all under /run (never in the image): its working directory
+#: (the host's Lynis, bound in read-only), this boot's profile (bound in read-only from the build host), the
+#: report, and the status directory of its background job (``ansible_async_dir`` of the two tasks that use it).
+BOOT_PATHS: dict[str, str] = {
+    "workdir": MOUNT_POINT,
+    "profile": "/run/hpc-stateless-lynis.prf",
+    "report": "/run/hpc-stateless-lynis-report.dat",
+    "async_dir": "/run/hpc-stateless-async",
+}
 FINDING_KINDS = ("warning", "suggestion")
 _TEST_ID = re.compile(r"^([A-Z]{3,5}-\d{4}|LYNIS)$")
 _WAIVER_KEYS = {"check", "reason", "item"}

@@ -170,6 +170,14 @@ def test_the_command_runs_from_the_bound_directory_with_the_profile():
         lynis_filter.lynis_argv("r.dat")
 
 
+def test_the_boot_paths_are_under_run_and_the_workdir_is_the_bind():
+    paths = {name: lynis_filter.lynis_boot_path(name) for name in ("workdir", "profile", "report", "async_dir")}
+    assert all(path.startswith("/run/") for path in paths.values()) and len(set(paths.values())) == 4
+    assert paths["workdir"] == lynis.MOUNT_POINT
+    with pytest.raises(AnsibleFilterError, match="unknown name 'log'.*async_dir, profile, report, workdir"):
+        lynis_filter.lynis_boot_path("log")
+
+
 FAKE_LYNIS = """\
 # Stands in for Lynis (the real one needs a booted system): screen output, then the report at --report-file.
 while [ $# -gt 0 ]; do [ "$1" = --report-file ] && report=$2; shift; done
