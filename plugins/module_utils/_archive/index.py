@@ -86,47 +86,114 @@ class Response(NamedTuple):
 
 
 class FetchFailed(Exception):
-    """The request got no usable answer (unreachable host, timeout, an HTTP error other than 404)."""
+    """The request got no usable answer (unreachable host, timeout, an HTTP error other than 404, too much data).
+
+    ``transient`` is true for a fault that may pass (name resolution, a refused or reset connection, a timeout,
+    HTTP 408/429/5xx): :func:`fetch_with_retries` tries again."""
+
+    def __init__(self, message: str, transient: bool = False) -> None:
+        super().__init__(message)
+        self.transient = transient
+
+
+class TooLarge(FetchFailed):
+    """The answer is larger than the signed Release file says (or than any Release file may be)."""
 
 
 Fetch = Callable[..., Response]
 
+#: The most a Release/InRelease file (or its detached signature) may weigh, as apt's Acquire::MaxReleaseFileSize.
+MAX_RELEASE_BYTES = 10_000_000
+#: Seconds a whole archive view may spend on the network while it holds the cache's lock (below LOCK_TIMEOUT).
+DEFAULT_DEADLINE = 300.0
+#: Seconds to wait before each new try of a request that got no answer, doubling as apt's
+#: Acquire::Retries::Delay does: about 15 s in all, longer than the resolver outages seen on build hosts.
+RETRY_DELAYS = (1.0, 2.0, 4.0, 8.0)
+_CHUNK = 1 << 16
+_TRANSIENT_HTTP = (408, 429, 500, 502, 503, 504)
 
-def fetch_url(url: str, *, headers: Mapping[str, str] | None = None, timeout: float = DEFAULT_TIMEOUT) -> Response:
-    """GET ``url`` (http, https or file); a 404/410 or a missing file is ``Response(404)``, not an error.
 
-    Raises :class:`FetchFailed` with the reason when there is no answer.
+def _read_capped(reply, url: str, max_bytes: int | None, deadline: float | None) -> bytes:
+    """The body of ``reply``, refused when it exceeds ``max_bytes`` or is still coming at ``deadline`` (monotonic)."""
+    chunks, total = [], 0
+    # read1: what has arrived (one receive at most), so a mirror that drips bytes still meets the deadline.
+    read = getattr(reply, "read1", reply.read)
+    while True:
+        if deadline is not None and time.monotonic() > deadline:
+            raise FetchFailed(f"{url} was still downloading when the time allowed for the archive check ran out "
+                              f"({total} bytes read)")
+        chunk = read(_CHUNK)
+        if not chunk:
+            return b"".join(chunks)
+        total += len(chunk)
+        if max_bytes is not None and total > max_bytes:
+            raise TooLarge(f"{url} is larger than the {max_bytes} bytes it may have (its signed Release file's size, "
+                              "or apt's limit for a Release file)")
+        chunks.append(chunk)
+
+
+def fetch_url(url: str, *, headers: Mapping[str, str] | None = None, timeout: float = DEFAULT_TIMEOUT,
+              max_bytes: int | None = None, deadline: float | None = None) -> Response:
+    """GET ``url`` (http, https or file) once; a 404/410 or a missing file is ``Response(404)``, not an error.
+
+    ``max_bytes`` caps the body, ``deadline`` (a ``time.monotonic()`` value) ends a download still running then.
+    Raises :class:`FetchFailed` with the reason when there is no usable answer.
     """
     parsed = urllib.parse.urlsplit(url)
+    if deadline is not None:
+        timeout = max(0.1, min(timeout, deadline - time.monotonic()))
     if parsed.scheme == "file":
         path = urllib.parse.unquote(parsed.path)
         try:
             with open(path, "rb") as handle:
-                return Response(200, handle.read())
+                return Response(200, _read_capped(handle, url, max_bytes, deadline))
         except FileNotFoundError:
             return Response(404)
         except OSError as exc:
             raise FetchFailed(f"cannot read {path}: {exc.strerror or exc}") from None
     if parsed.scheme not in ("http", "https"):
         raise FetchFailed(f"unsupported URI scheme {parsed.scheme!r} (use http://, https:// or file://)")
+    host = parsed.netloc or url
     try:
         # Ansible's own HTTP client: its proxy, CA and netrc handling, as every module of the collection.
         with open_url(url, headers=dict(headers or {}), http_agent="hpc.stateless archive check", timeout=timeout,
                       decompress=False) as reply:
-            return Response(reply.status, reply.read(), reply.headers.get("ETag", ""),
+            return Response(reply.status, _read_capped(reply, url, max_bytes, deadline), reply.headers.get("ETag", ""),
                             reply.headers.get("Last-Modified", ""))
     except urllib.error.HTTPError as exc:
         if exc.code == 304:
             return Response(304)
         if exc.code in (404, 410):
             return Response(404)
-        raise FetchFailed(f"HTTP {exc.code} {exc.reason} for {url}") from None
+        raise FetchFailed(f"HTTP {exc.code} {exc.reason} for {url}", exc.code in _TRANSIENT_HTTP) from None
     except urllib.error.URLError as exc:
-        raise FetchFailed(f"cannot reach {parsed.netloc or url}: {exc.reason}") from None
+        raise FetchFailed(f"cannot reach {host}: {exc.reason}", True) from None
     except UrlsConnectionError as exc:
-        raise FetchFailed(f"cannot reach {parsed.netloc or url}: {exc}") from None
+        raise FetchFailed(f"cannot reach {host}: {exc}", True) from None
     except (TimeoutError, OSError) as exc:
-        raise FetchFailed(f"no answer from {parsed.netloc or url} within {timeout:g} s ({exc})") from None
+        raise FetchFailed(f"no answer from {host} within {timeout:g} s ({exc})", True) from None
+
+
+def fetch_with_retries(fetch: Fetch, url: str, *, delays: Sequence[float] = RETRY_DELAYS,
+                       deadline: float | None = None, sleep: Callable[[float], None] = time.sleep,
+                       **kwargs) -> Response:
+    """``fetch(url, **kwargs)``, tried again after each of ``delays`` while it fails with a transient fault (and
+    the ``deadline``, monotonic, allows); the last failure names what was tried."""
+    started = time.monotonic()
+    for attempt, delay in enumerate((*delays, None), start=1):
+        try:
+            if deadline is not None:
+                kwargs["deadline"] = deadline
+            return fetch(url, **kwargs)
+        except FetchFailed as exc:
+            late = deadline is not None and delay is not None and time.monotonic() + delay > deadline
+            if not exc.transient or delay is None or late:
+                if attempt == 1:
+                    raise
+                raise FetchFailed(f"{exc} ({attempt} tries over {time.monotonic() - started:.0f} s"
+                                  f"{', out of time' if late else ''})", exc.transient) from None
+            sleep(delay)
+    raise AssertionError("unreachable")  # the loop returns or raises
 
 
 def default_cache_dir() -> str:
@@ -172,6 +239,37 @@ def _release_time(value: object) -> float | None:
         return None
 
 
+def _held_date(record: dict | None) -> float | None:
+    if not record:
+        return None
+    held = record.get("date_epoch")
+    return float(held) if isinstance(held, (int, float)) else _release_time(record.get("date"))
+
+
+def release_problem(suite: str, fields: Mapping[str, object], held_date: float | None = None,
+                    require_date: bool = True) -> str | None:
+    """Why a verified Release file (``fields``, :func:`parse_release`) cannot stand for ``suite``, or None.
+
+    As apt judges a Release file: its ``Suite`` or ``Codename`` names the suite asked for (for an old-style
+    ``<codename>/updates`` the part before the last ``/``; a flat repository, ``<dir>/``, has no name to
+    match), and its ``Date`` is not older than that of the file already held (``held_date``): a mirror or a
+    man in the middle cannot pass the signed ``bookworm`` file off as ``bookworm-security``, nor replay an
+    old signed file to hide the updates published since. (apt only warns about the first; here it is refused.)
+    """
+    if not suite.endswith("/"):
+        names = {str(fields.get(k, "")).strip() for k in ("Suite", "Codename")} - {""}
+        if suite not in names and (suite.rpartition("/")[0] or None) not in names:
+            return (f"its Release file is for suite {str(fields.get('Suite', '')) or '(none)'} (codename "
+                    f"{str(fields.get('Codename', '')) or '(none)'}), not {suite}: a mislabelled Release file")
+    date = _release_time(fields.get("Date"))
+    if date is None and require_date:
+        return f"its Release file has no valid Date ({str(fields.get('Date', '')) or 'none'}): it cannot be ordered"
+    if date is not None and held_date is not None and date < held_date:
+        return (f"its Release file is dated {iso_utc(date)}, older than the one already checked ({iso_utc(held_date)}): "
+                "a replayed or rolled-back Release file")
+    return None
+
+
 def _dearmored(keyring: str, workdir: str) -> str:
     """``keyring`` as gpgv reads it: an ASCII-armoured key (``.asc``) is converted first."""
     with open(keyring, "rb") as handle:
@@ -184,11 +282,39 @@ def _dearmored(keyring: str, workdir: str) -> str:
     return target
 
 
+#: gpgv's status keywords for a signature that is cryptographically sound but must not be trusted, and why.
+_WORTHLESS = {"EXPKEYSIG": "key {} has expired", "REVKEYSIG": "key {} is revoked",
+              "EXPSIG": "the signature by key {} has expired"}
+
+
+def signature_problem(status: str) -> str | None:
+    """Why gpgv's ``--status-fd`` output does not show a trustworthy signature, or None.
+
+    Trustworthy, as apt's gpgv method judges: at least one ``GOODSIG`` with its ``VALIDSIG`` (gpgv reports a
+    signature by an expired or revoked key, or an expired signature, as ``EXPKEYSIG``/``REVKEYSIG``/``EXPSIG``
+    with a ``VALIDSIG`` and exit status 0: those count for nothing), and no ``BADSIG`` at all (a file signed by
+    several keys, as Debian's are, may carry signatures by keys the keyring lacks: ``ERRSIG``/``NO_PUBKEY``).
+    """
+    seen: dict[str, list[str]] = {}
+    for line in status.splitlines():
+        words = line.split()
+        if len(words) >= 2 and words[0] == "[GNUPG:]":
+            seen.setdefault(words[1], []).append(words[2] if len(words) > 2 else "")
+    if "BADSIG" in seen:
+        return f"a bad signature by key {seen['BADSIG'][0]}: the file was altered after it was signed"
+    if seen.get("GOODSIG") and seen.get("VALIDSIG"):
+        return None
+    worthless = [text.format(seen[word][0]) for word, text in _WORTHLESS.items() if word in seen]
+    if worthless:
+        return "its only signatures are worthless: " + "; ".join(worthless)
+    return "no good signature"
+
+
 def verify_signature(signed: bytes, keyrings: Sequence[str], detached: bytes | None = None) -> bytes:
     """The signed content of a clearsigned ``InRelease`` (or ``Release`` with its ``detached`` signature)
     once ``gpgv`` found a good signature by a key of ``keyrings``.
 
-    Raises ValueError with gpgv's reason when it did not.
+    Raises ValueError with the reason (:func:`signature_problem`, or gpgv's own) when it did not.
     """
     gpgv = _process.which("gpgv", _GPGV_HINT)
     with tempfile.TemporaryDirectory(prefix="hpc-archive-gpgv-") as work:
@@ -208,9 +334,12 @@ def verify_signature(signed: bytes, keyrings: Sequence[str], detached: bytes | N
                 handle.write(detached)
             argv += [signature, data]
         result = _process.run(argv, check=False, timeout=60)
-        if result.rc != 0 or "[GNUPG:] VALIDSIG" not in result.stdout:
-            reason = [line for line in result.stderr.splitlines() if line.strip()]
-            raise ValueError(reason[-1].replace("gpgv: ", "") if reason else f"gpgv exited with {result.rc}")
+        problem = signature_problem(result.stdout)
+        if problem is None and result.rc != 0:
+            problem = f"gpgv exited with {result.rc}"
+        if problem is not None:
+            reason = [line.replace("gpgv: ", "") for line in result.stderr.splitlines() if line.strip()]
+            raise ValueError(problem + (f": {reason[-1]}" if reason and problem.startswith("no good") else ""))
         if detached is not None:
             return signed
         with open(out, "rb") as handle:
@@ -263,13 +392,16 @@ class ArchiveView:
     def load(cls, sources: Iterable, *, arch: str, cache_dir: str | None = None, max_age: float = DEFAULT_MAX_AGE,
              fetch: Fetch | None = None, timeout: float = DEFAULT_TIMEOUT, check_valid_until: bool = True,
              trusted: bool = False, now: float | None = None,
-             on_wait: Callable[[str], None] | None = None) -> ArchiveView:
+             on_wait: Callable[[str], None] | None = None, deadline: float = DEFAULT_DEADLINE,
+             retry_delays: Sequence[float] = RETRY_DELAYS) -> ArchiveView:
         """Read every source (each URI+suite+keyring once; components of repeated declarations merged).
 
         ``check_valid_until=False`` accepts a Release file past its Valid-Until (a dated snapshot);
         ``trusted=True`` (or a source's own ``trusted`` attribute) skips the signature check - only for a
         repository trusted by other means. Runs of one host read one cache in turn: ``on_wait`` gets, once, the
         message of a run that must wait (``waiting for the apt archive index cache <dir>, held by pid N ...``).
+        A request that gets no answer is tried again after each of ``retry_delays`` seconds (a resolver or
+        link outage passes); all requests together get ``deadline`` seconds once the cache's lock is held.
         Raises :class:`ArchiveError` naming the layer, source and suite.
         """
         merged: dict[tuple[str, str, str], _Loaded] = {}
@@ -285,7 +417,7 @@ class ArchiveView:
                 merged[key] = _Loaded(source, tuple(source.components))
         cache = cache_dir or default_cache_dir()
         loader = _Loader(cache, arch, max_age, fetch or fetch_url, timeout, check_valid_until, trusted,
-                         time.time() if now is None else now)
+                         time.time() if now is None else now, tuple(retry_delays))
         loader.prepare()
         lock = Flock(os.path.join(cache, "lock"), f"reading apt archive indexes for the plan of ansible-playbook pid "
                                                   f"{_process.playbook_pid()}")
@@ -297,6 +429,7 @@ class ArchiveView:
                                hint="wait for that run to end, or end it if it hangs (the ansible-playbook pid its "
                                     "note names)") from None
         try:
+            loader.deadline = time.monotonic() + deadline
             entries = list(merged.values())
             # The sources are independent (their own record files; index files named by content): read them
             # side by side, so a run costs the slowest source's round trips, not their sum.
@@ -341,11 +474,14 @@ class ArchiveView:
                 if versions:
                     yield entry.source, versions
 
-    def candidate(self, name: str) -> tuple[str, object] | None:
+    def candidate(self, name: str, security: bool = False) -> tuple[str, object] | None:
         """The newest version of package ``name`` the sources offer and its source (a security source wins a
-        tie: the same version in the release and the security suite is a security fix); None when none offers it."""
+        tie: the same version in the release and the security suite is a security fix); None when none offers it.
+        With ``security`` only the sources of kind ``security`` count."""
         best: tuple[str, object] | None = None
         for source, versions in self._offers(name.split(":", 1)[0]):
+            if security and source.kind != "security":
+                continue
             if best is None:
                 best = (versions[0], source)
                 continue
@@ -410,9 +546,11 @@ class _Loader:
     """Reads one source at a time into the cache (the caller holds the cache's lock)."""
 
     def __init__(self, cache: str, arch: str, max_age: float, fetch: Fetch, timeout: float,
-                 check_valid_until: bool, trusted: bool, now: float) -> None:
+                 check_valid_until: bool, trusted: bool, now: float, retry_delays: tuple[float, ...] = ()) -> None:
         self.cache, self.arch, self.max_age, self.fetch, self.timeout = cache, arch, max_age, fetch, timeout
         self.check_valid_until, self.trusted, self.now = check_valid_until, trusted, now
+        self.retry_delays = retry_delays
+        self.deadline: float | None = None  # monotonic; set when the lock is held
 
     def prepare(self) -> None:
         try:
@@ -445,9 +583,14 @@ class _Loader:
             return source.uri.rstrip("/") + ("" if suite in ("", ".") else "/" + suite)
         return f"{source.uri.rstrip('/')}/dists/{source.suite}"
 
-    def _get(self, source, url: str, headers: Mapping[str, str] | None = None) -> Response:
+    def _get(self, source, url: str, headers: Mapping[str, str] | None = None,
+             max_bytes: int = MAX_RELEASE_BYTES) -> Response:
         try:
-            return self.fetch(url, headers=headers or {}, timeout=self.timeout)
+            return fetch_with_retries(self.fetch, url, delays=self.retry_delays, deadline=self.deadline,
+                                      headers=headers or {}, timeout=self.timeout, max_bytes=max_bytes)
+        except TooLarge as exc:
+            raise ArchiveError(str(exc), source, "the mirror is mid-sync, corrupt or hostile: retry later, or use "
+                               "another mirror") from None
         except FetchFailed as exc:
             raise ArchiveError(str(exc), source, "check the mirror URI, the network and any proxy "
                                "(http_proxy), or point the source at a mirror this controller can reach") from None
@@ -468,6 +611,7 @@ class _Loader:
         source = entry.source
         path = self._record_path(source)
         record = self._read_json(path)
+        held = record  # the newest Release file checked before, even when this run checks afresh
         keyrings = "" if self._trusted(source) else _keyrings_digest(source)
         if record and not (self._trusted(source) or (record.get("verified") and record.get("keyrings") == keyrings)):
             record = None  # read before as trusted, or checked with other keys: this run checks afresh
@@ -496,7 +640,7 @@ class _Loader:
             return record
         detached = None
         if not inline_signed and not self._trusted(source):
-            signature = self._get(source, f"{dists}/Release.gpg")
+            signature = self._get(source, f"{dists}/Release.gpg", max_bytes=MAX_RELEASE_BYTES)
             if signature.status != 200:
                 raise ArchiveError("the repository is not signed (no InRelease, no Release.gpg)", source,
                                    "sign its Release file, or declare the source trusted if it is trusted by other means")
@@ -513,14 +657,26 @@ class _Loader:
         entry.network = "fetched"
         content = self._verified(source, reply.body, detached)
         fields = parse_release(content.decode("utf-8", "replace"))
+        date = self._checked_release(source, fields, held)
         record = {"format": _CACHE_FORMAT, "uri": source.uri.rstrip("/"), "suite": source.suite,
                   "sha256": digest, "checked": self.now, "verified": not self._trusted(source), "keyrings": keyrings,
                   "etag": reply.etag, "last_modified": reply.last_modified,
-                  "date": str(fields.get("Date", "")), "valid_until": _release_time(fields.get("Valid-Until")),
+                  "date": str(fields.get("Date", "")), "date_epoch": date, "valid_until": _release_time(fields.get("Valid-Until")),
                   "by_hash": str(fields.get("Acquire-By-Hash", "")).lower() == "yes",
                   "files": {p: list(v) for p, v in fields["SHA256"].items() if "Packages" in p}}
         write_atomic(path, json.dumps(record), sync=False)
         return record
+
+    def _checked_release(self, source, fields: Mapping[str, object], held: dict | None) -> float | None:
+        """The Release file's Date once it is the suite asked for and not older than the one ``held``; a
+        mislabelled or replayed Release file is an ArchiveError (the record held stays)."""
+        # A trusted tree the site builds itself may carry no Date; a signed one must, or it could be replayed forever.
+        problem = release_problem(source.suite, fields, _held_date(held), require_date=not self._trusted(source))
+        if problem is None:
+            return _release_time(fields.get("Date"))
+        raise ArchiveError(problem, source, "the mirror serves another suite or an older state of it (a replay, or "
+                           "a mirror behind the one read before): check the URI and suite, or use a current mirror; "
+                           f"only when going back is meant, remove {self._record_path(source)}")
 
     def _trusted(self, source) -> bool:
         return self.trusted or bool(getattr(source, "trusted", False))
@@ -561,7 +717,7 @@ class _Loader:
             raise ArchiveError(f"component {component!r} has no Packages index for {self.arch} "
                                f"(its Release file has {self.arch} indexes for: {', '.join(offered) or 'none'})",
                                source, "fix the source's components, or the architecture")
-        digest, _size = files[base + suffix]
+        digest, size = files[base + suffix]
         cached_path = os.path.join(self.cache, "packages", f"{digest}.json")
         cached = self._read_json(cached_path)
         if cached is not None and isinstance(cached.get("packages"), dict):
@@ -572,7 +728,7 @@ class _Loader:
             urls.insert(0, f"{dists}/{directory}/by-hash/SHA256/{digest}")
         body = None
         for url in urls:
-            reply = self._get(source, url)
+            reply = self._get(source, url, max_bytes=size)
             if reply.status == 200:
                 body = reply.body
                 break
@@ -630,7 +786,9 @@ class Update(NamedTuple):
 def pending_updates(view: ArchiveView, installed: Mapping[str, str], policy: str = "any") -> list[Update]:
     """The installed packages (``{name: version}``; ``name:arch`` accepted) of which the view offers a newer
     version: under ``any`` and ``never`` every one (``never`` is the lag to warn about), under ``security``
-    the ones whose candidate comes from a source of kind ``security``. Security updates first, then by name.
+    the security updates. A package whose installed version is below a security source's version has a security
+    update (to that version) whatever newer version another source (backports, a site repository) carries: that
+    version is no fix of what is installed, and it must not hide one. Security updates first, then by name.
 
     Raises ValueError naming a policy that is not one of :data:`POLICIES`, or a version that is no Debian version.
     """
@@ -638,18 +796,19 @@ def pending_updates(view: ArchiveView, installed: Mapping[str, str], policy: str
         raise ValueError(f"unknown freshness policy {policy!r} (choose one of {', '.join(POLICIES)})")
     updates = []
     for name, version in installed.items():
-        found = view.candidate(name)
-        if found is None:
-            continue
-        candidate, source = found
-        try:
-            newer = debversion.compare(candidate, version) > 0
-        except ValueError as exc:
-            raise ValueError(f"installed package {name}: {exc}") from None
-        if newer:
-            security = source.kind == "security"
-            if policy != "security" or security:
-                updates.append(Update(name, version, candidate, source.suite, security))
+        for found in (view.candidate(name, security=True), view.candidate(name)):
+            if found is None:
+                continue
+            candidate, source = found
+            try:
+                newer = debversion.compare(candidate, version) > 0
+            except ValueError as exc:
+                raise ValueError(f"installed package {name}: {exc}") from None
+            if newer:
+                security = source.kind == "security"
+                if policy != "security" or security:
+                    updates.append(Update(name, version, candidate, source.suite, security))
+                break
     return sorted(updates, key=lambda u: (not u.security, u.package))
 
 

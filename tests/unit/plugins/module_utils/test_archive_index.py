@@ -41,8 +41,8 @@ class CountingFetch:
     def __init__(self) -> None:
         self.requests: list[tuple[str, int]] = []
 
-    def __call__(self, url, *, headers=None, timeout=archive.DEFAULT_TIMEOUT):
-        reply = archive.fetch_url(url, headers=headers, timeout=timeout)
+    def __call__(self, url, **options):
+        reply = archive.fetch_url(url, **options)
         self.requests.append((url, reply.status))
         return reply
 
@@ -259,10 +259,17 @@ def test_tampered_packages_index_is_refused(tmp_path):
         repo.add_package("openssl", "3.0.20-1")
         repo.publish()
         xz = repo.root / "dists/bookworm/main/binary-amd64/Packages.xz"
-        xz.write_bytes(xz.read_bytes() + b"\0")
+        genuine = xz.read_bytes()
+        xz.write_bytes(genuine[:-1] + bytes([genuine[-1] ^ 1]))  # the size the Release file says, other bytes
         source = [Source("release", f"file://{repo.root}", "bookworm", ("main",), str(repo.keyring), "base")]
         with pytest.raises(ArchiveError, match=r"base: apt source .* bookworm: main/binary-amd64/Packages.xz has sha256 "
                                                r"[0-9a-f]{64}, its Release file says [0-9a-f]{64} - the mirror is mid-sync"):
+            ArchiveView.load(source, arch=ARCH, cache_dir=str(tmp_path / "cache"))
+        assert os.listdir(tmp_path / "cache" / "packages") == []
+        # One byte more than the signed size: refused while reading, before it is hashed or decompressed.
+        xz.write_bytes(genuine + b"\0")
+        with pytest.raises(ArchiveError, match=rf"Packages.xz is larger than the {len(genuine)} bytes it may have .* - "
+                                               r"the mirror is mid-sync, corrupt or hostile"):
             ArchiveView.load(source, arch=ARCH, cache_dir=str(tmp_path / "cache"))
         assert os.listdir(tmp_path / "cache" / "packages") == []
     finally:
@@ -287,8 +294,8 @@ def test_unknown_suite_component_and_unreachable_mirror(repos, tmp_path):
         port = uri.rsplit(":", 1)[1].rstrip("/")
     gone = [Source("release", f"http://127.0.0.1:{port}/", "bookworm", ("main",), None, "base")]
     with pytest.raises(ArchiveError, match=rf"base: apt source http://127.0.0.1:{port}/ bookworm: cannot reach "
-                                           rf"127.0.0.1:{port}: .*refused.* - check the mirror URI"):
-        ArchiveView.load(gone, arch=ARCH, cache_dir=str(tmp_path / "cache"), timeout=5)
+                                           rf"127.0.0.1:{port}: .*refused.* \(2 tries over \d+ s\) - check the mirror URI"):
+        ArchiveView.load(gone, arch=ARCH, cache_dir=str(tmp_path / "cache"), timeout=5, retry_delays=(0.1,))
 
 
 def test_expired_valid_until_is_refused_unless_snapshots_are_allowed(tmp_path):
