@@ -32,7 +32,11 @@ from typing import Any, NoReturn
 
 from ansible_collections.hpc.stateless.plugins.module_utils._process import INITIAL_ID_MAP, parse_id_map
 from ansible_collections.hpc.stateless.plugins.module_utils import _process
-from ansible_collections.hpc.stateless.plugins.module_utils._archive.index import FetchFailed, fetch_url
+from ansible_collections.hpc.stateless.plugins.module_utils._archive.index import (
+    FetchFailed,
+    fetch_url,
+    fetch_with_retries,
+)
 from ansible_collections.hpc.stateless.plugins.module_utils._fs import Flock, LockBusy, mounts_below, wait_message
 from ansible_collections.hpc.stateless.plugins.module_utils._paths import write_atomic
 from ansible_collections.hpc.stateless.plugins.module_utils._build.rootless import HOST_CACHE_ROOT, host_cache_path
@@ -311,6 +315,11 @@ def debootstrap_argv(spec: BootstrapSpec, binary: str = "debootstrap") -> list[s
     return argv
 
 
+#: apt (which mmdebstrap drives) tries a download that got no answer again, with its doubling delay (1, 2, 4, 8,
+#: 16 s): a resolver outage of the ~10 s seen on build hosts passes instead of failing the bootstrap.
+APT_RETRIES = '--aptopt=Acquire::Retries "5"'
+
+
 def mmdebstrap_argv(spec: BootstrapSpec, binary: str = "mmdebstrap") -> list[str]:
     """Return the mmdebstrap command line (options first, then suite, target, mirror).
 
@@ -324,7 +333,7 @@ def mmdebstrap_argv(spec: BootstrapSpec, binary: str = "mmdebstrap") -> list[str
     # mmdebstrap's root mode also works as uid 0 inside a user namespace (it bind-mounts /dev
     # entries where it cannot make them); its own unshare mode maps root to the first
     # subordinate id, which is not how buildah's storage maps it.
-    argv = [binary, "--mode=root", *debian_selection_args(spec)]
+    argv = [binary, "--mode=root", *debian_selection_args(spec), APT_RETRIES]
     if spec.arch:
         argv.append(f"--architectures={spec.arch}")
     if not spec.gpg_check:
@@ -493,9 +502,10 @@ def release_files(source: Source) -> list[str]:
 
 def probe_url(url: str, timeout: float = PROBE_TIMEOUT) -> str | None:
     """None when ``url`` (http(s):// or file://) can be read; otherwise why not. Read the way the archive view
-    reads it (_archive/index.py fetch_url: one HTTP client, one set of error messages)."""
+    reads it (_archive/index.py fetch_url: one HTTP client, one set of error messages; a fault that may pass, such
+    as a resolver outage, is tried again as the archive view does)."""
     try:
-        answer = fetch_url(url, timeout=timeout)
+        answer = fetch_with_retries(fetch_url, url, timeout=timeout)
     except FetchFailed as exc:
         return f"unreachable ({exc})"
     return "no such file" if url.startswith("file://") and answer.status == 404 else (

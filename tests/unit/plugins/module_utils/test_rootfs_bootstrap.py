@@ -34,6 +34,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils._build.bootstrap imp
     dnf_argv,
     effective_packages,
     in_user_namespace,
+    APT_RETRIES,
     mmdebstrap_argv,
     privilege_mode,
     resolve_tool,
@@ -160,7 +161,7 @@ def test_mmdebstrap_is_the_default_debian_tool():
 
 
 def test_mmdebstrap_minimal_argv_shares_the_debian_cache():
-    assert mmdebstrap_argv(deb()) == ["mmdebstrap", "--mode=root", "--components=main", *CACHE_HOOKS,
+    assert mmdebstrap_argv(deb()) == ["mmdebstrap", "--mode=root", "--components=main", APT_RETRIES, *CACHE_HOOKS,
                                       "bookworm", ROOT, "deb http://deb.debian.org/debian bookworm main",
                                       "deb http://deb.debian.org/debian bookworm-updates main",
                                       "deb http://deb.debian.org/debian-security bookworm-security main"]
@@ -172,10 +173,10 @@ def test_mmdebstrap_full_argv():
                arch="arm64", keyring="/k.gpg", extra_args=("--verbose",), cache_dir="/var/tmp/my cache",
                mirror="/srv/mirror/debian")
     argv = mmdebstrap_argv(spec, "/usr/bin/mmdebstrap")
-    assert argv[:7] == ["/usr/bin/mmdebstrap", "--mode=root", "--variant=minbase", "--include=python3,systemd-sysv",
-                        "--components=main,contrib", "--architectures=arm64", "--keyring=/k.gpg"]
+    assert argv[:8] == ["/usr/bin/mmdebstrap", "--mode=root", "--variant=minbase", "--include=python3,systemd-sysv",
+                        "--components=main,contrib", APT_RETRIES, "--architectures=arm64", "--keyring=/k.gpg"]
     # the cache path is quoted for the hook's shell; a local mirror becomes a file:// URL
-    assert "mount -o bind '/var/tmp/my cache' \"$1/var/cache/apt/archives\"" in argv[10]
+    assert "mount -o bind '/var/tmp/my cache' \"$1/var/cache/apt/archives\"" in argv[11]
     assert argv[-6:] == ["--verbose", "bookworm", ROOT, "deb file:///srv/mirror/debian bookworm main contrib",
                          "deb file:///srv/mirror/debian bookworm-updates main contrib",
                          "deb http://deb.debian.org/debian-security bookworm-security main contrib"]

@@ -124,7 +124,7 @@ def test_check_mode_debian_defaults_to_mmdebstrap_as_root(run_module, ran, tmp_p
     assert code == 0
     assert result["cmd"][:5] == [host_binary("mmdebstrap"), "--mode=root", "--variant=minbase", "--include=python3",
                                  "--components=main"]
-    assert f"mount -o bind {tmp_path}/c " in result["cmd"][8]
+    assert f"mount -o bind {tmp_path}/c " in result["cmd"][9]
     assert result["cmd"][-5:] == ["bookworm", f"{tmp_path}/deb", "deb http://deb.debian.org/debian bookworm main",
                                   "deb http://deb.debian.org/debian bookworm-updates main",
                                   "deb http://deb.debian.org/debian-security bookworm-security main"]
