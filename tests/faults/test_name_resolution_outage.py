@@ -25,7 +25,6 @@ import pytest
 from ansible_collections.hpc.stateless.plugins.module_utils._build.bootstrap import (
     BootstrapSpec,
     mmdebstrap_argv,
-    source_problem,
 )
 
 REPO = Path(__file__).resolve().parents[2]
