@@ -54,8 +54,9 @@ class FakeView:
     def restricted(self, _sources):
         return self
 
-    def candidate(self, name: str):
-        return self.offers.get(name)
+    def candidate(self, name: str, security: bool = False):
+        found = self.offers.get(name)
+        return None if found is None or (security and found[1].kind != "security") else found
 
 
 def as_offered(view: FakeView, installed: dict[str, dict[str, str]]) -> FakeView:

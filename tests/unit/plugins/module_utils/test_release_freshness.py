@@ -40,8 +40,8 @@ class View:
     def _all(self, name: str):
         return [(version, source) for source, packages in self.offers.items() for version in packages.get(name, ())]
 
-    def candidate(self, name: str):
-        found = self._all(name)
+    def candidate(self, name: str, security: bool = False):
+        found = [(version, source) for version, source in self._all(name) if not security or source.kind == "security"]
         if not found:
             return None
         best = found[0]
