@@ -315,9 +315,11 @@ def debootstrap_argv(spec: BootstrapSpec, binary: str = "debootstrap") -> list[s
     return argv
 
 
-#: apt (which mmdebstrap drives) tries a download that got no answer again, with its doubling delay (1, 2, 4, 8,
-#: 16 s): a resolver outage of the ~10 s seen on build hosts passes instead of failing the bootstrap.
-APT_RETRIES = '--aptopt=Acquire::Retries "5"'
+#: How often apt (driven by mmdebstrap, or inside a debootstrap root for its upgrade) tries a download that got no
+#: answer again, with its doubling delay (1, 2, 4, 8, 16 s): a resolver outage of the ~10 s seen on build hosts
+#: passes instead of failing the bootstrap.
+APT_RETRY_COUNT = 5
+APT_RETRIES = f'--aptopt=Acquire::Retries "{APT_RETRY_COUNT}"'
 
 
 def mmdebstrap_argv(spec: BootstrapSpec, binary: str = "mmdebstrap") -> list[str]:
@@ -377,7 +379,8 @@ def debootstrap_upgrade_argv(spec: BootstrapSpec, binary: str = "chroot") -> lis
     """
     if len(spec.sources) < 2:
         return None
-    script = ("mount -t proc proc /proc && apt-get update && apt-get -y dist-upgrade; rc=$?; "
+    apt = f"apt-get -o Acquire::Retries={APT_RETRY_COUNT}"
+    script = (f"mount -t proc proc /proc && {apt} update && {apt} -y dist-upgrade; rc=$?; "
               "umount /proc; apt-get clean; exit $rc")
     return [binary, spec.path, "/bin/sh", "-c", script]
 

@@ -192,7 +192,8 @@ def test_rpm_updates_repository_is_enabled_and_checked():
 def test_debootstrap_upgrades_to_the_other_suites_only_when_there_are_any():
     spec = BootstrapSpec(path="/r", distro="debian", release="bookworm", mirror=DEBIAN, tool="debootstrap")
     argv = debootstrap_upgrade_argv(spec)
-    assert argv[:2] == ["chroot", "/r"] and "apt-get -y dist-upgrade" in argv[-1]
+    assert argv[:2] == ["chroot", "/r"] and "apt-get -o Acquire::Retries=5 -y dist-upgrade" in argv[-1]
+    assert "apt-get -o Acquire::Retries=5 update &&" in argv[-1]  # a resolver outage of ~10 s passes
     assert debootstrap_upgrade_argv(BootstrapSpec(path="/r", distro="debian", release="bookworm", mirror=DEBIAN,
                                                   tool="debootstrap", updates=False, security=False)) is None
 
