@@ -1,19 +1,23 @@
-"""Name resolution fails for ~10 s, as it does on the build hosts: the archive check the plan runs and a
-bootstrap both retry and succeed.
+"""Name resolution fails for ~10 s, as it does on the build hosts: a plan, the archive check it runs and a
+bootstrap each retry and succeed.
 
 What is simulated, and why: the outage is made in a mount namespace of the step's own (``unshare --mount``),
 whose ``/etc/resolv.conf`` names a resolver on 127.0.0.1 where nothing listens (glibc answers "Temporary failure
 in name resolution" at once, as during the real outages) and whose ``/etc/hosts`` lacks the mirror's name; after
-:data:`OUTAGE` seconds the test writes the name into that hosts file in place, and resolution works again. The
-host's own resolver, its files and the network outside are not touched, and no query leaves the machine. The
-mirror is the real local apt repository of tests/integration/apt_repo_support.py on loopback, under a name of
-its own (``mirror.hpc-test.invalid``); gpgv, apt and mmdebstrap are the real ones.
+:data:`OUTAGE` seconds the test writes, in place, the mirror's name into that hosts file and the host's own
+resolver lines into that resolv.conf (glibc reads both again when they change), and resolution works again. The
+host's own files are not touched. The archive check and the bootstrap read the real local apt repository of
+tests/integration/apt_repo_support.py on loopback, under a name of its own (``mirror.hpc-test.invalid``: no
+query for it leaves the machine); the plan is the real ``ansible-playbook`` plan of the default inventory, whose
+sources are deb.debian.org (as tests/integration/test_plan_freshness.py reads them), over the default build's
+images. gpgv, apt and mmdebstrap are the real ones.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -54,19 +58,26 @@ def fixture_outage(tmp_path):
     hosts.write_text("127.0.0.1 localhost\n", encoding="utf-8")
     resolv.write_text("nameserver 127.0.0.1\noptions attempts:1 timeout:1\n", encoding="utf-8")
 
+    real_resolver = Path("/etc/resolv.conf").read_text(encoding="utf-8")
+
     def restore() -> None:
         time.sleep(OUTAGE)
-        with open(hosts, "w", encoding="utf-8") as handle:  # in place: the bind mount holds this inode
+        # In place: each bind mount holds its file's inode.
+        with open(hosts, "w", encoding="utf-8") as handle:
             handle.write(f"127.0.0.1 localhost\n127.0.0.1 {NAME}\n")
+        with open(resolv, "w", encoding="utf-8") as handle:
+            handle.write(real_resolver)
 
-    def run(argv: list[str], env: dict[str, str] | None = None) -> tuple[subprocess.CompletedProcess, float]:
+    def run(argv: list[str], env: dict[str, str] | None = None,
+            cwd: Path | None = None) -> tuple[subprocess.CompletedProcess, float]:
         timer = threading.Thread(target=restore, daemon=True)
         started = time.monotonic()
         timer.start()
         proc = subprocess.run(
             ["unshare", "--mount", "--propagation", "private", "sh", "-c",
              f'mount --bind "$0" /etc/hosts && mount --bind "$1" /etc/resolv.conf && shift && exec "$@"',
-             str(hosts), str(resolv), *argv], capture_output=True, text=True, check=False, env=env, timeout=300)
+             str(hosts), str(resolv), *argv], capture_output=True, text=True, check=False, env=env, cwd=cwd,
+            timeout=600)
         timer.join()
         return proc, time.monotonic() - started
     return run
@@ -118,3 +129,49 @@ def test_a_bootstrap_retries_through_an_outage(outage, mirror, tmp_path):
     assert (tmp_path / "root/usr/share/openssl/version").read_text(encoding="utf-8") == "3.0.22-1\n"
     assert seconds >= OUTAGE
     print(f"\nbootstrap through a {OUTAGE:g} s resolver outage: {seconds:.1f} s")
+
+
+PLAN_PLAYBOOK = """---
+- name: Plan as build.yml does, and keep the plan
+  hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: The collection's settings
+      ansible.builtin.import_role:
+        name: hpc.stateless.hpc_stateless
+    - name: Plan the layers
+      ansible.builtin.import_tasks: {repo}/playbooks/tasks/plan_layers.yml
+    - name: Keep the plan
+      ansible.builtin.copy:
+        content: "{{{{ hpc_stateless_plan | to_json }}}}"
+        dest: {out}
+        mode: "0644"
+      check_mode: false
+"""
+
+
+def test_a_plan_retries_through_an_outage(outage, tmp_path):
+    """The default inventory's plan (check mode: it builds and writes nothing) over a copy of the archive cache
+    whose records are all past max_age, so that it asks deb.debian.org again while names do not resolve."""
+    from conftest import playbook_command  # pylint: disable=import-outside-toplevel
+    from ansible_collections.hpc.stateless.plugins.module_utils._archive.index import (  # pylint: disable=import-outside-toplevel
+        default_cache_dir,
+    )
+    cache = tmp_path / "archive"
+    if os.path.isdir(default_cache_dir()):
+        shutil.copytree(default_cache_dir(), cache, ignore=shutil.ignore_patterns("lock"))
+    for record in (cache / "releases").glob("*.json") if cache.is_dir() else ():
+        data = json.loads(record.read_text(encoding="utf-8"))
+        data["checked"] = 0  # long ago: the plan asks the mirror (a conditional GET)
+        record.write_text(json.dumps(data), encoding="utf-8")
+    playbook, out = tmp_path / "plan.yml", tmp_path / "plan.json"
+    playbook.write_text(PLAN_PLAYBOOK.format(repo=REPO, out=out), encoding="utf-8")
+    argv, env = playbook_command(("--check", "-e", f"hpc_stateless_freshness_cache_dir={cache}"), REPO / "inventory",
+                                 str(playbook))
+    proc, seconds = outage(argv, {**os.environ, **env}, cwd=REPO)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    plan = json.loads(out.read_text(encoding="utf-8"))
+    network = plan["freshness"]["network"]
+    assert network and "none" not in network.values(), network  # every source was asked during the outage
+    assert seconds >= OUTAGE
+    print(f"\nplan through a {OUTAGE:g} s resolver outage: {seconds:.1f} s ({network})")
