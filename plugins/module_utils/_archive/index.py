@@ -128,7 +128,7 @@ def _read_capped(reply, url: str, max_bytes: int | None, deadline: float | None)
         total += len(chunk)
         if max_bytes is not None and total > max_bytes:
             raise TooLarge(f"{url} is larger than the {max_bytes} bytes it may have (its signed Release file's size, "
-                              "or apt's limit for a Release file)")
+                           "or apt's limit for a Release file)")
         chunks.append(chunk)
 
 
