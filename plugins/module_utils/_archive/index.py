@@ -39,6 +39,7 @@ from ansible.module_utils.urls import ConnectionError as UrlsConnectionError, op
 
 from ansible_collections.hpc.stateless.plugins.module_utils import _paths, _process
 from ansible_collections.hpc.stateless.plugins.module_utils._archive import debversion
+from ansible_collections.hpc.stateless.plugins.module_utils._contract import signature
 from ansible_collections.hpc.stateless.plugins.module_utils._fs import Flock, LockBusy, wait_message
 from ansible_collections.hpc.stateless.plugins.module_utils._paths import write_atomic
 from ansible_collections.hpc.stateless.plugins.module_utils._time import iso_utc
@@ -282,32 +283,23 @@ def _dearmored(keyring: str, workdir: str) -> str:
     return target
 
 
-#: gpgv's status keywords for a signature that is cryptographically sound but must not be trusted, and why.
-_WORTHLESS = {"EXPKEYSIG": "key {} has expired", "REVKEYSIG": "key {} is revoked",
-              "EXPSIG": "the signature by key {} has expired"}
-
-
 def signature_problem(status: str) -> str | None:
-    """Why gpgv's ``--status-fd`` output does not show a trustworthy signature, or None.
+    """Why gpgv's ``--status-fd`` output does not show a trustworthy signature of a Release file, or None.
 
-    Trustworthy, as apt's gpgv method judges: at least one ``GOODSIG`` with its ``VALIDSIG`` (gpgv reports a
-    signature by an expired or revoked key, or an expired signature, as ``EXPKEYSIG``/``REVKEYSIG``/``EXPSIG``
-    with a ``VALIDSIG`` and exit status 0: those count for nothing), and no ``BADSIG`` at all (a file signed by
-    several keys, as Debian's are, may carry signatures by keys the keyring lacks: ``ERRSIG``/``NO_PUBKEY``).
+    Trustworthy, as apt's gpgv method judges: at least one good signature (``GOODSIG`` with its ``VALIDSIG``;
+    gpgv reports a signature by an expired or revoked key, or an expired signature, as
+    ``EXPKEYSIG``/``REVKEYSIG``/``EXPSIG`` with a ``VALIDSIG`` and exit status 0: those count for nothing), and
+    no ``BADSIG`` at all. A file signed by several keys, as Debian's are, may carry signatures by keys the
+    keyring lacks. The status lines are read as the release signature's (_contract/signature.py).
     """
-    seen: dict[str, list[str]] = {}
-    for line in status.splitlines():
-        words = line.split()
-        if len(words) >= 2 and words[0] == "[GNUPG:]":
-            seen.setdefault(words[1], []).append(words[2] if len(words) > 2 else "")
-    if "BADSIG" in seen:
-        return f"a bad signature by key {seen['BADSIG'][0]}: the file was altered after it was signed"
-    if seen.get("GOODSIG") and seen.get("VALIDSIG"):
+    sigs, general = signature.parse_status(status, signed="the Release file", signature="the signature")
+    bad = [sig for sig in sigs if sig.bad]
+    if bad:
+        return bad[0].problems[0]
+    if any(sig.good for sig in sigs):
         return None
-    worthless = [text.format(seen[word][0]) for word, text in _WORTHLESS.items() if word in seen]
-    if worthless:
-        return "its only signatures are worthless: " + "; ".join(worthless)
-    return "no good signature"
+    problems = [problem for sig in sigs for problem in sig.problems] + general
+    return "; ".join(problems) if problems else "no good signature"
 
 
 def verify_signature(signed: bytes, keyrings: Sequence[str], detached: bytes | None = None) -> bytes:
@@ -339,7 +331,7 @@ def verify_signature(signed: bytes, keyrings: Sequence[str], detached: bytes | N
             problem = f"gpgv exited with {result.rc}"
         if problem is not None:
             reason = [line.replace("gpgv: ", "") for line in result.stderr.splitlines() if line.strip()]
-            raise ValueError(problem + (f": {reason[-1]}" if reason and problem.startswith("no good") else ""))
+            raise ValueError(problem + (f": {reason[-1]}" if reason and problem == "no good signature" else ""))
         if detached is not None:
             return signed
         with open(out, "rb") as handle:

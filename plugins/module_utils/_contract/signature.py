@@ -70,10 +70,18 @@ class _Sig:
     uid: str = ""
     valid: list[str] = field(default_factory=list)  # VALIDSIG fields
     problems: list[str] = field(default_factory=list)
+    bad: bool = False  # BADSIG: the signed data or the signature was changed
+
+    @property
+    def good(self) -> bool:
+        """A GOODSIG with its VALIDSIG and nothing against it (gpgv gives a signature by an expired or revoked
+        key, or an expired signature, a VALIDSIG and exit status 0 too: those carry a problem)."""
+        return len(self.valid) >= 10 and not self.problems
 
 
-def parse_status(text: str) -> tuple[list[_Sig], list[str]]:
-    """(signatures, problems outside any signature) from gpgv's ``--status-fd`` lines."""
+def parse_status(text: str, signed: str = SUMS_FILE, signature: str = SIGNATURE_FILE) -> tuple[list[_Sig], list[str]]:
+    """(signatures, problems outside any signature) from gpgv's ``--status-fd`` lines; ``signed`` and
+    ``signature`` name the checked files in the problems."""
     sigs: list[_Sig] = []
     general: list[str] = []
     for line in text.splitlines():
@@ -85,7 +93,7 @@ def parse_status(text: str) -> tuple[list[_Sig], list[str]]:
             sigs.append(_Sig())
             continue
         current = sigs[-1] if sigs else None
-        problem = _problem(keyword, args, rest)
+        problem = _problem(keyword, args, rest, signed, signature)
         if current is None:
             if problem:
                 general.append(problem)
@@ -94,15 +102,17 @@ def parse_status(text: str) -> tuple[list[_Sig], list[str]]:
             current.uid = rest.partition(" ")[2]
         if keyword == "VALIDSIG":
             current.valid = args
+        current.bad = current.bad or keyword == "BADSIG"
         if problem:
             current.problems.append(problem)
     return sigs, general
 
 
-def _problem(keyword: str, args: list[str], rest: str) -> str:
+def _problem(keyword: str, args: list[str], rest: str, signed: str = SUMS_FILE,
+             signature: str = SIGNATURE_FILE) -> str:
     who = f"key {args[0]}" + (f" ({rest.partition(' ')[2]})" if rest.partition(" ")[2] else "")
     if keyword == "BADSIG":
-        return (f"BAD signature by {who}: {SUMS_FILE} was changed after it was signed, or the signature was "
+        return (f"BAD signature by {who}: {signed} was changed after it was signed, or the signature was "
                 "damaged")
     if keyword == "ERRSIG":
         # the issuer fingerprint, when the signature carries it; else the long key id
@@ -116,9 +126,9 @@ def _problem(keyword: str, args: list[str], rest: str) -> str:
     if keyword == "REVKEYSIG":
         return f"the signing {who} was revoked"
     if keyword == "NODATA":
-        return f"{SIGNATURE_FILE} holds {NODATA_REASONS.get(args[0], 'no signature')} (damaged or not a signature)"
+        return f"{signature} holds {NODATA_REASONS.get(args[0], 'no signature')} (damaged or not a signature)"
     if keyword == "BADARMOR":
-        return f"{SIGNATURE_FILE} has damaged ASCII armor"
+        return f"{signature} has damaged ASCII armor"
     return ""
 
 
