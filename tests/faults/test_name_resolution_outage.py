@@ -65,7 +65,7 @@ def fixture_outage(tmp_path):
         timer.start()
         proc = subprocess.run(
             ["unshare", "--mount", "--propagation", "private", "sh", "-c",
-'mount --bind "$0" /etc/hosts && mount --bind "$1" /etc/resolv.conf && shift && exec "$@"',
+             'mount --bind "$0" /etc/hosts && mount --bind "$1" /etc/resolv.conf && shift && exec "$@"',
              str(hosts), str(resolv), *argv], capture_output=True, text=True, check=False, env=env, cwd=cwd,
             timeout=600)
         seconds = time.monotonic() - started  # the step's own time: it outlasted the outage only by waiting it out
