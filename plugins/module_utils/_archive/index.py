@@ -39,7 +39,7 @@ from ansible.module_utils.urls import ConnectionError as UrlsConnectionError, op
 
 from ansible_collections.hpc.stateless.plugins.module_utils import _paths, _process
 from ansible_collections.hpc.stateless.plugins.module_utils._archive import debversion
-from ansible_collections.hpc.stateless.plugins.module_utils._contract import signature
+from ansible_collections.hpc.stateless.plugins.module_utils._contract.signature import parse_status
 from ansible_collections.hpc.stateless.plugins.module_utils._fs import Flock, LockBusy, wait_message
 from ansible_collections.hpc.stateless.plugins.module_utils._paths import write_atomic
 from ansible_collections.hpc.stateless.plugins.module_utils._time import iso_utc
@@ -292,7 +292,7 @@ def signature_problem(status: str) -> str | None:
     no ``BADSIG`` at all. A file signed by several keys, as Debian's are, may carry signatures by keys the
     keyring lacks. The status lines are read as the release signature's (_contract/signature.py).
     """
-    sigs, general = signature.parse_status(status, signed="the Release file", signature="the signature")
+    sigs, general = parse_status(status, signed="the Release file", signature="the signature")
     bad = [sig for sig in sigs if sig.bad]
     if bad:
         return bad[0].problems[0]
@@ -653,7 +653,8 @@ class _Loader:
         record = {"format": _CACHE_FORMAT, "uri": source.uri.rstrip("/"), "suite": source.suite,
                   "sha256": digest, "checked": self.now, "verified": not self._trusted(source), "keyrings": keyrings,
                   "etag": reply.etag, "last_modified": reply.last_modified,
-                  "date": str(fields.get("Date", "")), "date_epoch": date, "valid_until": _release_time(fields.get("Valid-Until")),
+                  "date": str(fields.get("Date", "")), "date_epoch": date,
+                  "valid_until": _release_time(fields.get("Valid-Until")),
                   "by_hash": str(fields.get("Acquire-By-Hash", "")).lower() == "yes",
                   "files": {p: list(v) for p, v in fields["SHA256"].items() if "Packages" in p}}
         write_atomic(path, json.dumps(record), sync=False)
