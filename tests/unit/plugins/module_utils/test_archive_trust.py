@@ -110,6 +110,7 @@ def test_a_signature_by_an_expired_or_revoked_key_is_refused_as_apt_does(tmp_pat
     try:
         repo.add_package("openssl", "3.0.22-1")
         repo.publish()
+        fingerprint = ""
         if state == "expired key":  # made in the past with one day to live
             signer.make_key("1d", faked=PAST)
             options: tuple[str, ...] = ("--faked-system-time", PAST)
