@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from ansible_collections.hpc.stateless.plugins.module_utils._archive.index import default_cache_dir
 from ansible_collections.hpc.stateless.plugins.module_utils._build.bootstrap import (
     BootstrapSpec,
     mmdebstrap_argv,
@@ -110,32 +111,11 @@ def test_a_bootstrap_retries_through_an_outage(outage, mirror, tmp_path):
     print(f"\nbootstrap through a {OUTAGE:g} s resolver outage: {seconds:.1f} s")
 
 
-PLAN_PLAYBOOK = """---
-- name: Plan as build.yml does, and keep the plan
-  hosts: localhost
-  gather_facts: false
-  tasks:
-    - name: The collection's settings
-      ansible.builtin.import_role:
-        name: hpc.stateless.hpc_stateless
-    - name: Plan the layers
-      ansible.builtin.import_tasks: {repo}/playbooks/tasks/plan_layers.yml
-    - name: Keep the plan
-      ansible.builtin.copy:
-        content: "{{{{ hpc_stateless_plan | to_json }}}}"
-        dest: {out}
-        mode: "0644"
-      check_mode: false
-"""
-
-
 def test_a_plan_retries_through_an_outage(outage, tmp_path):
     """The default inventory's plan (check mode: it builds and writes nothing) over a copy of the archive cache
     whose records are all past max_age, so that it asks deb.debian.org again while names do not resolve."""
     from conftest import playbook_command  # pylint: disable=import-outside-toplevel
-    from ansible_collections.hpc.stateless.plugins.module_utils._archive.index import (  # pylint: disable=import-outside-toplevel
-        default_cache_dir,
-    )
+    from test_plan_freshness import PLAYBOOK  # pylint: disable=import-outside-toplevel
     cache = tmp_path / "archive"
     if os.path.isdir(default_cache_dir()):
         shutil.copytree(default_cache_dir(), cache, ignore=shutil.ignore_patterns("lock"))
@@ -144,7 +124,7 @@ def test_a_plan_retries_through_an_outage(outage, tmp_path):
         data["checked"] = 0  # long ago: the plan asks the mirror (a conditional GET)
         record.write_text(json.dumps(data), encoding="utf-8")
     playbook, out = tmp_path / "plan.yml", tmp_path / "plan.json"
-    playbook.write_text(PLAN_PLAYBOOK.format(repo=REPO, out=out), encoding="utf-8")
+    playbook.write_text(PLAYBOOK.format(repo=REPO, out=out), encoding="utf-8")  # the plan as build.yml runs it
     argv, env = playbook_command(("--check", "-e", f"hpc_stateless_freshness_cache_dir={cache}"), REPO / "inventory",
                                  str(playbook))
     proc, seconds = outage(argv, {**os.environ, **env}, cwd=REPO)
