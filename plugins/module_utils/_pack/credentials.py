@@ -43,7 +43,7 @@ documentation, templates and prose stay quiet:
   it counts), ``bindpw``/``rootbindpw`` of nslcd.conf, pam_ldap.conf and libnss-ldap.conf (the
   ``ldap.secret`` files that hold the password alone are named by :mod:`.tree`'s name rules).
 * Slurm's database password: ``StoragePass`` (slurmdbd.conf) and ``AccountingStoragePass``
-  (slurm.conf), keys in any case.
+  (slurm.conf), as written or in lower case (Slurm reads keys in any case).
 * Passwords in URLs (``https://user:password@host``) on the lines of package sources and proxies
   (apt's ``deb``/``URIs:``/``Acquire::...::Proxy``, yum's ``baseurl``/``mirrorlist``/``metalink``,
   pip's ``index-url``, npm's ``registry``, ``proxy``) and in git's credential store
@@ -112,7 +112,7 @@ _NAME = rb"[A-Za-z0-9._][A-Za-z0-9._-]*\$?"
 _SHADOW = re.compile(rb"(?P<name>%s):(?P<field>[^:\r\n]*):[0-9]*:[0-9]*:[0-9]*:[0-9]*:[0-9]*:[0-9]*:[^:\r\n]*" % _NAME)
 _PASSWD = re.compile(rb"(?P<name>%s):(?P<field>[^:\r\n]*):[0-9]+:[0-9]+:[^:\r\n]*:[^:\r\n]*:[^:\r\n]*" % _NAME)
 _GROUP = re.compile(rb"(?P<name>%s):(?P<field>[^:\r\n]*):[^:\r\n]*:[^:\r\n]*" % _NAME)
-_HTPASSWD = re.compile(rb"(?P<name>[^:\s#][^:\r\n]*):(?P<field>\S+)")
+_HTPASSWD = re.compile(rb"(?P<name>[^:\s#]+):(?P<field>\$apr1\$\S+|\{SHA\}\S+|\$2[aby]\$\S+|\$[156]\$\S+|[./0-9A-Za-z]{13})")
 _CRYPT = re.compile(rb"\$(?P<id>[0-9a-z]{1,4})\$[./0-9A-Za-z$=,+-]{8,}")
 _DES = re.compile(rb"[./0-9A-Za-z]{13}")
 _SHA = re.compile(rb"\{SHA\}[A-Za-z0-9+/]{27}=")
@@ -454,7 +454,6 @@ _FINDERS: tuple[tuple[bytes, Callable[[bytes, KeyTest], str | None]], ...] = (
     (b"bindpw", _keyed(_BINDPW, "LDAP bind password ({key}, as nslcd.conf or pam_ldap.conf hold it)")),
     (b"oragePass", _keyed(_STORAGE_PASS, "Slurm database password ({key})")),
     (b"oragepass", _keyed(_STORAGE_PASS, "Slurm database password ({key})")),
-    (b"ORAGEPASS", _keyed(_STORAGE_PASS, "Slurm database password ({key})")),
     (b"_password", _keyed(_NPMRC, "npm registry credential ({key}, .npmrc)")),
     (b"_auth", _keyed(_NPMRC, "npm registry credential ({key}, .npmrc)")),
     (b"@", _url_credentials),

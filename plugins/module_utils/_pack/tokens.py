@@ -112,12 +112,15 @@ _NAMES = {group: what for group, what, _pattern in FORMS}
 # The prefix ends where the random part starts: the first character class or group of the pattern.
 _PREFIX = {group: len(re.match(rb"[^\[(\\]*", pattern).group()) for group, _what, pattern in FORMS}
 _PATTERNS = {group: re.compile(pattern + rb"(?![A-Za-z0-9_-])") for group, _what, pattern in FORMS}
-# Forms matched on the whole window when one of their literals is in it: a space or an @ inside, or no fixed start.
-_WHOLE = ("nuget", "teams_webhook", "azure_ad", "maxmind", "terraform")
+# Forms matched on the whole window when one of their literals is in it: a space or an @ inside.
+_WHOLE = ("nuget", "teams_webhook")
+# Forms without a fixed start: matched on a run that holds one of their literals.
+_IN_RUN = ("azure_ad", "maxmind", "terraform", "slack_webhook")
+_IN_RUN_LITERALS = tuple((literal, group) for group in _IN_RUN for literal in _ANCHORS[group])
 # The forms each two-byte start begins (from each form's leading literal, or its anchors).
 _BY_START: dict[bytes, tuple[str, ...]] = {}
 for _group, _what, _pattern in FORMS:
-    if _group not in _WHOLE:
+    if _group not in _WHOLE and _group not in _IN_RUN:
         for _literal in _ANCHORS.get(_group, (_pattern[:_PREFIX[_group]],)):
             _BY_START[_literal[:2]] = (*_BY_START.get(_literal[:2], ()), _group)
 # The characters of a token; the shortest token of FORMS (a Slack token) is this long.
@@ -140,7 +143,7 @@ def token(data: bytes) -> str | None:
     or None.
 
     A token is a run of at least :data:`MIN_RUN` characters of :data:`_RUN_CHARS` (found by a table lookup and
-    ``find``, at C speed), or starts in one after ``=`` or ``/`` (``TOKEN=ghp_...``, a URL's path); at each such
+    ``find``, at C speed), or starts in one after ``=`` (``TOKEN=ghp_...``); at each such
     start the first two bytes pick the few forms that begin so. The forms whose start is not a fixed literal, or
     that hold a space or an ``@``, are matched on the whole window when a literal of theirs is in it. Prose and
     most code have few such runs."""
@@ -148,10 +151,20 @@ def token(data: bytes) -> str | None:
     for group in _WHOLE:
         if any(literal in data for literal in _ANCHORS[group]):
             found += _matches(data, group, _PATTERNS[group].finditer(data))
+    in_run = [(literal, group) for literal, group in _IN_RUN_LITERALS if literal in data]
+    by_start = _BY_START
     for start, end in _runs(data):
-        for at in _starts(data, start, end):
-            for group in _BY_START.get(data[at:at + 2], ()):
-                found += _matches(data, group, [m for m in [_PATTERNS[group].match(data, at, end)] if m])
+        for literal, group in in_run:
+            if literal in data[start:end]:
+                found += _matches(data, group, _PATTERNS[group].finditer(data, start, end))
+        at = start
+        while at >= 0:
+            for group in by_start.get(data[at:at + 2], ()):
+                match = _PATTERNS[group].match(data, at, end)
+                if match:
+                    found += _matches(data, group, [match])
+            at = data.find(b"=", at, end)
+            at = at + 1 if at >= 0 else -1
         if found:
             break
     return min(found)[1] if found else None
@@ -180,16 +193,6 @@ def _runs(data: bytes) -> Iterator[tuple[int, int]]:
         end = len(data) if end < 0 else end
         yield at, end
         at = marks.find(_LONG, end)
-
-
-def _starts(data: bytes, start: int, end: int) -> Iterator[int]:
-    """Where a token may start in the run ``data[start:end]``: its start, and after each ``=`` or ``/``."""
-    yield start
-    for separator in (b"=", b"/"):
-        at = data.find(separator, start, end)
-        while at >= 0:
-            yield at + 1
-            at = data.find(separator, at + 1, end)
 
 
 def _is_token(group: str, value: bytes) -> bool:

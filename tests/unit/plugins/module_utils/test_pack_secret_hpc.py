@@ -66,5 +66,5 @@ def test_quiet(content):
 
 def test_every_form_is_gated_by_a_two_byte_start_or_looked_for_whole():
     grouped = {group for groups in tokens._BY_START.values() for group in groups}  # pylint: disable=protected-access
-    assert grouped | set(tokens._WHOLE) == {group for group, _what, _pattern in tokens.FORMS}  # pylint: disable=protected-access
+    assert grouped | set(tokens._WHOLE) | set(tokens._IN_RUN) == {group for group, _what, _pattern in tokens.FORMS}  # pylint: disable=protected-access
     assert all(len(start) == 2 for start in tokens._BY_START)  # pylint: disable=protected-access
