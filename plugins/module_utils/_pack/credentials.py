@@ -242,19 +242,12 @@ def _vault_legacy(data: bytes, _private_key: KeyTest) -> str | None:
 
 def _pgpass(data: bytes, at: int) -> str | None:
     first = None
-    for _number in range(_PGPASS_LINES):
-        if at >= len(data):
-            break
-        end = data.find(b"\n", at)
-        end = len(data) if end < 0 else end
-        line = data[at:end].rstrip(b"\r")
-        if line.strip() and not line.lstrip().startswith(b"#"):
-            match = _PGPASS.fullmatch(line)
-            if match is None:
-                return None
-            if first is None and not _placeholder(match.group("password")):
-                first = at
-        at = end + 1
+    for offset, line in _lines(data, at, _PGPASS_LINES):
+        match = _PGPASS.fullmatch(line)
+        if match is None:
+            return None
+        if first is None and not _placeholder(match.group("password")):
+            first = offset
     return None if first is None else f"PostgreSQL password file (.pgpass) entry with a password at byte {first}"
 
 
