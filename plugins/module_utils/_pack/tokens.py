@@ -130,7 +130,20 @@ _RUN_TABLE = bytes(0x61 if value in _RUN_CHARS else 0x20 for value in range(256)
 _LONG = b"a" * MIN_RUN
 _URLS = ("slack_webhook", "teams_webhook")  # after the // of their URL
 _BEFORE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_+/-")
-_SHOWN = re.compile(rb"[A-Za-z0-9]{2,8}(?:[_-][a-z]{2,7})?[_-]")  # ghp_, glpat-, sk_live_, xoxb-: what the token says
+# The fixed prefix a finding shows (``ghp_``, ``glpat-``, ``sk_live_``): what the token says it is, never a character
+# of its random part. Forms without one are named by their service alone.
+_DISPLAY = {group: re.compile(prefix) for group, prefix in {
+    "github_classic": rb"gh[pousr]_", "github_fine": rb"github_pat_", "gitlab": rb"gl[a-z]+-", "slack": rb"xox[a-z]-",
+    "slack_app": rb"xapp-", "stripe": rb"[sr]k_(?:test|live|prod)_", "npm": rb"npm_", "pypi": rb"pypi-",
+    "openai": rb"sk-(?:proj-|svcacct-|admin-)?", "anthropic": rb"sk-ant-", "huggingface": rb"hf_|api_org_",
+    "digitalocean": rb"do[opr]_", "shopify": rb"shp[a-z]{2}_", "postman": rb"PMAK-", "pulumi": rb"pul-",
+    "rubygems": rb"rubygems_", "linear": rb"lin_api_", "sentry": rb"sntry[us]_", "prefect": rb"pnu_",
+    "planetscale": rb"pscale_[a-z]+_", "grafana": rb"glc_|glsa_", "onepassword": rb"ops_", "adobe": rb"p8e-",
+    "clojars": rb"CLOJARS_", "duffel": rb"duffel_(?:test|live)_", "flutterwave": rb"FLW(?:SECK|PUBK)_",
+    "flyio": rb"fo1_|fm1[ar]_|fm2_", "frameio": rb"fio-u-", "heroku": rb"HRKU-", "infracost": rb"ico-",
+    "intra42": rb"s-s4t2(?:ud|af)-", "notion": rb"ntn_", "octopus": rb"API-", "perplexity": rb"pplx-",
+    "readme": rb"rdme_", "scalingo": rb"tk-us-", "settlemint": rb"sm_[a-z]{3}_", "shippo": rb"shippo_(?:live|test)_",
+    "square": rb"sq0atp-", "sendinblue": rb"xkeysib-"}.items()}
 # Placeholder words (lower case, five letters and more: random text holds one once in 10^9) and runs.
 _PLACEHOLDER = re.compile(rb"token|secret|example|EXAMPLE|dummy|sample|placeholder|redacted|changeme|xxxxx|XXXXX|"
                           rb"000000|\*\*\*")
@@ -178,8 +191,8 @@ def _matches(data: bytes, group: str, matches: Iterable[re.Match[bytes]]) -> lis
         if match.start() and data[match.start() - 1] in _BEFORE and group not in _URLS \
                 or not _is_token(group, match.group()):
             continue
-        prefix = _SHOWN.match(match.group())
-        shown = f" ({prefix.group().decode('ascii')})" if prefix and group not in ("jwt", "nuget") else ""
+        prefix = _DISPLAY[group].match(match.group()) if group in _DISPLAY else None
+        shown = f" ({prefix.group().decode('ascii')})" if prefix else ""
         return [(match.start(), f"{_NAMES[group]}{shown} at byte {match.start()}")]
     return []
 
