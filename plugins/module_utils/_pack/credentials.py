@@ -119,6 +119,7 @@ _SHA = re.compile(rb"\{SHA\}[A-Za-z0-9+/]{27}=")
 _CRYPT_NAMES = {b"1": "md5crypt", b"2a": "bcrypt", b"2b": "bcrypt", b"2y": "bcrypt", b"5": "sha256crypt",
                 b"6": "sha512crypt", b"7": "scrypt", b"y": "yescrypt", b"gy": "gost-yescrypt", b"apr1": "apr1"}
 _ACCOUNT_LINES = 4096
+_ACCOUNT_FORMS = (("shadow", _SHADOW), ("passwd", _PASSWD), ("group", _GROUP), ("htpasswd", _HTPASSWD))
 
 _SSSD = re.compile(rb"^[ \t]*ldap_default_authtok[ \t]*=[ \t]*(?P<value>[^\r\n]*?)[ \t]*\r?$", re.M)
 _BINDPW = re.compile(rb"^[ \t]*(?P<key>(?:root)?bindpw)[ \t]+(?P<value>[^\r\n]*?)[ \t]*\r?$", re.M)
@@ -310,8 +311,7 @@ def _accounts(data: bytes, start: int) -> str | None:
     """A shadow, passwd, gshadow/group or htpasswd file: every line one entry of the same format; the first
     entry whose password field is a hash, or empty where that means no password."""
     first = next(_lines(data, start, 1), None)
-    forms = [(kind, form) for kind, form in (("shadow", _SHADOW), ("passwd", _PASSWD), ("group", _GROUP),
-                                               ("htpasswd", _HTPASSWD)) if first and form.fullmatch(first[1])]
+    forms = [(kind, form) for kind, form in _ACCOUNT_FORMS if first and form.fullmatch(first[1])]
     if not forms:
         return None
     entries = list(_lines(data, start, _ACCOUNT_LINES))

@@ -21,8 +21,8 @@ SHADOW_TAIL = b":19700:0:99999:7:::\n"
     (b"root:" + HASH + SHADOW_TAIL, "shadow password hash (sha512crypt) of account 'root' at byte 0"),
     (b"root:*" + SHADOW_TAIL + b"node:$y$j9T$abcdefghijklmnop$ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789abcdefg" + SHADOW_TAIL,
      "shadow password hash (yescrypt) of account 'node' at byte 26"),
-    (b"root:*" + SHADOW_TAIL + b"guest:" + SHADOW_TAIL, "shadow entry of account 'guest' with an empty password "
-                                                         "field (it logs in without a password) at byte 26"),
+    (b"root:*" + SHADOW_TAIL + b"guest:" + SHADOW_TAIL,
+     "shadow entry of account 'guest' with an empty password field (it logs in without a password) at byte 26"),
     (b"root::0:0:root:/root:/bin/bash\n", "passwd entry of account 'root' with an empty password field (it logs in "
                                           "without a password) at byte 0"),
     (b"root:abJnggxhB/yWI:0:0:root:/root:/bin/bash\n", "passwd password hash (DES crypt) of account 'root' at byte 0"),
@@ -30,8 +30,8 @@ SHADOW_TAIL = b":19700:0:99999:7:::\n"
     (b"monitor:{SHA}W6ph5Mm5Pz8GgiULbPgzG37mj9g=\n", "htpasswd password hash (SHA-1) of user 'monitor' at byte 0"),
     (b"[domain/x]\nldap_default_authtok_type = obfuscated_password\nldap_default_authtok = AAAQAHk4cVcoIy\n",
      "sssd LDAP bind password (ldap_default_authtok) at byte 59"),
-    (b"base dc=x\nrootbindpw Wq9zTr4p\n", "LDAP bind password (rootbindpw, as nslcd.conf or pam_ldap.conf hold it) at "
-                                        "byte 10"),
+    (b"base dc=x\nrootbindpw Wq9zTr4p\n",
+     "LDAP bind password (rootbindpw, as nslcd.conf or pam_ldap.conf hold it) at byte 10"),
     (b"accountingstoragepass=Wq9zTr4p\n", "Slurm database password (accountingstoragepass) at byte 0"),
     (b"[site]\nbaseurl=https://ci:Wq9zTr4p@rpm.example.org/el9/\n",
      "password in a package source or proxy URL (user@rpm.example.org) at byte 20"),
