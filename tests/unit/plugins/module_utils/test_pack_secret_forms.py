@@ -326,8 +326,9 @@ def empty_block_zip(members: int, stream_bytes: int) -> bytes:
     stream = b"\x00\x00\x00\xff\xff" * (stream_bytes // 5)  # non-final stored blocks of length 0
     local = b"PK\x03\x04" + struct.pack("<HHHHHIIIHH", 20, 0, 8, 0, 0, 0, len(stream), 100, 1, 0) + b"a"
     names = [b"m%04d" % n for n in range(members)]
-    central = b"".join(b"PK\x01\x02" + struct.pack("<HHHHHHIIIHHHHHII", 20, 20, 0, 8, 0, 0, 0, len(stream), 100, len(name),
-                                                  0, 0, 0, 0, 0, 0) + name for name in names)
+    fields = (20, 20, 0, 8, 0, 0, 0, len(stream), 100)
+    central = b"".join(b"PK\x01\x02" + struct.pack("<HHHHHHIIIHHHHHII", *fields, len(name), 0, 0, 0, 0, 0, 0) + name
+                       for name in names)
     end = b"PK\x05\x06" + struct.pack("<HHHHIIH", 0, 0, members, members, len(central), len(local) + len(stream), 0)
     return local + stream + central + end
 
