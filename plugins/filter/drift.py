@@ -18,15 +18,16 @@ from ansible_collections.hpc.stateless.plugins.module_utils._verify import drift
 from ansible_collections.hpc.stateless.plugins.module_utils._verify.record import Check, checks_junit
 
 
-def compliance_find_command(extra_paths: Any = None) -> str:
-    """The node's file search: drift.RUNTIME_PATHS and the site's ``extra_paths`` are left out."""
+def compliance_find_command(extra_paths: Any = None, remote_tmp: Any = "/tmp") -> str:
+    """The node's file search: drift.RUNTIME_PATHS and the site's ``extra_paths`` are left out, but for what runs
+    in drift.WATCHED_PLACES; ``remote_tmp`` is where the check's own module files are (its ansible_remote_tmp)."""
     if extra_paths is None:
         extra_paths = []
     if not isinstance(extra_paths, list) or not all(isinstance(p, str) for p in extra_paths):
         raise AnsibleFilterError(f"compliance_find_command: hpc_stateless_compliance_runtime_paths must be a list "
                                  f"of absolute paths, got {extra_paths!r}")
     try:
-        return drift.find_command([p for p, _why in drift.RUNTIME_PATHS] + extra_paths)
+        return drift.find_command([p for p, _why in drift.RUNTIME_PATHS] + extra_paths, str(remote_tmp or "/tmp"))
     except drift.DriftError as exc:
         raise AnsibleFilterError(f"compliance_find_command: hpc_stateless_compliance_runtime_paths: {exc}") from None
 

@@ -113,6 +113,16 @@ options:
         C(playbooks/deploy.yml) does in check mode, before the boot tree changes).
     type: str
     default: ""
+  allow_downgrade:
+    description:
+      - Serve (and publish) a pack of O(src) built before the served version - a downgrade
+        (C(hpc_stateless_deploy_downgrade)). Without it such a pack is refused, naming both versions and their build
+        times - a pack output that lost its newest pack would otherwise serve an older release, validly signed,
+        without a word. Allowed, the run warns and returns RV(downgrade).
+      - The build time is the manifests' C(created), the order the newest pack is picked by. O(state=rollback) is a
+        downgrade by its name and does not need it.
+    type: bool
+    default: false
   signers:
     description:
       - Fingerprints (40 hex digits) of the keys that may sign; the signature must be by one of them (primary key or
@@ -230,6 +240,12 @@ verification:
     pack recorded none.
   returned: when O(src) is given
   type: dict
+downgrade:
+  description: The versions of a downgrade O(allow_downgrade) allowed (C(from) the served, C(to) the new) and their
+    build times (C(from_built), C(to_built)).
+  returned: when O(src) holds a pack built before the served version and O(allow_downgrade) is true
+  type: dict
+  sample: {"from": "v2", "from_built": "2026-03-01T00:00:00Z", "to": "v1", "to_built": "2026-01-01T00:00:00Z"}
 gate:
   description:
     - The verify gate's verdict on the pack of O(src) for deploy, from its checked manifest's RV(verification) and

@@ -15,6 +15,13 @@ a real image would leak them at:
 * key stores: a PKCS#12 bundle under an ordinary name (``client.bundle``), Java keystores (JKS,
   JCEKS, PKCS#12) with a private key entry;
 * private keys inside archives: a tar.gz of a home directory, a zip, a gzip'd key, a plain tar;
+* the credentials an HPC image most often carries: password hashes in ``/etc/shadow`` (and an empty
+  password field in its backup), an ``.htpasswd`` (both hashed by ``openssl passwd``), LDAP bind
+  passwords (sssd's ``ldap_default_authtok``, nslcd's ``bindpw``, ``/etc/ldap.secret``), slurmdbd's
+  ``StoragePass``, a password in an apt source's URL, apt's ``auth.conf.d``, ``.git-credentials`` and
+  an ``.npmrc`` token;
+* service tokens in the forms of the gitleaks default rules a prefix identifies, each in a file of its
+  own (:data:`TOKEN_RULES` names the gitleaks rule each one stands for);
 * the forms found before: a PEM key with CRLF line ends, an OpenSSH key indented in a YAML vars
   file, an armored PGP private key, a Kerberos keytab, a MUNGE key and a Slurm JWT key at paths no
   name rule looks at.
@@ -25,7 +32,9 @@ account behind them); the keytab is written byte for byte by its format (MIT's k
 the build host). The decoys are what images hold next to such files: certificates, public keys
 and keyrings, trust stores (JKS, PKCS#12), prose that quotes a PEM header or an
 ``aws_secret_access_key =`` line, AWS's documented example key pair, templates with placeholders,
-the storage emulator's published Azure key, a redacted kubeconfig, a docker config with a
+the storage emulator's published Azure key, locked and shadowed accounts, configurations without
+a password, placeholder and sample tokens (``ghp_xxxx...``, ``<token>``, ``${VAR}``, ``changeme``,
+jwt.io's sample), a redacted kubeconfig, a docker config with a
 credential helper, checksum lists, and compressed data (a gzip'd changelog, a jar, a tar.gz of
 certificates, gzip'd random bytes).
 
@@ -48,6 +57,7 @@ import subprocess
 import tarfile
 import tempfile
 import time
+import uuid
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -179,6 +189,124 @@ def _at(data: bytes, marker: bytes) -> int:
     return data.index(marker)
 
 
+B62 = string.ascii_letters + string.digits
+HEX = "0123456789abcdef"
+
+
+def _jwt() -> str:
+    def part(value: dict) -> str:
+        return base64.urlsafe_b64encode(json.dumps(value).encode()).rstrip(b"=").decode()
+    return ".".join([part({"alg": "HS256", "typ": "JWT"}), part({"sub": "slurmrestd", "iat": int(time.time())}),
+                     base64.urlsafe_b64encode(os.urandom(32)).rstrip(b"=").decode()])
+
+
+def token_forms() -> dict[str, tuple[str, str]]:
+    """gitleaks default rule id -> (a new token of its form, what our scan names it: the words before " at byte")."""
+    return {
+        "github-pat": ("ghp_" + _random_text(B62, 36), "GitHub token (ghp_)"),
+        "github-oauth": ("gho_" + _random_text(B62, 36), "GitHub token (gho_)"),
+        "github-app-token": ("ghs_" + _random_text(B62, 36), "GitHub token (ghs_)"),
+        "github-refresh-token": ("ghr_" + _random_text(B62, 36), "GitHub token (ghr_)"),
+        "github-fine-grained-pat": ("github_pat_" + _random_text(B62, 22) + "_" + _random_text(B62, 59),
+                                    "GitHub fine-grained personal access token (github_pat_)"),
+        "gitlab-pat": ("glpat-" + _random_text(B62, 20), "GitLab token (glpat-)"),
+        "gitlab-deploy-token": ("gldt-" + _random_text(B62, 20), "GitLab token (gldt-)"),
+        "gitlab-runner-authentication-token": ("glrt-" + _random_text(B62, 20), "GitLab token (glrt-)"),
+        "gitlab-ptt": ("glptt-" + _random_text(HEX, 40), "GitLab token (glptt-)"),
+        "slack-bot-token": (f"xoxb-{_random_text(string.digits, 12)}-{_random_text(string.digits, 13)}-"
+                            f"{_random_text(B62, 24)}", "Slack token (xoxb-)"),
+        "slack-user-token": (f"xoxp-{_random_text(string.digits, 12)}-{_random_text(string.digits, 12)}-"
+                             f"{_random_text(string.digits, 13)}-{_random_text(HEX, 32)}", "Slack token (xoxp-)"),
+        "slack-app-token": (f"xapp-1-A{_random_text(string.ascii_uppercase + string.digits, 10)}-"
+                            f"{_random_text(string.digits, 13)}-{_random_text(HEX, 64)}", "Slack app-level token (xapp-)"),
+        "slack-webhook-url": (f"https://hooks.slack.com/services/T{_random_text(string.ascii_uppercase, 8)}/"
+                              f"B{_random_text(string.ascii_uppercase, 8)}/{_random_text(B62, 24)}", "Slack webhook URL"),
+        "stripe-access-token": ("sk_live_" + _random_text(B62, 24), "Stripe secret key (sk_live_)"),
+        "npm-access-token": ("npm_" + _random_text(B62, 36), "npm access token (npm_)"),
+        "pypi-upload-token": ("pypi-AgEIcHlwaS5vcmc" + _random_text(B62, 70), "PyPI upload token (pypi-)"),
+        "openai-api-key": ("sk-proj-" + _random_text(B62, 74) + "T3BlbkFJ" + _random_text(B62, 74),
+                           "OpenAI API key (sk-proj-)"),
+        "anthropic-api-key": ("sk-ant-api03-" + _random_text(B62, 93) + "AA", "Anthropic API key (sk-ant-)"),
+        "huggingface-access-token": ("hf_" + _random_text(string.ascii_letters, 34), "Hugging Face token (hf_)"),
+        "gcp-api-key": ("AIza" + _random_text(B62, 35), "Google API key"),
+        "digitalocean-pat": ("dop_v1_" + _random_text(HEX, 64), "DigitalOcean token (dop_)"),
+        "doppler-api-token": ("dp.pt." + _random_text(B62, 43), "Doppler token"),
+        "dynatrace-api-token": (f"dt0c01.{_random_text(B62, 24)}.{_random_text(B62, 64)}", "Dynatrace API token"),
+        "databricks-api-token": ("dapi" + _random_text(HEX, 32), "Databricks token"),
+        "sendgrid-api-token": (f"SG.{_random_text(B62, 22)}.{_random_text(B62, 43)}", "SendGrid API key"),
+        "shopify-access-token": ("shpat_" + _random_text(HEX, 32), "Shopify token (shpat_)"),
+        "twilio-api-key": ("SK" + _random_text(HEX, 32), "Twilio API key"),
+        "postman-api-token": (f"PMAK-{_random_text(HEX, 24)}-{_random_text(HEX, 34)}", "Postman API key (PMAK-)"),
+        "pulumi-api-token": ("pul-" + _random_text(HEX, 40), "Pulumi token (pul-)"),
+        "rubygems-api-token": ("rubygems_" + _random_text(HEX, 48), "RubyGems API key (rubygems_)"),
+        "linear-api-key": ("lin_api_" + _random_text(B62, 40), "Linear API key (lin_api_)"),
+        "alibaba-access-key-id": ("LTAI" + _random_text(B62, 20), "Alibaba Cloud access key id"),
+        "sentry-user-token": ("sntryu_" + _random_text(HEX, 64), "Sentry token (sntryu_)"),
+        "prefect-api-token": ("pnu_" + _random_text(B62, 36), "Prefect API key (pnu_)"),
+        "planetscale-api-token": ("pscale_tkn_" + _random_text(B62, 40), "PlanetScale credential (pscale_tkn_)"),
+        "grafana-service-account-token": (f"glsa_{_random_text(B62, 32)}_{_random_text(HEX, 8)}", "Grafana token (glsa_)"),
+        "jwt": (_jwt(), "JSON Web Token"),
+    }
+
+
+#: The gitleaks default rules (config/gitleaks.toml) the token files stand for, one file each.
+TOKEN_RULES = ("github-pat", "github-oauth", "github-app-token", "github-refresh-token", "github-fine-grained-pat",
+               "gitlab-pat", "gitlab-deploy-token", "gitlab-runner-authentication-token", "gitlab-ptt",
+               "slack-bot-token", "slack-user-token", "slack-app-token", "slack-webhook-url", "stripe-access-token",
+               "npm-access-token", "pypi-upload-token", "openai-api-key", "anthropic-api-key",
+               "huggingface-access-token", "gcp-api-key", "digitalocean-pat", "doppler-api-token",
+               "dynatrace-api-token", "databricks-api-token", "sendgrid-api-token", "shopify-access-token",
+               "twilio-api-key", "postman-api-token", "pulumi-api-token", "rubygems-api-token", "linear-api-key",
+               "alibaba-access-key-id", "sentry-user-token", "prefect-api-token", "planetscale-api-token",
+               "grafana-service-account-token", "jwt")
+
+
+def _hpc_files() -> dict[str, tuple[bytes, str]]:
+    """The credentials of an HPC node image's own configuration: path -> (content, the form our scan names)."""
+    found: dict[str, tuple[bytes, str]] = {}
+    hashed = _run("openssl", "passwd", "-6", _random_text(B62, 12)).strip()
+    shadow = (b"root:*:19700:0:99999:7:::\ndaemon:*:19700:0:99999:7:::\nslurm:!:19700::::::\n"
+              b"alice:" + hashed + b":19700:0:99999:7:::\n")
+    found["etc/shadow"] = (shadow, f"shadow password hash (sha512crypt) of account 'alice' at byte {_at(shadow, b'alice:')}")
+    backup = b"root:*:19700:0:99999:7:::\nguest::19700:0:99999:7:::\n"
+    found["etc/shadow-"] = (backup, "shadow entry of account 'guest' with an empty password field (it logs in without a "
+                                    f"password) at byte {_at(backup, b'guest:')}")
+    apr1 = _run("openssl", "passwd", "-apr1", _random_text(B62, 12)).strip()
+    found["var/www/html/status/.htpasswd"] = (b"monitor:" + apr1 + b"\n",
+                                              "htpasswd password hash (apr1) of user 'monitor' at byte 0")
+    sssd = (b"[sssd]\nservices = nss, pam\ndomains = LDAP\n\n[domain/LDAP]\nid_provider = ldap\n"
+            b"ldap_uri = ldaps://ldap.example.org\nldap_default_bind_dn = cn=nodes,ou=services,dc=example,dc=org\n"
+            b"ldap_default_authtok_type = password\nldap_default_authtok = " + _random_text(B62, 16).encode() + b"\n")
+    found["etc/sssd/sssd.conf"] = (sssd, "sssd LDAP bind password (ldap_default_authtok) at byte "
+                                         f"{_at(sssd, b'ldap_default_authtok =')}")
+    nslcd = (b"uid nslcd\ngid nslcd\nuri ldaps://ldap.example.org\nbase dc=example,dc=org\n"
+             b"binddn cn=nodes,ou=services,dc=example,dc=org\nbindpw " + _random_text(B62, 16).encode() + b"\n")
+    found["etc/nslcd.conf"] = (nslcd, "LDAP bind password (bindpw, as nslcd.conf or pam_ldap.conf hold it) at byte "
+                                      f"{_at(nslcd, b'bindpw')}")
+    found["etc/ldap.secret"] = (_random_text(B62, 16).encode() + b"\n", "LDAP bind password file")
+    slurmdbd = (b"AuthType=auth/munge\nDbdHost=head\nSlurmUser=slurm\nStorageType=accounting_storage/mysql\n"
+                b"StorageHost=db\nStorageUser=slurm\nStoragePass=" + _random_text(B62, 16).encode() + b"\n")
+    found["etc/slurm/slurmdbd.conf"] = (slurmdbd, f"Slurm database password (StoragePass) at byte {_at(slurmdbd, b'StoragePass')}")
+    source = f"deb https://ci:{_random_text(B62, 16)}@repo.example.org/hpc bookworm main\n".encode()
+    found["etc/apt/sources.list.d/site.list"] = (source, "password in a package source or proxy URL (user@repo.example.org) "
+                                                         f"at byte {_at(source, b'://')}")
+    auth = f"machine repo.example.org/hpc\nlogin ci\npassword {_random_text(B62, 16)}\n".encode()
+    found["etc/apt/auth.conf.d/site.conf"] = (auth, "netrc password (machine repo.example.org/hpc) at byte "
+                                                    f"{_at(auth, b'password')}")
+    found["root/.git-credentials"] = (f"https://ci-bot:{_random_text(B62, 20)}@git.example.org\n".encode(),
+                                      "git credential store (.git-credentials) password for git.example.org at byte 0")
+    npmrc = f"registry=https://npm.example.org/\n//npm.example.org/:_authToken={uuid.uuid4()}\n".encode()
+    found["home/ci/.npmrc"] = (npmrc, "npm registry credential (_authToken, .npmrc) at byte "
+                                      f"{_at(npmrc, b'//npm.example.org/:')}")
+    forms = token_forms()
+    for rule in TOKEN_RULES:
+        value, form = forms[rule]
+        content = f"# {rule}\nexport SITE_TOKEN={value}\n".encode()
+        at = _at(content, b"hooks.slack.com" if rule == "slack-webhook-url" else value.encode())  # after https://
+        found[f"etc/tokens/{rule}.env"] = (content, f"{form} at byte {at}")
+    return found
+
+
 def _secret_files(keys: _Keys) -> dict[str, tuple[bytes, str]]:
     """Every planted secret: path -> (content, the form our scan names)."""
     # pylint: disable=too-many-locals
@@ -269,6 +397,7 @@ def _secret_files(keys: _Keys) -> dict[str, tuple[bytes, str]]:
                                 "Kerberos keytab at byte 0")
     found["srv/munge/munge.key"] = (os.urandom(1024), "1024 random bytes with no file format, as in a MUNGE key, at byte 0")
     found["etc/slurm-llnl/jwt_hs256.key"] = (os.urandom(32), "32 random bytes with no file format, as in a MUNGE key, at byte 0")
+    found.update(_hpc_files())
     return found
 
 
@@ -316,6 +445,36 @@ TEMPLATE = """
 """
 SERVICE_ACCOUNT_TYPE = "service_account"
 '''
+
+
+# jwt.io's published sample token: documentation, not a credential.
+JWT_SAMPLE = ("eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6IkpvaG4gRG9lIiwiaWF0IjoxNTE2MjM5"
+              "MDIyfQ.SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c")
+HPC_DECOYS = {
+    # locked and shadowed accounts: '*', '!', '!!', '!*', and a locked hash ('!' before it)
+    "var/backups/shadow.bak": b"root:*:19700:0:99999:7:::\nslurm:!:19700::::::\nmunge:!!:19700::::::\n"
+                              b"svc:!*:19700::::::\nalice:!$6$Zx3kLq9v$k2Qm8vX0pZrT2sUw4yA6cE8gI0kM2oQ4sU6wY8aC0eG2iK4mO6qS8u"
+                              b"W0yA2cE4gI6kM8oQ0sU2wY4aC6eG8:19700:0:99999:7:::\n",
+    "etc/passwd": b"root:x:0:0:root:/root:/bin/bash\nslurm:x:64030:64030::/nonexistent:/usr/sbin/nologin\n",
+    "etc/group": b"root:x:0:\nslurm:x:64030:\n",
+    "etc/gshadow": b"root:*::\nslurm:!::\n",
+    # configurations without a password
+    "etc/sssd/conf.d/kerberos.conf": b"[domain/KRB]\nid_provider = ldap\nauth_provider = krb5\nldap_sasl_mech = GSSAPI\n",
+    "etc/nslcd.conf.dpkg-dist": b"uid nslcd\ngid nslcd\nuri ldap:///\nbase dc=example,dc=net\n"
+                                b"#binddn cn=proxyuser,dc=example,dc=net\n#bindpw secret\n",
+    "usr/share/doc/slurmdbd/examples/slurmdbd.conf": b"StorageType=accounting_storage/mysql\nStorageUser=slurm\n"
+                                                     b"StoragePass=<password>\n#StoragePass=changeme\n",
+    "etc/apt/sources.list": b"deb http://deb.debian.org/debian bookworm main\n"
+                            b"deb https://${REPO_USER}:${REPO_PASS}@repo.example.org/hpc bookworm main\n",
+    "etc/skel/.git-credentials.example": b"https://user:<token>@github.com\n",
+    "etc/skel/.npmrc": b"//registry.npmjs.org/:_authToken=${NPM_TOKEN}\n",
+    # placeholder and sample tokens
+    "usr/share/doc/site-ci/TOKENS.md": (
+        "# CI tokens\n\nexport GITHUB_TOKEN=ghp_" + "x" * 36 + "\nexport GITLAB_TOKEN=glpat-<token>\n"
+        "export SLACK_TOKEN=xoxb-your-token-here\nexport NPM_TOKEN=${NPM_TOKEN}\nexport STRIPE_KEY=changeme\n"
+        "export GITHUB_TOKEN=ghp_0123456789abcdefghijklmnopqrstuvwxyz\nexport PYPI_TOKEN=pypi-<token>\n"
+        f"A JWT looks like {JWT_SAMPLE}\n").encode(),
+}
 
 
 def _decoy_files(keys: _Keys) -> dict[str, bytes]:
@@ -374,6 +533,7 @@ def _decoy_files(keys: _Keys) -> dict[str, bytes]:
         "usr/share/java/site-app.jar": jar,
         "var/backups/certs.tar.gz": _tar({"certs/node.pem": keys.certificate, "certs/README": PROSE}, "gz"),
         "var/lib/site/state.gz": gzip.compress(os.urandom(600)),
+        **HPC_DECOYS,
     }
 
 

@@ -3,6 +3,17 @@ secret with the form it found and no decoy, and writes nothing under a final nam
 
 The tree is a small root (a stand-in kernel in /boot) with the planted corpus of secret_corpus.py (the
 one the benchmark runs detect-secrets on); the pack is the real hpc.stateless.pack module on it.
+
+The token files stand for these gitleaks default rules (config/gitleaks.toml), one file each, each named
+(secret_corpus.TOKEN_RULES): github-pat, github-oauth, github-app-token, github-refresh-token,
+github-fine-grained-pat, gitlab-pat, gitlab-deploy-token, gitlab-runner-authentication-token, gitlab-ptt,
+slack-bot-token, slack-user-token, slack-app-token, slack-webhook-url, stripe-access-token, npm-access-token,
+pypi-upload-token, openai-api-key, anthropic-api-key, huggingface-access-token, gcp-api-key, digitalocean-pat,
+doppler-api-token, dynatrace-api-token, databricks-api-token, sendgrid-api-token, shopify-access-token,
+twilio-api-key, postman-api-token, pulumi-api-token, rubygems-api-token, linear-api-key, alibaba-access-key-id,
+sentry-user-token, prefect-api-token, planetscale-api-token, grafana-service-account-token, jwt; with the older
+forms of the corpus, also aws-access-token (a key pair), private-key, pkcs12-file, vault-service-token and
+age-secret-key. gitleaks is not installable here: each token is of the form its rule matches, by construction.
 """
 
 from __future__ import annotations
@@ -41,6 +52,7 @@ def test_pack_refuses_every_planted_form_names_no_decoy_and_writes_nothing(tmp_p
     missed = {rel: form for rel, form in corpus.secrets.items() if named.get(rel) != form}
     assert not missed, "not named, or named with another form:\n" + "\n".join(
         f"  /{rel}: want {form!r}, got {named.get(rel)!r}" for rel, form in sorted(missed.items()))
+    assert {f"etc/tokens/{rule}.env" for rule in secret_corpus.TOKEN_RULES} <= set(named)
     decoys = sorted(set(named) & set(corpus.decoys))
     assert not decoys, f"decoys named as secrets: {decoys}"
     assert sorted(named) == sorted(corpus.secrets), f"named beyond the planted secrets: {sorted(set(named) - set(corpus.secrets))}"

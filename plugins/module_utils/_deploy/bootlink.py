@@ -73,7 +73,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils._contract.names impo
 from ansible_collections.hpc.stateless.plugins.module_utils._contract.signature import Signer, read_optional, verify
 from ansible_collections.hpc.stateless.plugins.module_utils._contract.sums import parse_sums, read_sums, sha256_bytes, sha256_file
 from ansible_collections.hpc.stateless.plugins.module_utils._fs import Flock, LockBusy, wait_message
-from ansible_collections.hpc.stateless.plugins.module_utils._time import iso_utc
+from ansible_collections.hpc.stateless.plugins.module_utils._time import iso_utc, parse_iso_utc
 from ansible_collections.hpc.stateless.plugins.module_utils._paths import (
     TEMP_INFIX,
     fsync_dir,
@@ -877,10 +877,15 @@ def apply_state(params: dict[str, Any], check_mode: bool = False,
 
     check_writable(tree.root)
     old_current, old_previous = tree.current(image), tree.previous(image)
+    downgrade = _downgrade(tree, image, packed, old_current, params) if packed is not None else None
     old_versions = [info.name for info in tree.versions(image)]
     before = describe(tree, image, old_current or "", old_previous or "", old_versions)
     result: dict[str, Any] = {"image": image, "boot_root": tree.root, "version": version, "source": result_source,
                               "published": False, "switched": False, "removed": [], "signature": signature}
+    if downgrade:
+        result["downgrade"] = downgrade
+        result["warnings"] = [f"image {image!r}: downgrading from {downgrade['from']!r} (built {downgrade['from_built']})"
+                              f" to {downgrade['to']!r} (built {downgrade['to_built']}), as allow_downgrade asks"]
     verify_target = _target_verifier(tree, image, keyring, signers, result)
 
     if check_mode:
@@ -908,6 +913,39 @@ def apply_state(params: dict[str, Any], check_mode: bool = False,
                       "before_header": f"{tree.root} ({image})", "after_header": f"{tree.root} ({image})"}
     result["old_current"] = old_current
     return result
+
+
+def _downgrade(tree: BootTree, image: str, packed: PackedVersion, current: str | None,
+               params: Mapping[str, Any]) -> dict[str, str] | None:
+    """What serving ``packed`` in place of the served version ``current`` downgrades (from, to, their build times),
+    or None when it does not: ``packed`` is older when its layer image was built before the served one's (the
+    manifests' ``created``, the order "the newest pack" is picked by). A downgrade is refused unless
+    ``allow_downgrade`` asks for it: a pack output that lost its newest pack (or an older, validly signed release
+    copied in) would otherwise serve old software, security fixes undone, without a word."""
+    if not current or current == packed.version:
+        return None
+    try:
+        served = read_manifest(os.path.join(tree.version_dir(image, current), MANIFEST_FILE))
+    except ArtifactError:
+        return None  # nothing to compare with: the served version's manifest is checked when it is switched to
+    served_built, packed_built = str(served.get("created") or ""), str(packed.manifest.get("created") or "")
+    try:
+        if parse_iso_utc(packed_built) >= parse_iso_utc(served_built):
+            return None
+    except ValueError:
+        return None  # a manifest without a build time (made by hand): no order to judge by
+    change = {"from": current, "from_built": served_built, "to": packed.version, "to_built": packed_built}
+    if params.get("allow_downgrade"):
+        return change
+    src = str(params.get("src") or "")
+    picked = "" if params.get("version") else (
+        f" (the newest pack in {src}; the served version's pack is not there)"
+        if not os.path.isdir(os.path.join(src, current)) else f" (the newest pack in {src})")
+    raise BootlinkError(
+        f"image {image!r}: {packed.version!r}{picked} was built {packed_built}, before the served {current!r} "
+        f"(built {served_built}): serving it is a downgrade. To roll back on purpose, ask for it "
+        f"(hpc_stateless_deploy_downgrade: true with hpc_stateless_deploy_version: {packed.version}, or the module's "
+        f"allow_downgrade: true); else put {current!r}'s pack back in the pack output. The boot tree is unchanged")
 
 
 def _signature_entry(signer: Signer | None, signed: bool, keyring: str | None) -> dict[str, Any]:

@@ -33,6 +33,7 @@ ARGUMENT_SPEC: dict[str, Any] = dict(
     keyring=dict(type="path"),
     signers=dict(type="list", elements="str"),
     unverified_ok=dict(type="str", default=""),
+    allow_downgrade=dict(type="bool", default=False),
 )
 VALIDATION: dict[str, Any] = {
     "required_if": [("state", "present", ("src",)), ("state", "absent", ("version",)),

@@ -12,18 +12,33 @@ named. What is read, whatever the archive claims:
 * at most :data:`MAX_MEMBERS` (1024) members, and of each its first ``head_bytes``;
 * at most :data:`MAX_EXPANDED` (32 MiB) of decompressed bytes for the whole archive: a
   compressed stream is decompressed in chunks with a bounded output size (``max_length``), never
-  whole, so a compression bomb costs at most that much work and a chunk of memory;
+  whole, so a compression bomb costs at most that much output and a chunk of memory;
+* every compressed byte at most once: the work a decompressor does without output (a deflate
+  stream of empty blocks) is bounded by the archive's size, whatever its members claim. Zip
+  members that share their data (the directory points several members at one stream) would be
+  read again and again: such an archive is refused (below), as is a zip member whose data does not
+  expand to the size its directory entry gives;
 * zip: the central directory (its last 64 KiB locate it) lists the members; each is read from its
   local header, stored or deflated (other methods and encrypted members are skipped); ZIP64 and
   split archives are not read;
 * tar: ustar and GNU headers with a valid checksum (old V7 archives without the ``ustar`` magic are
   not recognised), GNU long names and pax ``path`` records; regular files only;
 * gzip, bzip2 and xz: one compressed stream; a tar inside is walked, anything else is one member.
+  Concatenated streams (``cat a.gz b.gz``) are read on, as gzip, bzip2 and xz themselves do;
+  bytes after the last stream that start no stream are ignored, as they do.
   A member is not opened as an archive in its turn.
+
+An archive the walk cannot read through is a finding of its own (:class:`Unscannable`, reported as
+``"<kind> file the secret scan cannot read: <why>"``): compressed data that is damaged or ends before
+its stream does, zip members that overlap or disagree with the directory. Such a file hides what
+follows the damage from the scan, and a file built to hide it is what a leak looks like; the
+bounds above (size, members, decompressed bytes) stop the walk quietly, as documented.
+zstd, lz4 and lzo files are not opened (the standard library has no decompressor for them).
 """
 
 from __future__ import annotations
 
+import bisect
 import struct
 import zlib
 from typing import BinaryIO, Callable, Protocol
@@ -55,6 +70,13 @@ _LOCAL = b"PK\x03\x04"
 
 Sniff = Callable[[bytes, bool], "str | None"]
 
+_DAMAGED = (zlib.error, OSError, EOFError, ValueError) + ((lzma.LZMAError,) if lzma is not None else ())
+_MAGIC = {"gzip": GZIP, "bzip2": BZIP2, "xz": XZ}
+
+
+class Unscannable(Exception):
+    """The walk cannot read an archive through: why (the member or the byte at fault)."""
+
 
 def kind_of(head: bytes) -> str | None:
     """The archive format ``head`` (a file's first 512 bytes or more) starts, or None."""
@@ -76,9 +98,16 @@ def scan_archive(source: BinaryIO, kind: str, size: int, sniff: Sniff, head_byte
     in, as ``"<finding> in <kind> member <name>"``, or None."""
     if size > ARCHIVE_MAX_SIZE:
         return None
-    budget = _Budget()
+    budget = _Budget(size)
+    try:
+        return _scan(source, kind, sniff, head_bytes, budget)
+    except Unscannable as exc:
+        return f"{kind} file the secret scan cannot read: {exc}"
+
+
+def _scan(source: BinaryIO, kind: str, sniff: Sniff, head_bytes: int, budget: _Budget) -> str | None:
     if kind == "zip":
-        return _zip(source, size, sniff, head_bytes, budget)
+        return _zip(source, sniff, head_bytes, budget)
     if kind == "tar":
         source.seek(0)
         return _tar(_Plain(source), "tar", sniff, head_bytes)
@@ -95,13 +124,21 @@ def scan_archive(source: BinaryIO, kind: str, size: int, sniff: Sniff, head_byte
 
 
 class _Budget:
-    """Decompressed bytes still allowed for one archive."""
+    """Decompressed bytes still allowed for one archive, and compressed bytes still to be read of its ``size``."""
 
-    def __init__(self) -> None:
+    def __init__(self, size: int) -> None:
         self.left = MAX_EXPANDED
+        self.size = self.unread = size
 
     def take(self, count: int) -> None:
         self.left -= count
+
+    def read(self, count: int) -> None:
+        """Count ``count`` compressed bytes read; more than the archive holds means members share their data."""
+        self.unread -= count
+        if self.unread < 0:
+            raise Unscannable(f"its members overlap: their data adds up to more than the archive's {self.size} "
+                              "bytes (several members point at the same data, as in a zip bomb)")
 
 
 class _Stream(Protocol):
@@ -134,41 +171,56 @@ class _Expanded:
     def __init__(self, source: BinaryIO, kind: str, budget: _Budget) -> None:
         self.source, self.kind, self.budget = source, kind, budget
         source.seek(0)
-        if kind == "gzip":
-            self.decompressor = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        elif kind == "bzip2":
-            self.decompressor = bz2.BZ2Decompressor()
-        else:
-            self.decompressor = lzma.LZMADecompressor()
-        self.pending = b""  # compressed input not yet consumed (zlib)
+        self.decompressor = self._decompressor()
+        self.pending = b""  # compressed input not yet consumed
         self.buffer = b""  # decompressed output handed back by unread()
+        self.consumed = 0  # compressed bytes fed to the decompressors
         self.ended = False
 
+    def _decompressor(self):  # type: ignore[no-untyped-def]
+        if self.kind == "gzip":
+            return zlib.decompressobj(16 + zlib.MAX_WBITS)
+        if self.kind == "bzip2":
+            return bz2.BZ2Decompressor()
+        return lzma.LZMADecompressor()
+
+    def _input(self) -> bytes:
+        """The compressed bytes not yet consumed: the pending ones, else the next chunk of the file."""
+        if not self.pending:
+            self.pending = self.source.read(CHUNK)
+        return self.pending
+
     def _step(self, limit: int) -> bytes:
-        """Up to ``limit`` more decompressed bytes (b"" at the end of the stream or of the input)."""
+        """Up to ``limit`` more decompressed bytes (b"" at the end of the stream or of the budget)."""
         limit = min(limit, self.budget.left)
         if self.ended or limit <= 0:
             self.ended = True
             return b""
+        if self.decompressor.eof:
+            # The stream ended: another one may follow (concatenated files); other bytes are ignored.
+            following = self.decompressor.unused_data + self.pending
+            self.pending = following or self.source.read(CHUNK)
+            if not self.pending.startswith(_MAGIC[self.kind][:len(self.pending)]) or not self.pending:
+                self.ended = True
+                return b""
+            self.decompressor = self._decompressor()
+        data = self._input() if self.kind == "gzip" or self.decompressor.needs_input else b""
+        if not data and (self.kind == "gzip" or self.decompressor.needs_input):
+            raise Unscannable(f"its {self.kind} data ends at byte {self.consumed}, before its stream does "
+                              "(a truncated file)")
+        before = len(data)
         try:
-            if self.kind == "gzip":
-                if not self.pending:
-                    self.pending = self.source.read(CHUNK)
-                    if not self.pending:
-                        self.ended = True
-                        return b""
-                out = self.decompressor.decompress(self.pending, limit)
-                self.pending = self.decompressor.unconsumed_tail
-            else:
-                data = self.source.read(CHUNK) if self.decompressor.needs_input else b""
-                if self.decompressor.needs_input and not data:
-                    self.ended = True
-                    return b""
-                out = self.decompressor.decompress(data, limit)
-        except (zlib.error, OSError, EOFError, ValueError):
-            self.ended = True
-            return b""
-        self.ended = self.decompressor.eof
+            out = self.decompressor.decompress(data, limit)
+        except _DAMAGED as exc:
+            raise Unscannable(f"its {self.kind} data is damaged after compressed byte {self.consumed} "
+                              f"({exc or type(exc).__name__})") from None
+        if self.kind == "gzip":
+            self.pending = self.decompressor.unconsumed_tail
+        else:
+            self.pending = b""
+        self.consumed += before - len(self.pending)
+        if not out and before == len(self.pending) and not self.decompressor.eof:
+            raise Unscannable(f"its {self.kind} decompressor made no progress at compressed byte {self.consumed}")
         self.budget.take(len(out))
         return out
 
@@ -176,10 +228,8 @@ class _Expanded:
         out = [self.buffer[:count]]
         self.buffer = self.buffer[count:]
         have = len(out[0])
-        stalls = 0
-        while have < count and not self.ended and stalls < 64:
+        while have < count and not self.ended:
             chunk = self._step(count - have)
-            stalls = stalls + 1 if not chunk else 0
             out.append(chunk)
             have += len(chunk)
         return b"".join(out)
@@ -203,7 +253,7 @@ class _Expanded:
         if following:
             self.unread(following)
             return False
-        return bool(self.decompressor.eof)
+        return self.budget.left > 0
 
 
 def _is_tar_header(block: bytes) -> bool:
@@ -267,7 +317,8 @@ def _long_name(kind: bytes, record: bytes) -> str | None:
     return None
 
 
-def _zip(source: BinaryIO, size: int, sniff: Sniff, head_bytes: int, budget: _Budget) -> str | None:
+def _zip(source: BinaryIO, sniff: Sniff, head_bytes: int, budget: _Budget) -> str | None:
+    size = budget.size
     tail_size = min(size, 22 + 0xFFFF)
     source.seek(size - tail_size)
     tail = source.read(tail_size)
@@ -280,6 +331,8 @@ def _zip(source: BinaryIO, size: int, sniff: Sniff, head_bytes: int, budget: _Bu
     source.seek(directory_at)
     directory = source.read(min(directory_size, MAX_MEMBERS * (46 + 3 * 0xFFFF)))
     offset = 0
+    starts: list[int] = []  # the data each member read spans, sorted: [starts[i], ends[i])
+    ends: list[int] = []
     for _entry in range(min(entries, MAX_MEMBERS)):
         if directory[offset:offset + 4] != _CENTRAL or len(directory) < offset + 46:
             return None
@@ -291,7 +344,20 @@ def _zip(source: BinaryIO, size: int, sniff: Sniff, head_bytes: int, budget: _Bu
         offset += 46 + name_len + extra_len + comment_len
         if flags & 1 or method not in (0, 8) or not expanded or name.endswith("/") or budget.left <= 0:
             continue
-        data = _zip_member(source, local_at, method, compressed, min(expanded, head_bytes), budget)
+        want = min(expanded, head_bytes, budget.left)
+        place = bisect.bisect(starts, local_at)
+        if place and ends[place - 1] > local_at or place < len(starts) and starts[place] < local_at + 30 + compressed:
+            raise Unscannable(f"member {name} overlaps another member's data (several members point at the same "
+                              "data, as in a zip bomb)")
+        starts.insert(place, local_at)
+        ends.insert(place, local_at + 30 + compressed)
+        try:
+            data = _zip_member(source, local_at, method, compressed, want, budget)
+        except Unscannable as exc:
+            raise Unscannable(f"member {name}: {exc}") from None
+        if len(data) < want:
+            raise Unscannable(f"member {name}: its data expands to {len(data)} bytes, its directory entry says "
+                              f"{expanded} (a damaged or crafted archive)")
         found = sniff(data, len(data) == expanded) if data else None
         if found:
             return f"{found} in zip member {name}"
@@ -299,35 +365,39 @@ def _zip(source: BinaryIO, size: int, sniff: Sniff, head_bytes: int, budget: _Bu
 
 
 def _zip_member(source: BinaryIO, local_at: int, method: int, compressed: int, want: int, budget: _Budget) -> bytes:
+    """Up to ``want`` bytes of the member whose local header is at ``local_at``; every compressed byte read counts
+    against the archive's size (:meth:`_Budget.read`)."""
     source.seek(local_at)
     local = source.read(30)
     if len(local) < 30 or not local.startswith(_LOCAL):
-        return b""
+        raise Unscannable(f"no local header at byte {local_at}")
     name_len, extra_len = struct.unpack("<HH", local[26:30])
     source.seek(local_at + 30 + name_len + extra_len)
     if method == 0:
         data = source.read(min(want, compressed))
+        budget.read(len(data))
         budget.take(len(data))
         return data
     decompressor = zlib.decompressobj(-zlib.MAX_WBITS)
     out, left, pending = [], compressed, b""
     have = 0
-    while have < want and budget.left > 0:
+    while have < want:
         if not pending:
             if left <= 0:
                 break
             pending = source.read(min(CHUNK, left))
+            budget.read(len(pending))
             left -= len(pending)
             if not pending:
                 break
         try:
-            chunk = decompressor.decompress(pending, min(want - have, budget.left))
-        except zlib.error:
-            break
+            chunk = decompressor.decompress(pending, want - have)
+        except zlib.error as exc:
+            raise Unscannable(f"its deflate data is damaged ({exc})") from None
         pending = decompressor.unconsumed_tail
         budget.take(len(chunk))
         out.append(chunk)
         have += len(chunk)
-        if decompressor.eof or (not chunk and not pending and left <= 0):
+        if decompressor.eof:
             break
     return b"".join(out)

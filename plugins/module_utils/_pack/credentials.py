@@ -32,6 +32,25 @@ documentation, templates and prose stay quiet:
 * Container registry auths (docker's ``config.json``, podman's ``auth.json``): an ``"auths"``
   object with an ``"auth"`` that is base64 of ``user:password``, or an ``"identitytoken"``.
 
+* Account databases: ``/etc/shadow`` (and its backup ``shadow-``), ``/etc/passwd`` and ``/etc/gshadow``
+  by their format (every line one entry of nine, seven or four fields, the numeric ones numbers): an
+  account whose password field holds a crypt hash (``$6$...``, ``$y$...``, DES), or an empty one in
+  shadow or passwd (the account logs in without a password). A field that starts with ``!`` or ``*``
+  is locked (``!$6$...`` too), ``x`` in passwd is shadowed: neither is reported.
+* ``.htpasswd`` files: every line ``user:hash`` with an Apache hash (``$apr1$``, ``{SHA}``, bcrypt,
+  crypt).
+* LDAP bind passwords: sssd's ``ldap_default_authtok`` (an ``obfuscated_password`` is reversible, so
+  it counts), ``bindpw``/``rootbindpw`` of nslcd.conf, pam_ldap.conf and libnss-ldap.conf (the
+  ``ldap.secret`` files that hold the password alone are named by :mod:`.tree`'s name rules).
+* Slurm's database password: ``StoragePass`` (slurmdbd.conf) and ``AccountingStoragePass``
+  (slurm.conf), as written or in lower case (Slurm reads keys in any case).
+* Passwords in URLs (``https://user:password@host``) on the lines of package sources and proxies
+  (apt's ``deb``/``URIs:``/``Acquire::...::Proxy``, yum's ``baseurl``/``mirrorlist``/``metalink``,
+  pip's ``index-url``, npm's ``registry``, ``proxy``) and in git's credential store
+  (``.git-credentials``: every line such a URL); apt's ``auth.conf`` is netrc, above.
+* npm's ``.npmrc`` ``_authToken``/``_password``/``_auth``.
+* Service tokens by their prefix (:mod:`.tokens`: GitHub, GitLab, Slack, Stripe, npm, PyPI, JWTs, ...).
+
 Placeholders (``<password>``, ``${PASSWORD}``, ``xxxx``, ``changeme``, the word ``password``) are
 not passwords.
 """
@@ -41,7 +60,10 @@ from __future__ import annotations
 import binascii
 import json
 import re
+from collections.abc import Iterator
 from typing import Callable
+
+from ansible_collections.hpc.stateless.plugins.module_utils._pack import tokens
 
 # A private-key test on text: the form found ("PEM RSA private key block at byte 0"), or None.
 KeyTest = Callable[[bytes], "str | None"]
@@ -81,12 +103,42 @@ _REGISTRY_AUTH = re.compile(rb'"(auth|identitytoken)"\s*:\s*"([^"\\]{1,4096})"')
 _REGISTRY_NAME = re.compile(rb'"([^"\\]{1,255})"\s*:\s*\{[^{}]*$')
 
 _PLACEHOLDER = re.compile(rb"(?:<[^>]*>|\$\{?[A-Za-z_][A-Za-z0-9_]*\}?|%[A-Za-z_]+%|\{\{.*\}\}|[xX*.]+|"
-                          rb"(?i:password|passwd|secret|changeme|change_me|your[-_a-z]*|redacted|none|null))")
+                          rb"@[A-Za-z_]+@|__[A-Za-z_]+__|"
+                          rb"(?i:password|passwd|pass|pwd|secret|token|changeme|change_me|your[-_a-z]*|my[-_]?password|"
+                          rb"redacted|none|null|example|placeholder))")
+
+# Account databases: shadow (9 fields), passwd (7), gshadow/group (4); the numeric fields numbers or empty.
+_NAME = rb"[A-Za-z0-9._][A-Za-z0-9._-]*\$?"
+_SHADOW = re.compile(rb"(?P<name>%s):(?P<field>[^:\r\n]*):[0-9]*:[0-9]*:[0-9]*:[0-9]*:[0-9]*:[0-9]*:[^:\r\n]*" % _NAME)
+_PASSWD = re.compile(rb"(?P<name>%s):(?P<field>[^:\r\n]*):[0-9]+:[0-9]+:[^:\r\n]*:[^:\r\n]*:[^:\r\n]*" % _NAME)
+_GROUP = re.compile(rb"(?P<name>%s):(?P<field>[^:\r\n]*):[^:\r\n]*:[^:\r\n]*" % _NAME)
+_HTPASSWD = re.compile(rb"(?P<name>[^:\s#]+):(?P<field>\$apr1\$\S+|\{SHA\}\S+|\$2[aby]\$\S+|\$[156]\$\S+|[./0-9A-Za-z]{13})")
+_CRYPT = re.compile(rb"\$(?P<id>[0-9a-z]{1,4})\$[./0-9A-Za-z$=,+-]{8,}")
+_DES = re.compile(rb"[./0-9A-Za-z]{13}")
+_SHA = re.compile(rb"\{SHA\}[A-Za-z0-9+/]{27}=")
+_CRYPT_NAMES = {b"1": "md5crypt", b"2a": "bcrypt", b"2b": "bcrypt", b"2y": "bcrypt", b"5": "sha256crypt",
+                b"6": "sha512crypt", b"7": "scrypt", b"y": "yescrypt", b"gy": "gost-yescrypt", b"apr1": "apr1"}
+_ACCOUNT_LINES = 4096
+_ACCOUNT_FORMS = (("shadow", _SHADOW), ("passwd", _PASSWD), ("group", _GROUP), ("htpasswd", _HTPASSWD))
+
+_SSSD = re.compile(rb"^[ \t]*ldap_default_authtok[ \t]*=[ \t]*(?P<value>[^\r\n]*?)[ \t]*\r?$", re.M)
+_BINDPW = re.compile(rb"^[ \t]*(?P<key>(?:root)?bindpw)[ \t]+(?P<value>[^\r\n]*?)[ \t]*\r?$", re.M)
+_STORAGE_PASS = re.compile(rb"^[ \t]*(?P<key>(?:accounting)?storagepass)[ \t]*=[ \t]*(?P<value>[^\r\n#]*?)[ \t]*\r?$",
+                           re.M | re.I)
+_NPMRC = re.compile(rb"^[ \t]*(?:[^\s=]*:)?(?P<key>_authToken|_password|_auth)[ \t]*=[ \t]*(?P<value>[^\r\n]*?)[ \t]*\r?$",
+                    re.M)
+_URL_CREDENTIALS = re.compile(rb"://(?P<user>[^\s/:@'\"<>]+):(?P<password>[^\s/@'\"<>]+)@(?P<host>[A-Za-z0-9.\[\]:-]+)")
+_GIT_CREDENTIAL = re.compile(rb"[a-z][a-z0-9+.-]*" + _URL_CREDENTIALS.pattern + rb"/?")
+_SOURCE_LINE = re.compile(rb"[ \t]*(?:deb|deb-src|URIs:|baseurl|mirrorlist|metalink|index-url|extra-index-url|"
+                          rb"registry|proxy|https?_proxy|Acquire::[A-Za-z]+::Proxy)\b", re.I)
 
 
 def credential(data: bytes, private_key: KeyTest) -> str | None:
     """Which credential the text ``data`` holds and where, or None; ``private_key`` tells a PEM
     private-key block (for the forms that wrap one)."""
+    found = tokens.token(data)
+    if found:
+        return found
     for literal, finder in _FINDERS:
         if literal in data:
             found = finder(data, private_key)
@@ -99,7 +151,9 @@ def credential(data: bytes, private_key: KeyTest) -> str | None:
     start = _content_start(data)
     if data.startswith((b"machine", b"default"), start):
         return _netrc(data, start)
-    return _pgpass(data, start)
+    if b":" in data[start:start + 256]:
+        return _accounts(data, start) or _git_credentials(data, start) or _pgpass(data, start)
+    return None
 
 
 def _aws(data: bytes, _private_key: KeyTest) -> str | None:
@@ -189,19 +243,12 @@ def _vault_legacy(data: bytes, _private_key: KeyTest) -> str | None:
 
 def _pgpass(data: bytes, at: int) -> str | None:
     first = None
-    for _number in range(_PGPASS_LINES):
-        if at >= len(data):
-            break
-        end = data.find(b"\n", at)
-        end = len(data) if end < 0 else end
-        line = data[at:end].rstrip(b"\r")
-        if line.strip() and not line.lstrip().startswith(b"#"):
-            match = _PGPASS.fullmatch(line)
-            if match is None:
-                return None
-            if first is None and not _placeholder(match.group("password")):
-                first = at
-        at = end + 1
+    for offset, line in _lines(data, at, _PGPASS_LINES):
+        match = _PGPASS.fullmatch(line)
+        if match is None:
+            return None
+        if first is None and not _placeholder(match.group("password")):
+            first = offset
     return None if first is None else f"PostgreSQL password file (.pgpass) entry with a password at byte {first}"
 
 
@@ -245,6 +292,108 @@ def _registry(data: bytes, _private_key: KeyTest) -> str | None:
         name = registry.group(1).decode("utf-8", "replace") if registry else "?"
         return f"container registry credentials (auths, {name}: {kind.decode()}) at byte {match.start()}"
     return None
+
+
+def _lines(data: bytes, at: int, limit: int) -> Iterator[tuple[int, bytes]]:
+    """``(offset, line)`` of the lines from ``at`` on that are not blank or a ``#`` comment (at most ``limit``)."""
+    for _number in range(limit):
+        if at >= len(data):
+            return
+        end = data.find(b"\n", at)
+        end = len(data) if end < 0 else end
+        line = data[at:end].rstrip(b"\r")
+        if line.strip() and not line.lstrip().startswith(b"#"):
+            yield at, line
+        at = end + 1
+
+
+def _accounts(data: bytes, start: int) -> str | None:
+    """A shadow, passwd, gshadow/group or htpasswd file: every line one entry of the same format; the first
+    entry whose password field is a hash, or empty where that means no password."""
+    first = next(_lines(data, start, 1), None)
+    forms = [(kind, form) for kind, form in _ACCOUNT_FORMS if first and form.fullmatch(first[1])]
+    if not forms:
+        return None
+    entries = list(_lines(data, start, _ACCOUNT_LINES))
+    for kind, form in forms:
+        matches = [(at, form.fullmatch(line)) for at, line in entries]
+        if not all(match for _at, match in matches):
+            continue
+        for at, match in matches:
+            name, field = match.group("name"), match.group("field")
+            found = _password_field(kind, field)
+            if found:
+                account = name.decode("utf-8", "replace")
+                what = "user" if kind == "htpasswd" else ("group" if kind == "group" else "account")
+                if found == "empty":
+                    return (f"{kind} entry of {what} {account!r} with an empty password field (it logs in without a "
+                            f"password) at byte {at}")
+                return f"{kind} password hash ({found}) of {what} {account!r} at byte {at}"
+        return None
+    return None
+
+
+def _password_field(kind: str, field: bytes) -> str | None:
+    """What the password field ``field`` of a ``kind`` entry holds that is a secret: the hash scheme, ``empty``
+    (no password at all), or None (locked, shadowed, not a hash)."""
+    if not field:
+        return "empty" if kind in ("shadow", "passwd") else None
+    if field[:1] in (b"!", b"*") or (kind == "passwd" and field == b"x"):
+        return None
+    crypt = _CRYPT.fullmatch(field)
+    if crypt:
+        return _CRYPT_NAMES.get(crypt.group("id"), f"crypt ${crypt.group('id').decode()}$")
+    if _SHA.fullmatch(field) and kind == "htpasswd":
+        return "SHA-1"
+    if _DES.fullmatch(field):
+        return "DES crypt"
+    return None
+
+
+def _git_credentials(data: bytes, start: int) -> str | None:
+    """git's credential store: every line a URL with a user and a password."""
+    first = next(_lines(data, start, 1), None)
+    if first is None or not _GIT_CREDENTIAL.fullmatch(first[1].strip()):
+        return None
+    entries = list(_lines(data, start, _PGPASS_LINES))
+    matches = [(at, _GIT_CREDENTIAL.fullmatch(line.strip())) for at, line in entries]
+    if not entries or not all(match for _at, match in matches):
+        return None
+    for at, match in matches:
+        if not _placeholder(match.group("password")):
+            host = match.group("host").decode("utf-8", "replace")
+            return f"git credential store (.git-credentials) password for {host} at byte {at}"
+    return None
+
+
+def _url_credentials(data: bytes, _private_key: KeyTest) -> str | None:
+    """A password in the URL of a package source or proxy line."""
+    if b"://" not in data:
+        return None
+    for number, match in enumerate(_URL_CREDENTIALS.finditer(data)):
+        if number >= _MAX_MATCHES:
+            break
+        line_start = data.rfind(b"\n", 0, match.start()) + 1
+        if not _SOURCE_LINE.match(data, line_start) or _placeholder(match.group("password")) \
+                or _placeholder(match.group("user")) and match.group("password").lower() == match.group("user").lower():
+            continue
+        host = match.group("host").decode("utf-8", "replace")
+        return f"password in a package source or proxy URL (user@{host}) at byte {match.start()}"
+    return None
+
+
+def _keyed(pattern: re.Pattern[bytes], what: str) -> Callable[[bytes, KeyTest], "str | None"]:
+    """A finder of ``key = value`` lines of ``pattern`` whose value is no placeholder."""
+    def find(data: bytes, _private_key: KeyTest) -> str | None:
+        for number, match in enumerate(pattern.finditer(data)):
+            if number >= _MAX_MATCHES:
+                break
+            value = match.group("value").strip(b"\"'")
+            if value and not _placeholder(value):
+                key = match.group("key").decode() if "key" in pattern.groupindex else ""
+                return what.format(key=key) + f" at byte {match.start()}"
+        return None
+    return find
 
 
 def _content_start(data: bytes) -> int:
@@ -294,4 +443,11 @@ _FINDERS: tuple[tuple[bytes, Callable[[bytes, KeyTest], str | None]], ...] = (
     (b"ault", _vault_legacy),
     (b"AULT", _vault_legacy),
     (b'"auths"', _registry),
+    (b"ldap_default_authtok", _keyed(_SSSD, "sssd LDAP bind password (ldap_default_authtok)")),
+    (b"bindpw", _keyed(_BINDPW, "LDAP bind password ({key}, as nslcd.conf or pam_ldap.conf hold it)")),
+    (b"oragePass", _keyed(_STORAGE_PASS, "Slurm database password ({key})")),
+    (b"oragepass", _keyed(_STORAGE_PASS, "Slurm database password ({key})")),
+    (b"_password", _keyed(_NPMRC, "npm registry credential ({key}, .npmrc)")),
+    (b"_auth", _keyed(_NPMRC, "npm registry credential ({key}, .npmrc)")),
+    (b"@", _url_credentials),
 )

@@ -23,12 +23,12 @@ the staging tree, which the image's own depmod writes, is read back the same way
 from __future__ import annotations
 
 import fnmatch
-import gzip
 import lzma
 import os
 import posixpath
 import re
 import struct
+import zlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
@@ -41,6 +41,9 @@ BOOT_MODULES = ("autofs4", "configfs", "dm_mod", "efi_pstore", "fuse", "loop", "
 # depmod's inputs, copied into the staging tree; everything else named modules.* is its output.
 DEPMOD_INPUTS = ("modules.order", "modules.builtin", "modules.builtin.modinfo")
 _MODULE_SUFFIXES = (".ko", ".ko.xz", ".ko.gz", ".ko.zst")
+# A compressed module is decompressed up to this size (the largest of a Debian kernel is a few tens of MiB): an
+# image's bytes are hostile, a module that expands past it is refused rather than read into memory whole.
+MODULE_MAX_SIZE = 256 << 20
 _MODULE_DIRS = ("usr/lib/modules", "lib/modules")
 _FIRMWARE_DIRS = ("usr/lib/firmware", "lib/firmware")
 
@@ -270,16 +273,23 @@ def _module_bytes(root: str, rel: str) -> bytes:
         raise HardwareProfileError(f"/{rel}: {exc.strerror}") from exc
     if data is None:
         raise HardwareProfileError(f"/{rel} is listed in modules.dep but missing; run depmod in a layer")
-    try:
-        if rel.endswith(".xz"):
-            return lzma.decompress(data)
-        if rel.endswith(".gz"):
-            return gzip.decompress(data)
-    except (lzma.LZMAError, OSError, EOFError) as exc:
-        raise HardwareProfileError(f"/{rel}: cannot decompress: {exc}") from exc
+    if rel.endswith((".xz", ".gz")):
+        decompressor = lzma.LZMADecompressor() if rel.endswith(".xz") else zlib.decompressobj(16 + zlib.MAX_WBITS)
+        try:
+            module = decompressor.decompress(data, MODULE_MAX_SIZE)
+        except (lzma.LZMAError, zlib.error, EOFError) as exc:
+            raise HardwareProfileError(f"/{rel}: cannot decompress: {exc}; reinstall its package in a layer") from exc
+        if not decompressor.eof:
+            what = "is truncated" if len(module) < MODULE_MAX_SIZE else f"expands past {MODULE_MAX_SIZE >> 20} MiB"
+            raise HardwareProfileError(f"/{rel}: cannot decompress: it {what}; reinstall its package in a layer")
+        return module
     if rel.endswith(".zst"):
         from ansible_collections.hpc.stateless.plugins.module_utils import _process
-        return _process.run([_process.which("zstd", "apt-get install zstd"), "-dcq"], input=data, text=False).stdout
+        tool = _process.which("zstd", "apt-get install zstd")
+        try:
+            return _process.run([tool, "-dcq", f"--memory={MODULE_MAX_SIZE >> 20}MB"], input=data, text=False).stdout
+        except _process.ProcessError as exc:
+            raise HardwareProfileError(f"/{rel}: cannot decompress: {exc}; reinstall its package in a layer") from exc
     return data
 
 

@@ -68,6 +68,10 @@ SECRET_RULES = (
     ("etc/slurm/jwt*.key", "Slurm JWT key"),
     ("var/spool/slurm*/jwt*.key", "Slurm JWT key"),
     ("etc/slurm/slurm.key", "Slurm auth/slurm key"),
+    # The password of pam_ldap's and libnss-ldap's rootbinddn, alone in its file: nothing in it says what it is.
+    ("etc/ldap.secret", "LDAP bind password file"),
+    ("etc/pam_ldap.secret", "LDAP bind password file"),
+    ("etc/libnss-ldap.secret", "LDAP bind password file"),
 )
 
 

@@ -69,6 +69,25 @@ RUNTIME_PATHS: tuple[tuple[str, str], ...] = (
                        "directory (making it would change /root), compliance.yml puts its own in "
                        "hpc_stateless_compliance_remote_tmp"),
 )
+#: The run-time places where a change since boot is reported all the same when it is something that runs: a
+#: program (a regular file with an execute bit), a systemd unit or drop-in of the system manager, a crontab or an
+#: at job. Each of these survives nothing but runs as long as the node is up, which is what an intruder needs; a
+#: service's own run-time files (sockets, pid files, locks, state) are none of them and stay quiet.
+WATCHED_PLACES: tuple[str, ...] = ("/run", "/dev/shm", "/tmp", "/var/tmp", "/var/spool")
+#: Directories of the system manager's run-time units (``systemctl --runtime``, ``systemd-run``, generators).
+RUNTIME_UNIT_DIRS: tuple[str, ...] = (
+    "/run/systemd/system", "/run/systemd/transient", "/run/systemd/system.control", "/run/systemd/generator",
+    "/run/systemd/generator.early", "/run/systemd/generator.late", "/run/systemd/user")
+#: Where cron and at keep their jobs (Debian: cron/crontabs, cron/atjobs; Red Hat and SUSE: cron, at).
+JOB_SPOOLS: tuple[str, ...] = ("/var/spool/cron", "/var/spool/at")
+#: What is not reported in the watched places even so, with why (one list; docs/verify.md shows it).
+WATCH_EXCEPTIONS: tuple[tuple[str, str], ...] = (
+    ("*.scope, *.scope.d/*, *.slice, *.slice.d/*",
+     "scopes and slices group processes that already run (logind makes one per login, Ansible's included); they "
+     "start no program"),
+    ("/var/spool/slurm*", "slurmd's spool: the batch scripts of the jobs it runs, executable by design"),
+    ("<remote_tmp>/ansible-tmp-*/AnsiballZ_*.py", "the module files of this very check, in its remote_tmp"),
+)
 #: The line the file search prints first: the boot's end in seconds since the epoch.
 SINCE_PREFIX = "since\t"
 
@@ -77,21 +96,48 @@ class DriftError(ValueError):
     """Input the drift check cannot judge; the message names the value and what to do."""
 
 
-def find_command(runtime_paths: Sequence[str] | None = None) -> str:
+def find_command(runtime_paths: Sequence[str] | None = None, remote_tmp: str = "/tmp") -> str:
     """The shell command (bash, ``pipefail``) that prints ``since\\t<epoch>`` (when systemd finished booting)
     and then ``<ctime>\\t<path>`` of every file of the root file system whose inode changed after that, outside
-    the run-time places. The inode's change time, not the modification time: ``touch -d`` cannot back-date it.
-    The whole root is one file system on a stateless node (``-xdev`` keeps network mounts out)."""
+    the run-time places, and of what runs in the watched run-time places (:func:`watch_command`). The inode's
+    change time, not the modification time: ``touch -d`` cannot back-date it. The whole root is one file system
+    on a stateless node (``-xdev`` keeps network mounts out). ``remote_tmp``: where this check's own module files
+    are (Ansible's remote_tmp on the node)."""
     paths = list(runtime_paths if runtime_paths is not None else [p for p, _why in RUNTIME_PATHS])
     for path in paths:
-        if not path.startswith("/") or "'" in path:
-            raise DriftError(f"run-time path {path!r}: give an absolute path without quotes")
+        _check_path("run-time path", path)
     prune = " -o ".join(f"-path '{p}'" for p in paths)
     return ("set -o pipefail; finished=$(systemctl show -P FinishTimestamp --timestamp=us) && [ -n \"$finished\" ] "
             "|| { echo 'systemd has not finished booting (no FinishTimestamp)' >&2; exit 3; }; "
             "since=$(date -d \"$finished\" +%s.%N) || exit 3; printf 'since\\t%s\\n' \"$since\"; "
             f"find / -xdev -ignore_readdir_race \\( {prune} \\) -prune -o -newerct \"@$since\" "
-            "-printf '%C@\\t%p\\n'")
+            "-printf '%C@\\t%p\\n' && " + watch_command(remote_tmp))
+
+
+def watch_command(remote_tmp: str = "/tmp") -> str:
+    """The bash command that prints ``<ctime>\\t<path>`` of what runs and changed after ``$since`` in the
+    :data:`WATCHED_PLACES` (each searched within its own file system: they are mounts of their own): programs,
+    run-time units (:data:`RUNTIME_UNIT_DIRS`, files and links), crontabs and at jobs (:data:`JOB_SPOOLS`), but
+    for :data:`WATCH_EXCEPTIONS`."""
+    _check_path("remote_tmp", remote_tmp)
+    units = " -o ".join(f"-path '{d}/*'" for d in RUNTIME_UNIT_DIRS)
+    jobs = " -o ".join(f"-path '{d}/*'" for d in JOB_SPOOLS)
+    quiet_units = "! -name '*.scope' ! -path '*.scope.d/*' ! -name '*.slice' ! -path '*.slice.d/*'"
+    own = f"{remote_tmp.rstrip('/')}/ansible-tmp-*/AnsiballZ_*.py"
+    places = " ".join(f"'{p}'" for p in WATCHED_PLACES)
+    return (f"watched=(); for place in {places}; do [ -d \"$place\" ] && watched+=(\"$place\"); done; "
+            "[ ${#watched[@]} -eq 0 ] || "
+            "find \"${watched[@]}\" -xdev -ignore_readdir_race -path '/var/spool/slurm*' -prune -o "
+            "-newerct \"@$since\" \\( "
+            f"\\( -type f -perm /111 ! -path '{own}' \\) -o "
+            f"\\( \\( -type f -o -type l \\) \\( {units} \\) {quiet_units} \\) -o "
+            f"\\( -type f \\( {jobs} \\) \\) "
+            "\\) -printf '%C@\\t%p\\n'")
+
+
+def _check_path(what: str, path: str) -> None:
+    if not path.startswith("/") or "'" in path:
+        raise DriftError(f"{what} {path!r}: give an absolute path without quotes")
 
 
 def parse_find(stdout: str) -> tuple[float, list[tuple[str, float]]]:

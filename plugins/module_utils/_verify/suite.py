@@ -219,7 +219,8 @@ def live_inventory(node: str, settings: Mapping[str, Any]) -> dict[str, Any]:
     if settings.get("control_path") and _has_option(joined, "ControlPersist") and not _has_option(joined, "ControlPath"):
         common.append(f"-o ControlPath={shlex.quote(str(settings['control_path']))}")
     hostvars: dict[str, Any] = {"ansible_connection": "ssh", "ansible_host": str(settings.get("host") or node),
-                                "ansible_ssh_common_args": " ".join(c for c in common if c)}
+                                "ansible_ssh_common_args": _shell_words(node, "ssh_args/ssh_common_args",
+                                                                        " ".join(c for c in common if c))}
     if settings.get("port"):
         hostvars["ansible_port"] = int(settings["port"])
     if settings.get("remote_user"):
@@ -227,7 +228,7 @@ def live_inventory(node: str, settings: Mapping[str, Any]) -> dict[str, Any]:
     if settings.get("private_key_file"):
         hostvars["ansible_ssh_private_key_file"] = os.path.expanduser(str(settings["private_key_file"]))
     if settings.get("ssh_extra_args"):
-        hostvars["ansible_ssh_extra_args"] = str(settings["ssh_extra_args"])
+        hostvars["ansible_ssh_extra_args"] = _shell_words(node, "ssh_extra_args", str(settings["ssh_extra_args"]))
     if settings.get("remote_tmp"):
         hostvars["ansible_remote_tmp"] = str(settings["remote_tmp"])
     if settings.get("become"):
@@ -237,6 +238,17 @@ def live_inventory(node: str, settings: Mapping[str, Any]) -> dict[str, Any]:
         hostvars["ansible_become"] = True
         hostvars["ansible_become_user"] = str(settings.get("become_user") or "root")
     return {"all": {"hosts": {node: hostvars}}}
+
+
+def _shell_words(node: str, key: str, args: str) -> str:
+    """``args`` split into words as Ansible's ssh connection splits them (:func:`shlex.split`, no shell), each
+    quoted for a POSIX shell: testinfra's ssh backend pastes its ssh arguments into a ``sh -c`` command line on
+    the controller, where ``$(...)``, backquotes, ``;`` or a glob of an inventory's ssh option would run or expand.
+    Quoted, the shell hands ssh each word exactly as Ansible does."""
+    try:
+        return shlex.join(shlex.split(args))
+    except ValueError as exc:
+        raise SuiteError(f"{node}: {key} {args!r} cannot be split into ssh arguments ({exc}): mend its quotes") from None
 
 
 def run_error(detail: str) -> dict[str, Any]:

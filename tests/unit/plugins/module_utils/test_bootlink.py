@@ -104,7 +104,40 @@ def test_image_directory_src_picks_the_newest_pack(out, root):
     make_pack(out, version="mid", created="2026-02-01T00:00:00Z")
     assert find_packed(str(out / "compute"), None).endswith("/new")
     assert deploy(root, out / "compute")["current"] == "new"
-    assert deploy(root, out / "compute", version="mid")["current"] == "mid"
+    assert deploy(root, out / "compute", version="mid", allow_downgrade=True)["current"] == "mid"
+
+
+@pytest.mark.parametrize("check_mode", [True, False], ids=["check", "real"])
+def test_a_pack_built_before_the_served_one_is_a_downgrade_refused_unless_asked_for(out, root, check_mode):
+    """The served version's pack is gone from the pack output: the newest left is older. Serving it is said and
+    asked for (allow_downgrade), never done on its own; the boot tree stays as it was."""
+    deploy(root, make_pack(out, version="v1", created="2026-01-01T00:00:00Z"))
+    deploy(root, make_pack(out, version="v2", created="2026-03-01T00:00:00Z"))
+    (out / "compute" / "v2").rename(out / "v2-lost")
+    before = tree_snapshot(root)
+    with pytest.raises(BootlinkError) as refused:
+        deploy(root, out / "compute", check_mode=check_mode)
+    assert str(refused.value).startswith(
+        f"image 'compute': 'v1' (the newest pack in {out / 'compute'}; the served version's pack is not there) was "
+        "built 2026-01-01T00:00:00Z, before the served 'v2' (built 2026-03-01T00:00:00Z): serving it is a downgrade. "
+        "To roll back on purpose, ask for it (hpc_stateless_deploy_downgrade: true"), refused.value
+    assert tree_snapshot(root) == before
+    with pytest.raises(BootlinkError, match="'v1' was built 2026-01-01T00:00:00Z, before the served 'v2'"):
+        deploy(root, out / "compute", version="v1", state="present")  # named, but not asked for
+
+    result = deploy(root, out / "compute", allow_downgrade=True, check_mode=check_mode)
+    assert result["current"] == "v1" and result["downgrade"] == {
+        "from": "v2", "from_built": "2026-03-01T00:00:00Z", "to": "v1", "to_built": "2026-01-01T00:00:00Z"}
+    assert result["warnings"] == ["image 'compute': downgrading from 'v2' (built 2026-03-01T00:00:00Z) to 'v1' "
+                                  "(built 2026-01-01T00:00:00Z), as allow_downgrade asks"]
+
+
+def test_a_newer_pack_and_the_served_one_again_are_no_downgrade(out, root):
+    deploy(root, make_pack(out, version="v1", created="2026-01-01T00:00:00Z"))
+    assert "downgrade" not in deploy(root, out / "compute")  # the served one itself
+    result = deploy(root, make_pack(out, version="v2", created="2026-01-01T00:00:00Z"))  # the same build, repacked
+    assert result["current"] == "v2" and "downgrade" not in result
+    assert deploy(root, state="rollback")["current"] == "v1"  # a rollback is a downgrade by name
 
 
 def test_squashfs_format_links_initrd_and_squashfs(out, root):

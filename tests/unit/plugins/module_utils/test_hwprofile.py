@@ -351,3 +351,19 @@ def test_files_pack_adds_are_secret_scanned_like_the_images(image, tmp_path, mon
                                         r"\(OpenSSH private key block"):
         _pack(image, tmp_path / "out", hardware_profile={"modules": ["e1000"]})
     assert not (tmp_path / "out" / "node").exists()
+
+
+@pytest.mark.parametrize(("suffix", "content", "why"), [
+    (".ko.gz", gzip.compress(b"\x7fELF" + bytes(4000))[:40] + b"\xa5" * 40, "cannot decompress: Error -3"),
+    (".ko.xz", lzma.compress(b"\x7fELF" + bytes(4000))[:30] + b"\xa5" * 40, "cannot decompress: Corrupt input data"),
+    (".ko.xz", lzma.compress(b"\x7fELF" + bytes(4000))[:-30], "cannot decompress: it is truncated"),
+    (".ko.xz", lzma.compress(b"\x7fELF" + bytes(8 << 20)), "cannot decompress: it expands past 4 MiB"),
+    (".ko.zst", b"\x28\xb5\x2f\xfd" + b"\xa5" * 40, "cannot decompress: "),
+], ids=["gzip-damaged", "xz-damaged", "xz-truncated", "xz-bomb", "zstd-damaged"])
+def test_a_damaged_or_oversized_module_is_named_not_a_crash(tmp_path, monkeypatch, suffix, content, why):
+    monkeypatch.setattr(hw, "MODULE_MAX_SIZE", 4 << 20)
+    rel = f"{MODDIR}/kernel/drivers/net/bad{suffix}"
+    (tmp_path / rel).parent.mkdir(parents=True)
+    (tmp_path / rel).write_bytes(content)
+    with pytest.raises(hw.HardwareProfileError, match=f"^/{rel}: {why}"):
+        hw._module_bytes(str(tmp_path), rel)  # pylint: disable=protected-access

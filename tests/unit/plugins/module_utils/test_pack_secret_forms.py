@@ -17,6 +17,7 @@ import lzma
 import os
 import secrets as random_source
 import string
+import struct
 import subprocess
 import sys
 import tarfile
@@ -282,13 +283,85 @@ def test_credentials_inside_an_archive(tmp_path):
     gzip.compress(os.urandom(128)),  # compressed random bytes: no MUNGE key inside an archive
     tar_of({"a/random.bin": os.urandom(1024), "a/README": b"text\n"}, "w:gz"),
     zip_of({"cert.pem": b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"}),
-    gzip.compress(b"just a changelog\n" * 100)[:-20],  # truncated
-    b"\x1f\x8b\x08\x00" + os.urandom(300),  # a gzip header, garbage after it
-    b"PK\x03\x04" + os.urandom(300),  # a zip without a central directory
+    gzip.compress(b"just a changelog\n" * 100) + bytes(512),  # zero padding after the stream, as gzip ignores
+    b"PK\x03\x04" + os.urandom(300),  # a zip without a central directory: no member to read
     b"PK\x05\x06" + bytes(18),  # an empty zip
 ])
-def test_archives_without_a_secret_and_broken_archives_are_quiet(tmp_path, content):
+def test_archives_without_a_secret_are_quiet(tmp_path, content):
     assert found(tmp_path, content) == []
+
+
+def damaged(data: bytes, at: int = 40) -> bytes:
+    """``data`` with 64 bytes from ``at`` on overwritten by a pattern no compressor writes there."""
+    return data[:at] + b"\xa5" * 64 + data[at + 64:]
+
+
+TEXT = b"".join(f"line {n}: the quick brown fox\n".encode() for n in range(4000))
+
+
+@pytest.mark.parametrize(("content", "why"), [
+    (damaged(lzma.compress(TEXT)), "xz file the secret scan cannot read: its xz data is damaged after compressed byte"),
+    (damaged(bz2.compress(TEXT)), "bzip2 file the secret scan cannot read: its bzip2 data is damaged after compressed"),
+    (damaged(gzip.compress(TEXT), 20), "gzip file the secret scan cannot read: its gzip data is damaged after compressed"),
+    (gzip.compress(TEXT)[:300], "gzip file the secret scan cannot read: its gzip data ends at byte 300, before"),
+    (lzma.compress(TEXT)[:300], "xz file the secret scan cannot read: its xz data ends at byte 300, before"),
+    (b"\x1f\x8b\x08\x00" + os.urandom(300), "gzip file the secret scan cannot read: its gzip data is damaged"),
+], ids=["xz", "bzip2", "gzip", "gzip-truncated", "xz-truncated", "gzip-garbage"])
+def test_damaged_compressed_data_is_reported_not_a_crash(tmp_path, content, why):
+    """A damaged stream hides what follows the damage from the scan: it is named, with where and why."""
+    (finding,) = found(tmp_path, content)
+    assert finding[0] == INNOCENT and finding[1].startswith(why), finding
+
+
+def test_a_damaged_zip_member_is_reported(tmp_path):
+    data = bytearray(zip_of({"notes.txt": TEXT}))
+    data[60:124] = b"\xa5" * 64  # inside the member's deflate data
+    (finding,) = found(tmp_path, bytes(data))
+    assert finding[1].startswith("zip file the secret scan cannot read: member notes.txt: "), finding
+
+
+def empty_block_zip(members: int, stream_bytes: int) -> bytes:
+    """A zip whose ``members`` all point at one deflate stream of ``stream_bytes`` of empty stored blocks that
+    never ends, each claiming 100 bytes: work without output, as many times as there are members."""
+    stream = b"\x00\x00\x00\xff\xff" * (stream_bytes // 5)  # non-final stored blocks of length 0
+    local = b"PK\x03\x04" + struct.pack("<HHHHHIIIHH", 20, 0, 8, 0, 0, 0, len(stream), 100, 1, 0) + b"a"
+    names = [b"m%04d" % n for n in range(members)]
+    fields = (20, 20, 0, 8, 0, 0, 0, len(stream), 100)
+    central = b"".join(b"PK\x01\x02" + struct.pack("<HHHHHHIIIHHHHHII", *fields, len(name), 0, 0, 0, 0, 0, 0) + name
+                       for name in names)
+    end = b"PK\x05\x06" + struct.pack("<HHHHIIH", 0, 0, members, members, len(central), len(local) + len(stream), 0)
+    return local + stream + central + end
+
+
+def test_a_zip_of_members_sharing_one_stream_of_empty_blocks_costs_one_pass(tmp_path):
+    bomb = empty_block_zip(1000, 15 << 20)
+    assert len(bomb) < archives.ARCHIVE_MAX_SIZE
+    start = time.monotonic()
+    (finding,) = found(tmp_path, bomb)
+    elapsed = time.monotonic() - start
+    assert finding[1] == ("zip file the secret scan cannot read: member m0000: its data expands to 0 bytes, its "
+                          "directory entry says 100 (a damaged or crafted archive)"), finding
+    assert elapsed < 2, f"the scan of one hostile zip took {elapsed:.1f} s"
+
+
+def test_zip_members_that_share_their_data_are_refused(tmp_path):
+    """Members that point at one stream which does expand to what each claims (a quoted-overlap bomb): refused at
+    the second member, which would read the first one's data again."""
+    one = zip_of({"a.txt": b"x" * 16000})
+    local_size = one.index(b"PK\x01\x02")
+    central_one = one[local_size:one.index(b"PK\x05\x06")]
+    central = b"".join(central_one.replace(b"a.txt", b"m%04d" % n) for n in range(500))
+    end = b"PK\x05\x06" + struct.pack("<HHHHIIH", 0, 0, 500, 500, len(central), local_size, 0)
+    assert found(tmp_path, one[:local_size] + central + end) == [(INNOCENT, (
+        "zip file the secret scan cannot read: member m0001 overlaps another member's data (several members point "
+        "at the same data, as in a zip bomb)"))]
+
+
+def test_concatenated_streams_are_read_on(tmp_path, key):
+    """``cat notes.gz key.gz``: gzip -d writes both; so does the scan read both."""
+    for compress, kind in ((gzip.compress, "gzip"), (bz2.compress, "bzip2"), (lzma.compress, "xz")):
+        data = compress(b"notes\n" * 10) + compress(key["rsa"])
+        assert found(tmp_path, data) == [(INNOCENT, f"PEM RSA private key block at byte 60 in {kind}-compressed content")]
 
 
 def test_an_archive_inside_an_archive_is_not_opened(tmp_path, key):

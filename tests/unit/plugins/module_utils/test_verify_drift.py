@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import subprocess
 import xml.etree.ElementTree as ET
 
@@ -156,6 +157,58 @@ def test_find_command_prunes_every_runtime_path_and_is_valid_bash():
     with pytest.raises(AnsibleFilterError, match="hpc_stateless_compliance_runtime_paths"):
         drift_filters.compliance_find_command(["/scr'atch"])
     assert "-path '/scratch'" in drift_filters.compliance_find_command(["/scratch"])
+
+
+WATCH_PLANT = r"""
+set -e
+for place in /run /dev/shm /tmp /var/tmp /var/spool; do mount -t tmpfs drift-test "$place"; done
+mkdir -p /run/systemd/system/multi-user.target.wants /run/systemd/system/ssh.service.d /run/systemd/transient \
+    /run/lock /var/spool/cron/crontabs /var/spool/cron/atjobs /var/spool/mail /var/spool/slurmd/job00042 \
+    /tmp/ansible-tmp-17-42 /tmp/job /var/tmp/kit
+since=$(date +%s.%N)
+sleep 0.02
+exe() { printf '#!/bin/sh\n' > "$1"; chmod 0755 "$1"; }
+# what runs: reported
+exe /tmp/job/miner; exe /dev/shm/.x; exe /var/tmp/kit/run.sh; exe /run/helper; exe /tmp/ansible-tmp-17-42/payload
+printf '* * * * * root /dev/shm/.x\n' > /var/spool/cron/crontabs/root
+exe /var/spool/cron/atjobs/a0000101a8c2e3
+printf '[Service]\nExecStart=/dev/shm/.x\n' > /run/systemd/system/backdoor.service
+ln -s ../backdoor.service /run/systemd/system/multi-user.target.wants/backdoor.service
+printf '[Service]\nExecStartPre=/dev/shm/.x\n' > /run/systemd/system/ssh.service.d/override.conf
+printf '[Service]\nExecStart=/tmp/job/miner\n' > /run/systemd/transient/run-u7.service
+# a service's run-time files and the documented exceptions: quiet
+echo 42 > /run/sshd.pid; : > /run/lock/node.lck; echo data > /tmp/job/output.dat; echo mail > /var/spool/mail/root
+python3 -c 'import socket, sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])' /run/app.sock
+printf '[Scope]\n' > /run/systemd/transient/session-5.scope; printf '[Slice]\n' > /run/systemd/transient/user-0.slice
+exe /var/spool/slurmd/job00042/slurm_script; exe /tmp/ansible-tmp-17-42/AnsiballZ_command.py
+printf 'since\t%s\n' "$since"
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounts tmpfs over the run-time places in a mount namespace: root only")
+def test_what_runs_from_a_run_time_place_is_reported_and_a_services_files_are_not():
+    """The watched places are fresh tmpfs mounts in a private mount namespace of this host (nothing of the host's
+    own /run or /tmp is seen or touched); the search is drift.watch_command, as the node runs it after the search
+    of the root."""
+    command = WATCH_PLANT + drift.watch_command("/tmp")
+    proc = subprocess.run(["unshare", "--mount", "--propagation", "private", "bash", "-c", command],
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    _since, found = drift.parse_find(proc.stdout)
+    assert [path for path, _ctime in found] == sorted([
+        "/dev/shm/.x", "/run/helper", "/run/systemd/system/backdoor.service",
+        "/run/systemd/system/multi-user.target.wants/backdoor.service", "/run/systemd/system/ssh.service.d/override.conf",
+        "/run/systemd/transient/run-u7.service", "/tmp/ansible-tmp-17-42/payload", "/tmp/job/miner",
+        "/var/spool/cron/atjobs/a0000101a8c2e3", "/var/spool/cron/crontabs/root", "/var/tmp/kit/run.sh"])
+
+
+def test_the_search_of_the_root_is_followed_by_the_watch_with_the_checks_remote_tmp():
+    command = drift_filters.compliance_find_command([], remote_tmp="/run/hpc-compliance")
+    assert command.endswith(drift.watch_command("/run/hpc-compliance"))
+    assert "! -path '/run/hpc-compliance/ansible-tmp-*/AnsiballZ_*.py'" in command
+    assert subprocess.run(["bash", "-n", "-c", command], check=False).returncode == 0
+    with pytest.raises(drift.DriftError, match="remote_tmp 'tmp'"):
+        drift.watch_command("tmp")
 
 
 def test_filter_report_junit_and_message():

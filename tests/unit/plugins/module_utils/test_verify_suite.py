@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 
@@ -208,7 +210,7 @@ def test_live_inventory_hands_testinfra_the_ssh_settings_ansible_resolved(monkey
         "ansible_remote_tmp": "/tmp"}  # where the play leaves its files (compliance.yml): no drift of /root
     # ssh_args and common args as Ansible passes them, then what Ansible adds itself: the same master socket
     assert hostvars["ansible_ssh_common_args"] == (
-        '-C -o ControlMaster=auto -o ControlPersist=60s -o ProxyCommand="ip netns exec ns1 socat - TCP:%h:%p" '
+        "-C -o ControlMaster=auto -o ControlPersist=60s -o 'ProxyCommand=ip netns exec ns1 socat - TCP:%h:%p' "
         "-o StrictHostKeyChecking=no -o ConnectTimeout=10 -o ControlPath=/root/.ansible/cp/0123456789")
 
 
@@ -223,6 +225,35 @@ def test_live_inventory_keeps_the_sites_own_choices_and_only_sudo():
         live_inventory("node002", dict(own, become_method="su"))
     with pytest.raises(SuiteError, match="SSH keys only"):
         live_inventory("node002", dict(SSH, password="secret", private_key_file=None))
+
+
+def test_an_ssh_option_of_the_inventory_never_reaches_the_controllers_shell(tmp_path, monkeypatch):
+    """testinfra's ssh backend runs ssh through ``sh -c`` on the controller: the options of the inventory reach ssh
+    word for word, the way Ansible passes them, and nothing of them runs. Real testinfra, real ssh (to a closed port
+    on loopback: the options are refused by ssh itself, or the connection is)."""
+    testinfra = pytest.importorskip("testinfra")
+    marker = tmp_path / "marker"
+    # testinfra's ansible backend runs the controller's ansible-inventory: the one next to this Python.
+    monkeypatch.setenv("PATH", os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]))
+    monkeypatch.setenv("ANSIBLE_CONFIG", str(tmp_path / "none.cfg"))
+    settings = dict(SSH, host="127.0.0.1", port=9, timeout=2, control_path=None,
+                    ssh_args=f"-o ControlMaster=no -o ServerAliveInterval=$(touch {marker})",
+                    ssh_common_args=f"-o SetEnv=A=`touch {marker}.2`", ssh_extra_args=f"-4 ; touch {marker}.3")
+    inventory = tmp_path / "node.json"
+    inventory.write_text(json.dumps(live_inventory("node001", settings)))
+    host = testinfra.get_host(live_target("node001", str(inventory)))
+    try:
+        result = host.run("true")
+    except RuntimeError as exc:  # ssh's exit status 255
+        result = exc.args[0]
+    assert sorted(p.name for p in tmp_path.glob("marker*")) == [], "an ssh option ran a command on the controller"
+    # ssh itself was handed the word "$(touch ...)" as the interval, and refused it
+    assert result.rc == 255 and b"invalid time value" in result.stderr_bytes, result
+
+
+def test_ssh_options_with_unbalanced_quotes_are_refused_naming_them():
+    with pytest.raises(SuiteError, match=r"node001: ssh_extra_args '-o \"User=a' cannot be split"):
+        live_inventory("node001", dict(SSH, ssh_extra_args='-o "User=a'))
 
 
 def test_live_environment_targets_testinfras_ansible_backend_without_an_image_at_rest():
