@@ -12,6 +12,7 @@ import subprocess
 import pytest
 
 from ansible_collections.hpc.stateless.plugins.module_utils._pack import hwprofile as hw
+from ansible_collections.hpc.stateless.plugins.module_utils._pack import run as pack_run
 from ansible_collections.hpc.stateless.plugins.module_utils._pack.run import Packer, PackError, PackRequest
 from ansible_collections.hpc.stateless.plugins.module_utils._pack.tree import ExcludeRules, walk
 from test_pack_newc import parse_newc  # noqa: E402 - sibling test module (rootdir-relative import)
@@ -230,14 +231,17 @@ def test_without_a_profile_the_pack_is_unchanged(image, tmp_path):
 
 
 def test_pack_without_depmod_on_the_host_fails_and_leaves_nothing(image, tmp_path, monkeypatch):
-    monkeypatch.setenv("PATH", str(tmp_path / "empty-path"))
+    # A build host without kmod: depmod is looked up on PATH and in the sbin directories, so hiding it by
+    # PATH alone would depend on whether this host has kmod (dracut pulls it in). Only depmod goes missing.
+    real_find = pack_run.find_binary
+    monkeypatch.setattr(pack_run, "find_binary", lambda name: None if name == "depmod" else real_find(name))
     with pytest.raises(PackError, match="depmod is not installed on the build host"):
         _pack(image, tmp_path / "out", hardware_profile={"modules": ["e1000"]})
     assert not (tmp_path / "out" / "node").exists()
 
 
 def test_pack_with_a_profile_records_it_and_overlays_depmod_data(image, tmp_path, monkeypatch):
-    # A stand-in for kmod's depmod (not installed on this build host): it lists the staged modules.
+    # A stand-in for kmod's depmod, first on PATH whether or not this host has kmod: it lists the staged modules.
     bindir = tmp_path / "bin"
     bindir.mkdir()
     (bindir / "depmod").write_text('#!/bin/sh\ncd "$2/lib/modules/$3" && find kernel -name "*.ko*" | sort '
