@@ -395,3 +395,23 @@ def test_a_root_layer_commits_its_apt_lists_parsed(host, tmp_path, monkeypatch, 
     runs = [call for call in host.calls if call[1] == "run"]
     assert runs == ([[BUILDAH, "run", name, "--", "apt-cache", "gencaches"]] if parsed else [])
     assert any(call[:2] == [BUILDAH, "commit"] for call in host.calls)
+
+
+def test_a_commit_tmpdir_another_user_made_first_is_refused_and_nothing_is_written_there(host, tmp_path, monkeypatch):
+    """$TMPDIR/hpc-stateless-commit has a fixed name in a directory every user can write: made first by another
+    user (here: given to uid 65534), root neither commits into it nor removes anything below it."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    name = container_name("localhost/p", "compute", KEY)
+    planted = tmp_path / "hpc-stateless-commit"
+    (planted / name / "keep").mkdir(parents=True)
+    os.chown(planted, 65534, 65534)
+    host.replies = {
+        (BUILDAH, "inspect"): (1, "", "no such image"),
+        (BUILDAH, "containers"): (0, json.dumps([{"containername": name}]), ""),
+        (BUILDAH, "mount"): (0, "/nonexistent/merged\n", ""),
+    }
+    with pytest.raises(LayerError, match=f"{planted} belongs to uid 65534, not to this user .*; or set TMPDIR"):
+        builder().commit(layer_labels("compute", KEY, "base", "b", "abc"), [], False)
+    assert not any(call[1] == "commit" for call in host.calls)
+    assert [BUILDAH, "rm", name] in host.calls  # the working container goes, as after any failed commit
+    assert (planted / name / "keep").is_dir()  # nothing below another user's directory is removed
