@@ -21,21 +21,17 @@ import pytest
 from ansible_collections.hpc.stateless.plugins.module_utils._nspawn.commands import NspawnError
 from ansible_collections.hpc.stateless.plugins.module_utils._nspawn.session import Session, stop_sessions
 from ansible_collections.hpc.stateless.plugins.module_utils._nspawn.spec import SessionSpec
-from ansible_collections.hpc.stateless.plugins.module_utils._nspawn.state import (
-    checked_runtime_dir,
-    default_runtime_dir,
-)
 from rootless_support import USER, as_user, ensure_user
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="creates a user: the integration suite runs as root")
 
 PLANT = """
 set -e
-mkdir -m {mode} "$1" "$1/0123456789abcdef"
+mkdir -m {mode} "$1" "$1/$5"
 printf '#!/bin/sh\\nid -u >> "%s"\\n' "$2" > "$3"
 chmod 755 "$3"
-printf '%s' "$4" > "$1/0123456789abcdef/spec.json"
-printf '%s' '{{"status": "stopped", "container": "planted"}}' > "$1/0123456789abcdef/state.json"
+printf '%s' "$4" > "$1/$5/spec.json"
+printf '%s' '{{"status": "stopped", "container": "planted"}}' > "$1/$5/state.json"
 """
 
 
@@ -48,33 +44,41 @@ def planted():
     home, runtime = Path(f"/var/tmp/hpc-nspawn-tools-{token}"), Path(f"/var/tmp/hpc-nspawn-planted-{token}")
     program, marker = home / "buildah", home / "ran"
     as_user(USER, ["mkdir", "-m", "0755", str(home)])
-    spec = SessionSpec("victim", image="localhost/x/y:z", runtime_dir=str(runtime), owner_pid=2 ** 22 + 1,
-                       owner_start="1").to_dict()
+    victim = SessionSpec("victim", image="localhost/x/y:z", runtime_dir=str(runtime), owner_pid=2 ** 22 + 1,
+                         owner_start="1")
+    spec = victim.to_dict()
     spec.update(nspawn=str(program), nsenter=str(program), buildah=str(program))
-    yield home, runtime, marker, lambda mode: as_user(USER, ["sh", "-c", PLANT.format(mode=mode), "plant",
-                                                             str(runtime), str(marker), str(program),
-                                                             json.dumps(spec)])
+    yield runtime, marker, victim.id, lambda mode: as_user(USER, ["sh", "-c", PLANT.format(mode=mode), "plant",
+                                                                  str(runtime), str(marker), str(program),
+                                                                  json.dumps(spec), victim.id])
     shutil.rmtree(home, ignore_errors=True)
     shutil.rmtree(runtime, ignore_errors=True)
 
 
 @pytest.mark.parametrize("mode", ["0755", "0777"])
 def test_roots_clean_up_refuses_a_runtime_directory_of_another_user_and_runs_nothing_of_it(planted, mode):
-    _home, runtime, marker, plant = planted
+    runtime, marker, session, plant = planted
     proc = plant(mode)
     assert proc.returncode == 0, proc.stderr
     assert os.stat(runtime).st_uid != 0
     for act in (lambda: stop_sessions(str(runtime)),
                 lambda: Session(SessionSpec("victim", image="localhost/x/y:z", runtime_dir=str(runtime))).ensure()):
-        with pytest.raises(NspawnError, match=f"the nspawn runtime directory \\(ansible_nspawn_runtime_dir\\): "
-                                              f"{runtime} belongs to uid {os.stat(runtime).st_uid}, not to this "
-                                              "user \\(uid 0\\): another user made it first"):
-            act()
-    assert not marker.exists(), f"root ran the planted program: {marker.read_text()}"
-    assert (runtime / "0123456789abcdef" / "spec.json").exists()  # nothing of it removed either
+        try:
+            with pytest.raises(NspawnError, match=f"the nspawn runtime directory \\(ansible_nspawn_runtime_dir\\): "
+                                                  f"{runtime} belongs to uid {os.stat(runtime).st_uid}, not to this "
+                                                  "user \\(uid 0\\): another user made it first"):
+                act()
+        finally:
+            assert not marker.exists(), f"root ran the planted program as uid {marker.read_text().strip()}"
+    assert (runtime / session / "spec.json").exists()  # nothing of it removed either
 
 
 def test_roots_default_runtime_directory_is_one_no_other_user_can_make_or_write():
+    from ansible_collections.hpc.stateless.plugins.module_utils._nspawn.state import (
+        checked_runtime_dir,
+        default_runtime_dir,
+    )
+
     path = checked_runtime_dir(default_runtime_dir())
     assert path == "/run/hpc-stateless/nspawn"
     for directory in (path, os.path.dirname(path)):
