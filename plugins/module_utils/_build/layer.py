@@ -134,7 +134,7 @@ class LayerBuilder:
                 continue
             pool = rootless.host_cache_path(cache["host_path"])
             os.makedirs(pool, mode=0o755, exist_ok=True)
-            view = caches.open_view(views_cache_root(), self.container, index, pool)
+            view = caches.open_view(views_cache_root(), self.container, index, pool, mountpoint)
             _process.run(["mount", "--bind", view, inside])
             bound.append(cache["path"])
         return bound
@@ -261,7 +261,7 @@ class LayerBuilder:
                 raise LayerError(f"layer {self.name}: {exc}") from exc
             self.buildah.config_labels(self.container, labels)
             result.image_id = self.buildah.commit(self.container, self.image, tmpdir=tmpdir)
-            caches.merge_views(views_cache_root(), self.container)
+            caches.merge_views(views_cache_root(), self.container, mountpoint)
             caches.remove_views(views_cache_root(), self.container)
             for tag in extra_tags:
                 self.buildah.tag(self.image, f"{self.image.rsplit(':', 1)[0]}:{tag}")
