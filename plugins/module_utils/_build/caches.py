@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import shutil
 import stat
@@ -60,6 +61,9 @@ LOWER_SUFFIX, UPPER_SUFFIX, WORK_SUFFIX = ".lower", ".upper", ".work"
 #: What apt's Packages index says of one archive file: its SHA256 and size; None where two lists disagree.
 Expected = Mapping[str, Optional[tuple[str, int]]]
 _HASH_CHUNK = 1 << 20
+#: Beside the views, one file per pool (``.sha256-<pool>.json``) of the SHA256 of its files by file state (device,
+#: inode, size, mtime): a file of the pool is hashed once, not at each build's start.
+HASHES_PREFIX = ".sha256-"
 #: The fields of a Packages stanza that name an archive file and its content.
 _STANZA_KEYS = ("Package", "Version", "Architecture", "Filename", "SHA256", "Size")
 
@@ -170,15 +174,29 @@ def _open_regular(path: str) -> int:
     return fd
 
 
-def _archive_says(rel: str, fd: int, expected: Optional[Expected]) -> bool:
+def _file_key(info: os.stat_result) -> str:
+    """What identifies one state of a pool file: a write changes its mtime. (Not its ctime: every hard link of a
+    view changes that.) Only root on the host writes the pool's files: a build's writes go to its overlay."""
+    return f"{info.st_dev}:{info.st_ino}:{info.st_size}:{info.st_mtime_ns}"
+
+
+def _archive_says(rel: str, fd: int, expected: Optional[Expected], memo: Optional[dict] = None) -> bool:
     """Whether the package file ``rel`` (open as ``fd``, at its start) may be taken: any ``.rpm``/``.drpm``
-    (dnf and zypper check them); a ``.deb`` whose SHA256 and size are what ``expected`` names it."""
+    (dnf and zypper check them); a ``.deb`` whose SHA256 and size are what ``expected`` names it. ``memo``
+    (``{file key: sha256}``) spares hashing a pool file again while it is the same file."""
     if not rel.endswith(".deb"):
         return True
     want = (expected or {}).get(os.path.basename(rel))
-    if want is None or os.fstat(fd).st_size != want[1]:
+    info = os.fstat(fd)
+    if want is None or info.st_size != want[1]:
         return False
-    return _sha256_fd(fd) == want[0]
+    key = _file_key(info)
+    if memo is None or key not in memo:
+        digest = _sha256_fd(fd)
+        if memo is None:
+            return digest == want[0]
+        memo[key] = digest
+    return memo[key] == want[0]
 
 
 def _link_fd(fd: int, target: str) -> None:
@@ -198,10 +216,20 @@ def _expected_of(root: Optional[str], rels: list[str]) -> Expected:
     return apt_archive_hashes(root, debs) if root and debs else {}
 
 
-def seed(pool: str, lower: str, root: Optional[str] = None) -> int:
+def _read_memo(path: str) -> dict:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except (OSError, ValueError):
+        return {}
+    return {k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, str)} if isinstance(data, dict) else {}
+
+
+def seed(pool: str, lower: str, root: Optional[str] = None, memo_path: Optional[str] = None) -> int:
     """Create ``lower`` afresh with a hard link of each package file of ``pool`` the archive vouches for (see
     :func:`_archive_says`, with the apt lists of the image tree ``root``; without one no ``.deb``); return how many
-    were linked.
+    were linked. ``memo_path``: a file of the pool files' hashes by file state (:data:`HASHES_PREFIX`), read and
+    rewritten with the files of the pool seen now.
 
     A file the link cannot reach (another file system, a file removed meanwhile) is left out: the
     package manager downloads it again.
@@ -211,12 +239,19 @@ def seed(pool: str, lower: str, root: Optional[str] = None) -> int:
     linked = 0
     files = _package_files(pool) if os.path.isdir(pool) else []
     expected = _expected_of(root, files)
+    memo = _read_memo(memo_path) if memo_path else None
+    before = dict(memo or {})
+    seen: dict[str, str] = {}
     for rel in files:
         source, target = os.path.join(pool, rel), os.path.join(lower, rel)
         try:
             fd = _open_regular(source)
             try:
-                if not _archive_says(rel, fd, expected):
+                accepted = _archive_says(rel, fd, expected, memo)
+                key = _file_key(os.fstat(fd))
+                if memo is not None and key in memo:
+                    seen[key] = memo[key]
+                if not accepted:
                     continue
                 os.makedirs(os.path.dirname(target), mode=0o755, exist_ok=True)
                 _link_fd(fd, target)
@@ -225,6 +260,9 @@ def seed(pool: str, lower: str, root: Optional[str] = None) -> int:
         except OSError:
             continue
         linked += 1
+    if memo_path and seen != before:
+        with contextlib.suppress(OSError):
+            _paths.write_atomic(memo_path, json.dumps(seen, sort_keys=True), mode=0o600, sync=False)
     return linked
 
 
@@ -279,7 +317,8 @@ def open_view(cache_root: str, container: str, index: int, pool: str, root: Opti
     for path in (view, view + UPPER_SUFFIX, view + WORK_SUFFIX):
         shutil.rmtree(path, ignore_errors=True)
         os.makedirs(path, mode=0o755)
-    seed(pool, view + LOWER_SUFFIX, root)
+    memo = os.path.join(views_root(cache_root), f"{HASHES_PREFIX}{os.path.basename(pool.rstrip('/'))}.json")
+    seed(pool, view + LOWER_SUFFIX, root, memo)
     if not _mount_overlay(view):
         shutil.rmtree(view + LOWER_SUFFIX)  # an empty directory of the build's own: nothing of the pool in reach
     record = view + POOL_SUFFIX

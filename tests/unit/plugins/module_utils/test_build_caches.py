@@ -154,3 +154,21 @@ def test_two_lists_that_disagree_on_a_file_vouch_for_neither():
     found = caches.parse_packages_hashes(stanza("p", "1", b"a").encode())
     caches.parse_packages_hashes(stanza("p", "1", b"b").encode(), into=found)
     assert found == {"p_1_amd64.deb": None}
+
+
+def test_a_pool_file_is_hashed_once_while_it_is_the_same_file(tmp_path, tree, views, monkeypatch):
+    pool = tmp_path / "apt"
+    pool.mkdir()
+    (pool / "good_1_amd64.deb").write_bytes(GOOD)
+    hashed = []
+    real = caches._sha256_fd
+    monkeypatch.setattr(caches, "_sha256_fd", lambda fd: hashed.append(fd) or real(fd))
+    for _ in range(2):
+        view = open_view(views, pool, tree)
+        assert os.listdir(view) == ["good_1_amd64.deb"]
+        caches.remove_views(str(views), "c1")
+    assert len(hashed) == 1
+    with open(pool / "good_1_amd64.deb", "r+b") as handle:  # rewritten in place (by whatever): hashed again
+        handle.write(b"!<arch>\nevil")
+    view = open_view(views, pool, tree)
+    assert os.listdir(view) == [] and len(hashed) == 2
