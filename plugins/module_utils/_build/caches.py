@@ -357,12 +357,36 @@ def _unmount_below(top: str, only: str = "") -> None:
             _process.run(["umount", "-l", point], check=False)
 
 
+def remove_tree(path: str) -> None:
+    """Remove ``path`` and all below it, the directories an overlay leaves without permissions (``work/work``,
+    mode 0) too: as an unprivileged user, their owner, who may not list them until it gives itself leave."""
+    def unlock(_function, failed: str, _error) -> None:
+        with contextlib.suppress(OSError):
+            os.chmod(os.path.dirname(failed), 0o700)
+            os.chmod(failed, 0o700)
+        with contextlib.suppress(OSError):
+            if os.path.isdir(failed) and not os.path.islink(failed):
+                shutil.rmtree(failed)
+            else:
+                os.unlink(failed)
+
+    if os.path.lexists(path):
+        shutil.rmtree(path, onerror=unlock)  # pylint: disable=deprecated-argument
+
+
 def remove_views(cache_root: str, container: str) -> None:
     """Remove every view of ``container`` (nothing when it has none), its overlays unmounted first."""
     top = os.path.join(views_root(cache_root), container)
     if os.path.isdir(top):
         _unmount_below(top)
-    shutil.rmtree(top, ignore_errors=True)
+    remove_tree(top)
+
+
+def bootstrap_view(cache_dir: str, root: str) -> str:
+    """Where the overlay of a bootstrap of ``root`` over the package cache ``cache_dir`` keeps the bootstrap's writes
+    (its ``upper`` and ``work``): ``<cache root>/.builds/bootstrap-<12 hex of root>``, beside the layers' views."""
+    digest = hashlib.sha256(os.path.abspath(root).encode("utf-8", "surrogateescape")).hexdigest()[:12]
+    return os.path.join(views_root(os.path.dirname(os.path.abspath(cache_dir))), f"bootstrap-{digest}")
 
 
 def stale_views(cache_root: str, stem: str) -> list[str]:
