@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import stat
-import subprocess
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -102,13 +104,12 @@ def test_the_merge_adds_only_new_files_the_lists_vouch_for_and_replaces_none(tmp
 
 
 @pytest.fixture
-def other_fs(tmp_path):
-    """A pool on another file system than the views (a tmpfs): the merge cannot hard-link, it copies."""
-    mount = tmp_path / "other"
-    mount.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)], check=True)
-    yield mount
-    subprocess.run(["umount", str(mount)], check=True)
+def other_fs():
+    """A pool on another file system than the views (/dev/shm, a tmpfs): the merge cannot hard-link, it copies."""
+    directory = tempfile.mkdtemp(dir="/dev/shm")
+    assert os.stat(directory).st_dev != os.stat(tempfile.gettempdir()).st_dev
+    yield Path(directory)
+    shutil.rmtree(directory)
 
 
 @pytest.mark.parametrize("where", ["same", "other"])
