@@ -121,7 +121,7 @@ options:
   package_caches:
     description:
       - Host directories (pools) of package caches for the in-image package cache directories.
-      - The working container gets a view of each pool of its own, bound over the in-image directory: an overlay
+      - The working container gets a view of each pool of its own, bound over the in-image directory, an overlay
         over hard links of the pool's package files, so a build never changes a file of the pool (a write copies
         it up into the build's own layer). A C(.deb) is offered only when its SHA256 and size are what the image's
         own apt lists say of it. What the build downloads (new regular files only, a C(.deb) only when the

@@ -164,7 +164,7 @@ def test_a_pool_file_is_hashed_once_while_it_is_the_same_file(tmp_path, tree, vi
     hashed = []
     real = caches._sha256_fd
     monkeypatch.setattr(caches, "_sha256_fd", lambda fd: hashed.append(fd) or real(fd))
-    for _ in range(2):
+    for _round in range(2):
         view = open_view(views, pool, tree)
         assert os.listdir(view) == ["good_1_amd64.deb"]
         caches.remove_views(str(views), "c1")
