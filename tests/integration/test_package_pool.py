@@ -24,6 +24,7 @@ import pytest
 
 from conftest import DEFAULT_PREFIX, remove_prefix_images
 
+from ansible_collections.hpc.stateless.plugins.module_utils._build import caches
 from ansible_collections.hpc.stateless.plugins.module_utils._build.buildah import Buildah
 from ansible_collections.hpc.stateless.plugins.module_utils._build.layer import LayerBuilder
 from ansible_collections.hpc.stateless.plugins.module_utils._contract.labels import layer_labels
@@ -63,6 +64,8 @@ def pool(tmp_path):
     shutil.copyfile(HOST_POOL / VICTIM, directory / VICTIM)
     yield directory
     shutil.rmtree(directory.parent, ignore_errors=True)
+    digest = hashlib.sha256(str(directory).encode("utf-8")).hexdigest()[:12]
+    (VIEWS / f"{caches.HASHES_PREFIX}{digest}.json").unlink(missing_ok=True)  # the hashes kept for this pool
 
 
 @pytest.fixture

@@ -61,8 +61,8 @@ LOWER_SUFFIX, UPPER_SUFFIX, WORK_SUFFIX = ".lower", ".upper", ".work"
 #: What apt's Packages index says of one archive file: its SHA256 and size; None where two lists disagree.
 Expected = Mapping[str, Optional[tuple[str, int]]]
 _HASH_CHUNK = 1 << 20
-#: Beside the views, one file per pool (``.sha256-<pool>.json``) of the SHA256 of its files by file state (device,
-#: inode, size, mtime): a file of the pool is hashed once, not at each build's start.
+#: Beside the views, one file per pool (``.sha256-<12 hex of the pool's path>.json``) of the SHA256 of its files
+#: by file state (device, inode, size, mtime): a file of the pool is hashed once, not at each build's start.
 HASHES_PREFIX = ".sha256-"
 #: The fields of a Packages stanza that name an archive file and its content.
 _STANZA_KEYS = ("Package", "Version", "Architecture", "Filename", "SHA256", "Size")
@@ -317,7 +317,8 @@ def open_view(cache_root: str, container: str, index: int, pool: str, root: Opti
     for path in (view, view + UPPER_SUFFIX, view + WORK_SUFFIX):
         shutil.rmtree(path, ignore_errors=True)
         os.makedirs(path, mode=0o755)
-    memo = os.path.join(views_root(cache_root), f"{HASHES_PREFIX}{os.path.basename(pool.rstrip('/'))}.json")
+    digest = hashlib.sha256(os.path.abspath(pool).encode("utf-8", "surrogateescape")).hexdigest()[:12]
+    memo = os.path.join(views_root(cache_root), f"{HASHES_PREFIX}{digest}.json")
     seed(pool, view + LOWER_SUFFIX, root, memo)
     if not _mount_overlay(view):
         shutil.rmtree(view + LOWER_SUFFIX)  # an empty directory of the build's own: nothing of the pool in reach
