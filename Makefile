@@ -9,7 +9,6 @@ export ANSIBLE_FORCE_COLOR ?= 0
 export PYTHONPATH := $(CURDIR)/.collections
 export BUILDAH_ISOLATION ?= chroot
 # Outside the checkout: inside it, ansible-test would see build/ as git-ignored and skip everything.
-SANITY_ROOT := /tmp/hpc-stateless-sanity/ansible_collections/hpc/stateless
 
 .PHONY: help setup image build build-collection test unit lint sanity integration collection molecule bench faults fault-suite clean
 
@@ -55,11 +54,14 @@ unit:
 lint:
 	ansible-lint --profile production --offline
 
-# ansible-test must run from an ansible_collections/<ns>/<name> path: test a copy of the tree.
+# ansible-test must run from an ansible_collections/<ns>/<name> path: test a copy of the tree, in a fresh
+# directory of its own (mktemp: mode 0700), never a fixed name in /tmp that another user could make first
+# (ansible-test imports and runs the code it finds there).
 sanity:
-	@rm -rf $(SANITY_ROOT) && mkdir -p $(SANITY_ROOT)
-	@git ls-files -co --exclude-standard -z | rsync -a --from0 --files-from=- ./ $(SANITY_ROOT)/
-	cd $(SANITY_ROOT) && ansible-test sanity --venv --python 3.11 --color no
+	@top=$$(mktemp -d "$${TMPDIR:-/tmp}/hpc-stateless-sanity.XXXXXXXX") && trap 'rm -rf "$$top"' EXIT && \
+	root="$$top/ansible_collections/hpc/stateless" && mkdir -p "$$root" && \
+	git ls-files -co --exclude-standard -z | rsync -a --from0 --files-from=- ./ "$$root/" && \
+	echo "ansible-test sanity in $$root" && cd "$$root" && ansible-test sanity --venv --python 3.11 --color no
 
 collection:
 	pytest -q --durations=5 tests/collection

@@ -168,9 +168,14 @@ options:
     vars:
       - name: ansible_nspawn_stop_on_close
   runtime_dir:
-    description: Directory for session state, console logs and the overlay upper layers of ephemeral roots.
+    description:
+      - Directory for session state, console logs and the overlay upper layers of ephemeral roots.
+      - Root acts on what its files name (processes, mounts, working containers), so it must be private to the
+        controller's user. It is made with mode 0700 when missing; an existing one that is a symbolic link, belongs
+        to another user or that another user can write (or below a directory another user can write, sticky ones
+        such as C(/tmp) aside) is refused, naming it.
+      - Defaults to C(/run/hpc-stateless/nspawn).
     type: path
-    default: /var/tmp/hpc-nspawn
     vars:
       - name: ansible_nspawn_runtime_dir
     env:

@@ -17,6 +17,8 @@ import contextlib
 import os
 import re
 import shutil
+import stat
+import tempfile
 import uuid
 from collections.abc import Iterator
 from typing import NamedTuple
@@ -150,3 +152,84 @@ def controller_cache_dir(name: str) -> str:
 def user_cache_home(home: str | None = None) -> str:
     """The user's cache directory: ``$XDG_CACHE_HOME``, else ``<home>/.cache`` (``home``: ``~`` when not given)."""
     return os.environ.get("XDG_CACHE_HOME") or os.path.join(home or os.path.expanduser("~"), ".cache")
+
+
+class UnsafeDirectory(OSError):
+    """A directory that holds state other users must not change is not private; the message names it and the fix."""
+
+
+#: The uid an id outside a user namespace's map shows as inside it (the kernel's overflowuid): real root, seen from
+#: a rootless build's ``buildah unshare``.
+OVERFLOW_UID = 65534
+
+
+def _trusted_owners() -> set[int]:
+    owners = {0, os.geteuid()}
+    if _process.in_user_namespace():
+        owners.add(OVERFLOW_UID)
+    return owners
+
+
+def _check_ancestor(path: str, owners: set[int], purpose: str) -> None:
+    """``path`` (a directory above a private one) can be changed by no user but root and us, a sticky one (/tmp)
+    aside: there no other user can rename or remove what we made."""
+    info = os.stat(path)
+    if info.st_uid not in owners:
+        raise UnsafeDirectory(f"{purpose}: {path} belongs to uid {info.st_uid}, another user, who could swap what it "
+                              "holds; choose a directory below ones that only root and you can write")
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not info.st_mode & stat.S_ISVTX:
+        raise UnsafeDirectory(f"{purpose}: {path} is writable by other users (mode {stat.S_IMODE(info.st_mode):04o}) "
+                              "and not sticky; choose a directory below ones that only root and you can write")
+
+
+def private_dir(path: str, purpose: str) -> str:
+    """``path``, a directory that no other user can change, made (mode 0700, missing parents too) when missing.
+
+    State that root acts on later (pids to kill, mounts to remove, names of things to delete) must come from a
+    directory that only root wrote: a fixed name in a world-writable directory (``/var/tmp/x``) can be made first
+    by any user. Checked with lstat, so a link is never followed: ``path`` is a directory, not a symbolic link,
+    owned by the effective user and writable by nobody else; each directory above it (its nominal and its real
+    path) belongs to root or the effective user and is writable by no other user unless sticky. Anything else is
+    refused with :class:`UnsafeDirectory`, naming the path, what is wrong and what to do; ``purpose`` says what
+    the directory is for.
+    """
+    path = os.path.abspath(path)
+    owners = _trusted_owners()
+    parent = os.path.dirname(path)
+    os.makedirs(parent, mode=0o700, exist_ok=True)
+    prefix = "/"
+    for part in parent.strip("/").split("/") if parent != "/" else []:
+        prefix = os.path.join(prefix, part)
+        link = os.lstat(prefix)
+        if stat.S_ISLNK(link.st_mode) and link.st_uid not in owners:
+            raise UnsafeDirectory(f"{purpose}: {prefix} is a symbolic link of uid {link.st_uid}, another user; "
+                                  "choose a directory below ones that only root and you can write")
+        _check_ancestor(prefix, owners, purpose)
+    real = os.path.realpath(parent)
+    for depth in range(real.count("/") + 1 if real != "/" else 1):
+        _check_ancestor(real.rsplit("/", depth)[0] or "/", owners, purpose)
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(path, 0o700)
+    info = os.lstat(path)
+    fix = f"remove it (as root: rm -rf {path}) so it is made afresh, or choose another directory"
+    if not stat.S_ISDIR(info.st_mode):
+        raise UnsafeDirectory(f"{purpose}: {path} is a {'symbolic link' if stat.S_ISLNK(info.st_mode) else 'file'}, "
+                              f"not a directory of this user; {fix}")
+    if info.st_uid != os.geteuid():
+        raise UnsafeDirectory(f"{purpose}: {path} belongs to uid {info.st_uid}, not to this user (uid "
+                              f"{os.geteuid()}): another user made it first and controls what it holds; {fix}")
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise UnsafeDirectory(f"{purpose}: {path} is writable by other users (mode {stat.S_IMODE(info.st_mode):04o});"
+                              f" {fix}")
+    return path
+
+
+def runtime_path(name: str) -> str:
+    """Where this user keeps the runtime state ``name`` (live sessions, their pids and mounts); check it with
+    :func:`private_dir` before use: ``/run/hpc-stateless/<name>`` as root; else ``$XDG_RUNTIME_DIR/hpc-stateless/
+    <name>``, or without that ``<temporary directory>/hpc-stateless-<uid>/<name>``."""
+    if os.geteuid() == 0 and not _process.in_user_namespace():
+        return os.path.join("/run/hpc-stateless", name)
+    if os.environ.get("XDG_RUNTIME_DIR"):
+        return os.path.join(os.environ["XDG_RUNTIME_DIR"], "hpc-stateless", name)
+    return os.path.join(tempfile.gettempdir(), f"hpc-stateless-{os.geteuid()}", name)

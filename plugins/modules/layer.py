@@ -121,9 +121,12 @@ options:
   package_caches:
     description:
       - Host directories (pools) of package caches for the in-image package cache directories.
-      - The working container gets a view of each pool of its own, bound over the in-image directory, that holds a
-        hard link of every package file of the pool; what the build downloads is linked into the pool when the
-        layer is committed. Builds that run at once never share a package manager's lock.
+      - The working container gets a view of each pool of its own, bound over the in-image directory, an overlay
+        over hard links of the pool's package files, so a build never changes a file of the pool (a write copies
+        it up into the build's own layer). A C(.deb) is offered only when its SHA256 and size are what the image's
+        own apt lists say of it. What the build downloads (new regular files only, a C(.deb) only when the
+        committed image's apt lists vouch for its SHA256) is copied into the pool when the layer is committed.
+        Builds that run at once never share a package manager's lock.
       - Only caches whose in-image directory exists are bound.
     type: list
     elements: dict

@@ -57,6 +57,7 @@ import json
 import os
 import shutil
 import signal
+import stat
 import socket
 import subprocess
 import threading
@@ -659,6 +660,9 @@ def sweep_stale() -> list[str]:
     down): their containers, tmpfs roots, namespaces and work directories. Returns what it removed."""
     removed = []
     for work in Path(WORK_ROOT).glob(f"{WORK_PREFIX}*"):
+        info = os.lstat(work)
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
+            continue  # made by another user in /var/tmp: nothing of it is ours to read, kill or remove
         try:
             pid, start = (work / "owner").read_text().split()
         except (OSError, ValueError):

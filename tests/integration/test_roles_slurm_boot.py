@@ -40,7 +40,7 @@ class Booted:
     def __init__(self, root: str, machine: str) -> None:
         self.root = root
         self.log = Path(f"/var/tmp/{machine}.log")
-        with self.log.open("wb") as log:
+        with self.log.open("xb") as log:  # a name in /var/tmp: never through what another user put there
             self.nspawn = subprocess.Popen(
                 ["systemd-nspawn", "--quiet", "--boot", "--register=no", "--keep-unit", "--private-network",
                  "--machine", machine, "--directory", root],

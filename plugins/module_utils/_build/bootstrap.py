@@ -39,6 +39,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils._archive.index impor
 )
 from ansible_collections.hpc.stateless.plugins.module_utils._fs import Flock, LockBusy, mounts_below, wait_message
 from ansible_collections.hpc.stateless.plugins.module_utils._paths import write_atomic
+from ansible_collections.hpc.stateless.plugins.module_utils._build import caches
 from ansible_collections.hpc.stateless.plugins.module_utils._build.rootless import HOST_CACHE_ROOT, host_cache_path
 from ansible_collections.hpc.stateless.plugins.module_utils._contract.inventory import (
     BOOTSTRAP_KEYS,
@@ -325,13 +326,19 @@ APT_RETRIES = f'--aptopt=Acquire::Retries "{APT_RETRY_COUNT}"'
 def mmdebstrap_argv(spec: BootstrapSpec, binary: str = "mmdebstrap") -> list[str]:
     """Return the mmdebstrap command line (options first, then suite, target, mirror).
 
-    The host cache directory is bind-mounted over the root's apt archive while mmdebstrap runs
-    (hooks run as root, in the host's or the build's user namespace), and the downloaded packages
-    are kept there (``--skip=essential/unlink``); it is unmounted before mmdebstrap's cleanup,
-    which then leaves no package file in the root. The package lists stay, as with debootstrap.
+    The host cache directory is the lower layer of an overlay mounted over the root's apt archive while
+    mmdebstrap runs (hooks run as root, in the host's or the build's user namespace): the packages' scripts
+    never change a cached file (apt takes one by name and size alone); what apt downloads is kept in the
+    overlay's upper directory (``--skip=essential/unlink``, :func:`caches.bootstrap_view`) and merged into the
+    cache afterwards (:meth:`Bootstrapper.apply`). Where the kernel refuses the overlay, that directory alone is
+    bound. It is unmounted before mmdebstrap's cleanup, which then leaves no package file in the root. The
+    package lists stay, as with debootstrap.
     """
     archives = APT_ARCHIVES.lstrip("/")
     cache = shlex.quote(spec.cache_dir)
+    view = caches.bootstrap_view(spec.cache_dir, spec.path)
+    upper, work = (shlex.quote(os.path.join(view, name)) for name in ("upper", "work"))
+    overlay = f"mount -t overlay overlay -o lowerdir={cache},upperdir={upper},workdir={work}"
     # mmdebstrap's root mode also works as uid 0 inside a user namespace (it bind-mounts /dev
     # entries where it cannot make them); its own unshare mode maps root to the first
     # subordinate id, which is not how buildah's storage maps it.
@@ -349,7 +356,8 @@ def mmdebstrap_argv(spec: BootstrapSpec, binary: str = "mmdebstrap") -> list[str
         # list directory, and mmdebstrap's cleanup would leave it fresh and empty ("No package matching").
         "--skip=cleanup/apt/lists",
         f"--hook-dir={MMDEBSTRAP_FILE_MIRROR_HOOKS}",
-        f'--setup-hook=mkdir -p "$1/{archives}" && mount -o bind {cache} "$1/{archives}"',
+        f'--setup-hook=mkdir -p "$1/{archives}" && {{ {overlay} "$1/{archives}" || {overlay},userxattr "$1/{archives}"'
+        f' || mount -o bind {upper} "$1/{archives}"; }}',
         f'--customize-hook=umount "$1/{archives}"',
     ]
     argv += list(spec.extra_args)
@@ -914,16 +922,26 @@ class RootfsBootstrap:
             version = self.tool_version(binaries[spec.tool], environ)
             out = ""
             lock = self.locked_cache()
+            view = caches.bootstrap_view(spec.cache_dir, spec.path) if spec.tool == "mmdebstrap" else ""
             try:
+                if view:
+                    caches.remove_tree(view)
+                    for name in ("upper", "work"):
+                        os.makedirs(os.path.join(view, name), mode=0o700)
                 for argv in commands:
                     stdout, stderr = self.run(argv, environ)
                     out = stdout or stderr  # mmdebstrap reports on stderr
+                if view:
+                    # What the bootstrap downloaded, checked against the root's own apt lists (_build/caches.py).
+                    caches.merge(os.path.join(view, "upper"), spec.cache_dir, spec.path)
                 if spec.family == "debootstrap":
                     self.write_sources()
                 if upgrade:
                     stdout, stderr = self.run(upgrade, {**environ, "DEBIAN_FRONTEND": "noninteractive"})
                     out = stdout or stderr
             finally:
+                if view:
+                    caches.remove_tree(view)
                 lock.release()
         self.remove_cache_state()
         for package_file in downloaded_packages_in_root(spec):

@@ -9,35 +9,63 @@ Every build on a host (two projects, two CI jobs on one runner) reads packages f
 ``apt-get install`` and never waits for that lock (``DPkg::Lock::Timeout`` only covers dpkg's own
 lock), dnf and zypper take their cache the same way: bound as is, the second of two builds fails.
 Sharing the directory buys nothing but the downloaded packages themselves, so a build binds a view of
-its own instead:
+its own instead.
 
-* :func:`seed` - ``<views>/<container>/<n>-<cache>``: a hard link of every package file of the pool
-  (``.deb``, ``.rpm``, ``.drpm``; no lock file, no metadata: apt's lists live in the image anyway). The
-  package manager finds what an earlier build downloaded and locks nothing anyone else uses.
-* :func:`merge` - at commit, the package files the build downloaded are linked into the pool, each
-  under a temporary name and renamed (a reader sees a whole file or none; two builds merging the same
-  file agree on its content, which the package manager verified).
-* :func:`remove_views` - the views of a working container go with it (the removal of a failed or killed
-  build's container, the next run's clean-up, removes them too).
+A build's package scripts and roles run as root in its container, and apt takes a package file it finds in
+its cache by name and size alone, without its hash ("Need to get 0 B"): whatever a build can write into the
+pool, every later build installs. So no build can change or add a file of the pool:
+
+* :func:`open_view` - ``<views>/<container>/<n>-<cache>``: an overlay whose lower directory (``.lower``) holds a
+  hard link of every package file of the pool (``.deb``, ``.rpm``, ``.drpm``; no lock file, no metadata) and
+  whose upper directory (``.upper``) takes every write of the build. A write to a pooled file copies it up
+  first: the pool's file is never changed. A ``.deb`` is linked only when its SHA256 and size are what the
+  image's own apt lists say of that file name (:func:`apt_archive_hashes`: the Packages indexes apt verified
+  against the signed InRelease), so a file some other build put into the pool reaches apt only when it is the
+  archive's. dnf and zypper check a cached package's checksum against their repository metadata themselves.
+* :func:`merge` - at commit, the package files the build added (regular files of ``.upper``: never a link,
+  never a file the pool already has, a ``.deb`` only when its SHA256 is what the committing image's lists say)
+  are copied into the pool, each under a temporary name and renamed, read through a descriptor opened
+  without following links.
+* :func:`remove_views` - the views of a working container go with it (unmounted first; the removal of a failed
+  or killed build's container, the next run's clean-up, removes them too).
 
 No lock is taken: a view is its build's alone, a hard link and a rename are atomic, and the pool only
 grows. The views live beside the pools (``<cache root>/.builds``), on their file system: a pool
-elsewhere, where a hard link cannot reach, seeds nothing and is merged by copy.
+elsewhere, where a hard link cannot reach, seeds nothing. Where the kernel refuses the overlay, the view is an
+empty directory of the build's own (the build downloads what it needs).
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import json
 import os
 import shutil
+import stat
+import urllib.parse
+from typing import Collection, Mapping, Optional
 
-from ansible_collections.hpc.stateless.plugins.module_utils import _paths
+from ansible_collections.hpc.stateless.plugins.module_utils import _imagepath, _paths, _process
+from ansible_collections.hpc.stateless.plugins.module_utils._build.records import APT_LISTS
+from ansible_collections.hpc.stateless.plugins.module_utils._fs import mounts_below
 
-#: Files of a pool that are whole packages, written once (the package manager verified them) and never changed.
+#: Files of a pool that are whole packages, written once and never changed.
 PACKAGE_SUFFIXES = (".deb", ".rpm", ".drpm")
 #: Where the views live, below the host's cache root.
 VIEWS_DIR = ".builds"
 #: Beside each view, a symbolic link to the pool it was seeded from (what the commit merges into).
 POOL_SUFFIX = ".pool"
+#: Beside each view, the overlay's directories: the pool's files linked, the build's writes, the overlay's own.
+LOWER_SUFFIX, UPPER_SUFFIX, WORK_SUFFIX = ".lower", ".upper", ".work"
+#: What apt's Packages index says of one archive file: its SHA256 and size; None where two lists disagree.
+Expected = Mapping[str, Optional[tuple[str, int]]]
+_HASH_CHUNK = 1 << 20
+#: Beside the views, one file per pool (``.sha256-<12 hex of the pool's path>.json``) of the SHA256 of its files
+#: by file state (device, inode, size, mtime): a file of the pool is hashed once, not at each build's start.
+HASHES_PREFIX = ".sha256-"
+#: The fields of a Packages stanza that name an archive file and its content.
+_STANZA_KEYS = ("Package", "Version", "Architecture", "Filename", "SHA256", "Size")
 
 
 def views_root(cache_root: str) -> str:
@@ -60,55 +88,240 @@ def _package_files(top: str) -> list[str]:
     return sorted(found)
 
 
-def seed(pool: str, view: str) -> int:
-    """Create ``view`` afresh with a hard link of each package file of ``pool``; return how many were linked.
+# -- what the archive says of a .deb ---------------------------------------------------------------------
+def _apt_quote(text: str, bad: str) -> str:
+    """apt's QuoteString: ``%xx`` for the characters of ``bad``, ``%``, blanks and controls."""
+    return "".join(f"%{ord(c):02x}" if c in bad or c == "%" or ord(c) <= 0x20 or ord(c) >= 0x7f else c
+                   for c in text)
+
+
+def archive_name(package: str, version: str, arch: str, filename: str) -> str:
+    """The name apt gives a downloaded package in its cache: ``<package>_<version>_<arch>.<ext>`` quoted as apt
+    quotes it (an epoch's ``:`` is ``%3a``)."""
+    ext = filename.rsplit(".", 1)[-1] if "." in os.path.basename(filename) else "deb"
+    return f"{_apt_quote(package, '_:')}_{_apt_quote(version, '_:')}_{_apt_quote(arch, '_:.')}.{ext}"
+
+
+def _package_of(name: str) -> str:
+    """The package an archive file name is of (its part before the first ``_``, unquoted as apt quoted it)."""
+    return urllib.parse.unquote(name.split("_", 1)[0])
+
+
+def parse_packages_hashes(data: bytes, packages: Optional[Collection[str]] = None, into: Optional[dict] = None) -> dict:
+    """``{archive name: (sha256, size)}`` of a Packages index (into ``into``), for the stanzas of ``packages``
+    (default: all); a name two stanzas give different hashes maps to None (neither is taken)."""
+    found: dict = {} if into is None else into
+    wanted = None if packages is None else {p.encode("utf-8") for p in packages}
+    for stanza in data.split(b"\n\n"):
+        stanza = stanza.strip(b"\n")
+        if not stanza.startswith(b"Package:"):
+            continue
+        if wanted is not None and stanza[8:stanza.find(b"\n") if b"\n" in stanza else None].strip() not in wanted:
+            continue
+        fields: dict[str, str] = {}
+        for line in stanza.decode("utf-8", "replace").splitlines():
+            key, sep, value = line.partition(":")
+            if sep and key in _STANZA_KEYS:
+                fields[key] = value.strip()
+        if len(fields) < len(_STANZA_KEYS) - 1 or not fields.get("Size", "").isdigit():
+            continue
+        name = archive_name(fields["Package"], fields.get("Version", ""), fields.get("Architecture", ""),
+                            fields.get("Filename", ""))
+        value = (fields.get("SHA256", "").lower(), int(fields["Size"]))
+        if all(k in fields for k in ("Version", "Architecture", "SHA256")):
+            found[name] = value if found.get(name, value) == value else None
+    return found
+
+
+def apt_archive_hashes(root: str, names: Optional[Collection[str]] = None) -> dict:
+    """What the apt lists of the tree ``root`` (``/var/lib/apt/lists/*_Packages``, read inside the tree: its links
+    lead nowhere on the host) say of the archive files ``names`` (default: all): ``{archive name: (sha256, size) or
+    None}``."""
+    found: dict = {}
+    packages = None if names is None else {_package_of(n) for n in names}
+    if packages is not None and not packages:
+        return found
+    try:
+        listed = _imagepath.list_dir(root, APT_LISTS)
+    except OSError:
+        return found  # no apt: no .deb is taken from the pool
+    for name in listed:
+        if name.endswith("_Packages"):
+            try:
+                data = _imagepath.read_file(root, f"{APT_LISTS}/{name}", follow_last=False)
+            except OSError:
+                continue
+            if data is not None:
+                parse_packages_hashes(data, packages, found)
+    return found
+
+
+def _sha256_fd(fd: int) -> str:
+    digest = hashlib.sha256()
+    while True:
+        chunk = os.read(fd, _HASH_CHUNK)
+        if not chunk:
+            return digest.hexdigest()
+        digest.update(chunk)
+
+
+def _open_regular(path: str) -> int:
+    """A descriptor of the regular file ``path``, opened without following a link; OSError for anything else."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise _imagepath.NotRegularFile(path)
+    return fd
+
+
+def _file_key(info: os.stat_result) -> str:
+    """What identifies one state of a pool file: a write changes its mtime. (Not its ctime: every hard link of a
+    view changes that.) Only root on the host writes the pool's files: a build's writes go to its overlay."""
+    return f"{info.st_dev}:{info.st_ino}:{info.st_size}:{info.st_mtime_ns}"
+
+
+def _archive_says(rel: str, fd: int, expected: Optional[Expected], memo: Optional[dict] = None) -> bool:
+    """Whether the package file ``rel`` (open as ``fd``, at its start) may be taken: any ``.rpm``/``.drpm``
+    (dnf and zypper check them); a ``.deb`` whose SHA256 and size are what ``expected`` names it. ``memo``
+    (``{file key: sha256}``) spares hashing a pool file again while it is the same file."""
+    if not rel.endswith(".deb"):
+        return True
+    want = (expected or {}).get(os.path.basename(rel))
+    info = os.fstat(fd)
+    if want is None or info.st_size != want[1]:
+        return False
+    key = _file_key(info)
+    if memo is None or key not in memo:
+        digest = _sha256_fd(fd)
+        if memo is None:
+            return digest == want[0]
+        memo[key] = digest
+    return memo[key] == want[0]
+
+
+def _link_fd(fd: int, target: str) -> None:
+    """Hard-link the file open as ``fd`` (the very file checked, never what its name leads to now) at ``target``."""
+    dir_fd = os.open(os.path.dirname(target), os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        # With a directory descriptor os.link is linkat(..., AT_SYMLINK_FOLLOW): /proc/self/fd/N is the open file.
+        os.link(f"/proc/self/fd/{fd}", os.path.basename(target), dst_dir_fd=dir_fd, follow_symlinks=True)
+    finally:
+        os.close(dir_fd)
+
+
+# -- the view ---------------------------------------------------------------------------------------------
+def _expected_of(root: Optional[str], rels: list[str]) -> Expected:
+    """What the apt lists of the tree ``root`` say of the ``.deb`` files among ``rels`` (nothing without a tree)."""
+    debs = [os.path.basename(rel) for rel in rels if rel.endswith(".deb")]
+    return apt_archive_hashes(root, debs) if root and debs else {}
+
+
+def _read_memo(path: str) -> dict:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except (OSError, ValueError):
+        return {}
+    return {k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, str)} if isinstance(data, dict) else {}
+
+
+def seed(pool: str, lower: str, root: Optional[str] = None, memo_path: Optional[str] = None) -> int:
+    """Create ``lower`` afresh with a hard link of each package file of ``pool`` the archive vouches for (see
+    :func:`_archive_says`, with the apt lists of the image tree ``root``; without one no ``.deb``); return how many
+    were linked. ``memo_path``: a file of the pool files' hashes by file state (:data:`HASHES_PREFIX`), read and
+    rewritten with the files of the pool seen now.
 
     A file the link cannot reach (another file system, a file removed meanwhile) is left out: the
     package manager downloads it again.
     """
-    shutil.rmtree(view, ignore_errors=True)
-    os.makedirs(view, mode=0o755)
+    shutil.rmtree(lower, ignore_errors=True)
+    os.makedirs(lower, mode=0o755)
     linked = 0
-    for rel in _package_files(pool) if os.path.isdir(pool) else []:
-        target = os.path.join(view, rel)
+    files = _package_files(pool) if os.path.isdir(pool) else []
+    expected = _expected_of(root, files)
+    memo = _read_memo(memo_path) if memo_path else None
+    before = dict(memo or {})
+    seen: dict[str, str] = {}
+    for rel in files:
+        source, target = os.path.join(pool, rel), os.path.join(lower, rel)
         try:
-            os.makedirs(os.path.dirname(target), mode=0o755, exist_ok=True)
-            os.link(os.path.join(pool, rel), target)
+            fd = _open_regular(source)
+            try:
+                accepted = _archive_says(rel, fd, expected, memo)
+                key = _file_key(os.fstat(fd))
+                if memo is not None and key in memo:
+                    seen[key] = memo[key]
+                if not accepted:
+                    continue
+                os.makedirs(os.path.dirname(target), mode=0o755, exist_ok=True)
+                _link_fd(fd, target)
+            finally:
+                os.close(fd)
         except OSError:
             continue
         linked += 1
+    if memo_path and seen != before:
+        with contextlib.suppress(OSError):
+            _paths.write_atomic(memo_path, json.dumps(seen, sort_keys=True), mode=0o600, sync=False)
     return linked
 
 
-def merge(view: str, pool: str) -> list[str]:
-    """Put the package files of ``view`` that ``pool`` lacks into it, each atomically; return them (relative)."""
+def merge(upper: str, pool: str, root: Optional[str] = None) -> list[str]:
+    """Copy the package files the build added (regular files of ``upper`` the pool lacks, which the archive
+    vouches for: :func:`_archive_says`, with the apt lists of the image tree ``root``) into ``pool``, each
+    atomically; return them (relative)."""
     added = []
-    for rel in _package_files(view) if os.path.isdir(view) else []:
-        source, final = os.path.join(view, rel), os.path.join(pool, rel)
+    files = [rel for rel in (_package_files(upper) if os.path.isdir(upper) else [])
+             if not os.path.lexists(os.path.join(pool, rel))]
+    expected = _expected_of(root, files)
+    for rel in files:
+        final = os.path.join(pool, rel)
         try:
-            if os.path.exists(final) and os.path.samefile(source, final):
-                continue
-            os.makedirs(os.path.dirname(final), mode=0o755, exist_ok=True)
-            temp = _paths.temp_name(final)
+            if os.path.lexists(final):
+                continue  # a file of the pool is never replaced
+            fd = _open_regular(os.path.join(upper, rel))
             try:
+                if not _archive_says(rel, fd, expected):
+                    continue
+                os.lseek(fd, 0, os.SEEK_SET)
+                directory = os.path.dirname(final)
+                os.makedirs(directory, mode=0o755, exist_ok=True)
+                temp = os.path.basename(_paths.temp_name(final))
                 try:
-                    os.link(source, temp)
-                except OSError:
-                    shutil.copyfile(source, temp)
-                os.replace(temp, final)
+                    _imagepath.copy_fd(fd, directory, temp, mode=0o644, sync=False)
+                    os.link(os.path.join(directory, temp), final)  # never over a file another build added meanwhile
+                finally:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(os.path.join(directory, temp))
             finally:
-                if os.path.lexists(temp):
-                    os.unlink(temp)
+                os.close(fd)
         except OSError:
             continue
         added.append(rel)
     return added
 
 
-def open_view(cache_root: str, container: str, index: int, pool: str) -> str:
-    """Seed the view of ``pool`` for ``container`` and record which pool it came from; return the view."""
+def _mount_overlay(view: str) -> bool:
+    """Mount the overlay of ``view`` (its ``.lower``, ``.upper`` and ``.work``); False when the kernel refuses."""
+    options = f"lowerdir={view}{LOWER_SUFFIX},upperdir={view}{UPPER_SUFFIX},workdir={view}{WORK_SUFFIX}"
+    # In a user namespace (a rootless build) the overlay keeps its own attributes as user.* ones.
+    return any(_process.run(["mount", "-t", "overlay", "overlay", "-o", options + extra, view], check=False).ok
+               for extra in ("", ",userxattr"))
+
+
+def open_view(cache_root: str, container: str, index: int, pool: str, root: Optional[str] = None) -> str:
+    """Seed the view of ``pool`` for ``container`` (``root``: the working container's tree, whose apt lists say
+    which ``.deb`` may be taken), mount it and record which pool it came from; return the view."""
     view = view_path(cache_root, container, index, pool)
-    seed(pool, view)
+    _unmount_below(os.path.dirname(view), view)
+    for path in (view, view + UPPER_SUFFIX, view + WORK_SUFFIX):
+        shutil.rmtree(path, ignore_errors=True)
+        os.makedirs(path, mode=0o755)
+    digest = hashlib.sha256(os.path.abspath(pool).encode("utf-8", "surrogateescape")).hexdigest()[:12]
+    memo = os.path.join(views_root(cache_root), f"{HASHES_PREFIX}{digest}.json")
+    seed(pool, view + LOWER_SUFFIX, root, memo)
+    if not _mount_overlay(view):
+        shutil.rmtree(view + LOWER_SUFFIX)  # an empty directory of the build's own: nothing of the pool in reach
     record = view + POOL_SUFFIX
     if os.path.lexists(record):
         os.unlink(record)
@@ -116,21 +329,65 @@ def open_view(cache_root: str, container: str, index: int, pool: str) -> str:
     return view
 
 
-def merge_views(cache_root: str, container: str) -> dict[str, list[str]]:
-    """Merge every view of ``container`` into the pool it came from: pool -> the package files added."""
+def merge_views(cache_root: str, container: str, root: Optional[str] = None) -> dict[str, list[str]]:
+    """Merge every view of ``container`` into the pool it came from (``root``: the committed tree, whose apt lists
+    say which ``.deb`` may enter): pool -> the package files added."""
     top = os.path.join(views_root(cache_root), container)
     merged: dict[str, list[str]] = {}
     for name in sorted(os.listdir(top)) if os.path.isdir(top) else []:
         if not name.endswith(POOL_SUFFIX):
             continue
+        view = os.path.join(top, name[:-len(POOL_SUFFIX)])
         pool = os.readlink(os.path.join(top, name))
-        merged[pool] = merge(os.path.join(top, name[:-len(POOL_SUFFIX)]), pool)
+        # Without an overlay the view itself took the build's writes.
+        upper = view + UPPER_SUFFIX if os.path.isdir(view + LOWER_SUFFIX) else view
+        merged[pool] = merge(upper, pool, root)
     return merged
 
 
+def _unmount_below(top: str, only: str = "") -> None:
+    """Unmount the views' overlays below ``top`` (``only``: that one), deepest first."""
+    try:
+        points = mounts_below(top)
+    except OSError:
+        return
+    for point in points:
+        if only and point != os.path.realpath(only):
+            continue
+        if not _process.run(["umount", point], check=False).ok:
+            _process.run(["umount", "-l", point], check=False)
+
+
+def remove_tree(path: str) -> None:
+    """Remove ``path`` and all below it, the directories an overlay leaves without permissions (``work/work``,
+    mode 0) too: as an unprivileged user, their owner, who may not list them until it gives itself leave."""
+    def unlock(_function, failed: str, _error) -> None:
+        with contextlib.suppress(OSError):
+            os.chmod(os.path.dirname(failed), 0o700)
+            os.chmod(failed, 0o700)
+        with contextlib.suppress(OSError):
+            if os.path.isdir(failed) and not os.path.islink(failed):
+                shutil.rmtree(failed)
+            else:
+                os.unlink(failed)
+
+    if os.path.lexists(path):
+        shutil.rmtree(path, onerror=unlock)  # pylint: disable=deprecated-argument
+
+
 def remove_views(cache_root: str, container: str) -> None:
-    """Remove every view of ``container`` (nothing when it has none)."""
-    shutil.rmtree(os.path.join(views_root(cache_root), container), ignore_errors=True)
+    """Remove every view of ``container`` (nothing when it has none), its overlays unmounted first."""
+    top = os.path.join(views_root(cache_root), container)
+    if os.path.isdir(top):
+        _unmount_below(top)
+    remove_tree(top)
+
+
+def bootstrap_view(cache_dir: str, root: str) -> str:
+    """Where the overlay of a bootstrap of ``root`` over the package cache ``cache_dir`` keeps the bootstrap's writes
+    (its ``upper`` and ``work``): ``<cache root>/.builds/bootstrap-<12 hex of root>``, beside the layers' views."""
+    digest = hashlib.sha256(os.path.abspath(root).encode("utf-8", "surrogateescape")).hexdigest()[:12]
+    return os.path.join(views_root(os.path.dirname(os.path.abspath(cache_dir))), f"bootstrap-{digest}")
 
 
 def stale_views(cache_root: str, stem: str) -> list[str]:

@@ -23,7 +23,7 @@ import shutil
 from dataclasses import dataclass, field
 from typing import Any
 
-from ansible_collections.hpc.stateless.plugins.module_utils import _process
+from ansible_collections.hpc.stateless.plugins.module_utils import _paths, _process
 # mounts_under: the mount points below a container's root, deepest first (the order to unmount them).
 from ansible_collections.hpc.stateless.plugins.module_utils._fs import mounts_below as mounts_under
 from ansible_collections.hpc.stateless.plugins.module_utils._build import aptconf, caches, records, rootless, seal_tree
@@ -80,6 +80,30 @@ def commit_tmpdir(container: str) -> str:
     return os.path.join(os.environ.get("TMPDIR") or "/var/tmp", name, container)
 
 
+#: What the commit's temporary directories are, in the errors that refuse them.
+COMMIT_TMPDIR_PURPOSE = "the temporary directory of buildah commit ($TMPDIR, default /var/tmp)"
+
+
+def private_commit_tmpdir(container: str) -> str:
+    """:func:`commit_tmpdir` of ``container``, made private to this user (module_utils/_paths.py private_dir).
+
+    Its parent has a fixed name in a directory every user can write (/var/tmp): a user who made it first would
+    choose where root's commit writes and what its clean-up removes, so one that is not this user's alone is
+    refused (OSError naming it and what to do)."""
+    tmpdir = commit_tmpdir(container)
+    _paths.private_dir(os.path.dirname(tmpdir), COMMIT_TMPDIR_PURPOSE)
+    return _paths.private_dir(tmpdir, COMMIT_TMPDIR_PURPOSE)
+
+
+def _commit_tmpdirs_private() -> bool:
+    """Whether the commit temporary directories' parent is this user's alone: only then are leftovers removed there."""
+    try:
+        _paths.private_dir(os.path.dirname(commit_tmpdir("-")), COMMIT_TMPDIR_PURPOSE)
+    except OSError:
+        return False
+    return True
+
+
 class LayerBuilder:
     """Drives one layer's working container through buildah."""
 
@@ -110,7 +134,7 @@ class LayerBuilder:
                 continue
             pool = rootless.host_cache_path(cache["host_path"])
             os.makedirs(pool, mode=0o755, exist_ok=True)
-            view = caches.open_view(views_cache_root(), self.container, index, pool)
+            view = caches.open_view(views_cache_root(), self.container, index, pool, mountpoint)
             _process.run(["mount", "--bind", view, inside])
             bound.append(cache["path"])
         return bound
@@ -120,12 +144,15 @@ class LayerBuilder:
         if mountpoint:
             self._release_binds(mountpoint)
         self.buildah.remove(container)
-        shutil.rmtree(commit_tmpdir(container), ignore_errors=True)
+        if _commit_tmpdirs_private():
+            shutil.rmtree(commit_tmpdir(container), ignore_errors=True)
         caches.remove_views(views_cache_root(), container)
 
     def _stale_commit_tmpdirs(self, stem: str) -> list[str]:
         """Commit temp directories of the containers named ``stem...`` (the removed ones)."""
         parent = os.path.dirname(commit_tmpdir(self.container_stem))
+        if not _commit_tmpdirs_private():
+            return []
         try:
             names = os.listdir(parent)
         except OSError:
@@ -205,6 +232,12 @@ class LayerBuilder:
             return result
         tmpdir = commit_tmpdir(self.container)
         try:
+            private_commit_tmpdir(self.container)
+        except OSError as exc:
+            self._remove(self.container)
+            raise LayerError(f"layer {self.name}: {exc}; or set TMPDIR to a directory of your own (its working "
+                             "container was removed, run the build again)") from exc
+        try:
             mountpoint = self.buildah.mount(self.container)
             self._release_binds(mountpoint)
             if not labels.get(PARENT_LABEL) and aptconf.lists_unparsed(mountpoint):
@@ -227,9 +260,8 @@ class LayerBuilder:
                 self._remove(self.container)
                 raise LayerError(f"layer {self.name}: {exc}") from exc
             self.buildah.config_labels(self.container, labels)
-            os.makedirs(tmpdir, mode=0o700, exist_ok=True)
             result.image_id = self.buildah.commit(self.container, self.image, tmpdir=tmpdir)
-            caches.merge_views(views_cache_root(), self.container)
+            caches.merge_views(views_cache_root(), self.container, mountpoint)
             caches.remove_views(views_cache_root(), self.container)
             for tag in extra_tags:
                 self.buildah.tag(self.image, f"{self.image.rsplit(':', 1)[0]}:{tag}")

@@ -46,6 +46,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from ansible_collections.hpc.stateless.plugins.module_utils import _paths
 from ansible_collections.hpc.stateless.plugins.module_utils._fs import Flock, collection_root
 from ansible_collections.hpc.stateless.plugins.module_utils._process import command_env, id_map, outside_id, proc_stat
 # owner_pid: the ansible-playbook process a holder serves.
@@ -102,15 +103,15 @@ def socket_dir() -> str:
 
 
 def private_dir(path: str) -> None:
-    """Create directory ``path`` with mode 0700, or check that it is one of ours no one else may enter."""
+    """Create directory ``path`` with mode 0700, or check that it is one of ours no one else may enter (nor write
+    above: module_utils/_paths.py private_dir)."""
     try:
-        os.mkdir(path, 0o700)
-    except FileExistsError:
-        pass
+        _paths.private_dir(path, "the directory of the buildah agent's sockets")
     except OSError as exc:
-        raise AgentUnavailable(f"cannot create the directory of the agent's sockets {path}: {exc.strerror}") from None
+        raise AgentUnavailable(f"{path} is not a directory private to uid {os.getuid()}, so the agent's socket "
+                               f"cannot be there: {exc.strerror or exc}") from None
     info = os.lstat(path)
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
+    if info.st_mode & 0o077:
         raise AgentUnavailable(f"{path} is not a directory private to uid {os.getuid()} (owner {info.st_uid}, mode "
                                f"{stat.filemode(info.st_mode)}), so the agent's socket cannot be there: remove it")
 

@@ -25,7 +25,7 @@ import shutil
 import signal
 import subprocess
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from ansible_collections.hpc.stateless.plugins.module_utils._nspawn.cgroups import (
     cgroup_dirs_of,
@@ -45,10 +45,11 @@ from ansible_collections.hpc.stateless.plugins.module_utils._nspawn.process impo
 from ansible_collections.hpc.stateless.plugins.module_utils._nspawn.root import check_root, lookup_user
 from ansible_collections.hpc.stateless.plugins.module_utils._nspawn.spec import SessionSpec
 from ansible_collections.hpc.stateless.plugins.module_utils._nspawn.state import (
-    DEFAULT_RUNTIME_DIR,
     STATUS_FAILED,
     STATUS_READY,
     STATUS_STARTING,
+    checked_runtime_dir,
+    default_runtime_dir,
     locked,
     read_json,
     write_json,
@@ -71,8 +72,7 @@ class Session:
         return read_json(self.state_path)
 
     def _runtime_dir(self) -> str:
-        os.makedirs(self.spec.runtime_dir, mode=0o700, exist_ok=True)
-        return self.spec.runtime_dir
+        return checked_runtime_dir(self.spec.runtime_dir)
 
     def _wait_note(self, _holder: str) -> None:
         if self.on_wait is not None:
@@ -94,7 +94,7 @@ class Session:
             return {"status": STATUS_READY, "root": self.spec.root}
         runtime = self._runtime_dir()
         with locked(runtime, self._wait_note):
-            collect_garbage(runtime, keep=self.spec.id)
+            collect_garbage(runtime, keep=self.spec.id, programs=self.spec.programs)
             state = self.read_state()
             if self.alive(state):
                 return state
@@ -108,7 +108,7 @@ class Session:
         os.makedirs(self.dir, mode=0o700)
         write_json(os.path.join(self.dir, "spec.json"), self.spec.to_dict())
         write_json(self.state_path, {"status": STATUS_STARTING})
-        argv, env = launch_command(self.dir)
+        argv, env = launch_command(self.dir, self.spec.programs)
         with open(os.path.join(self.dir, "supervisor.log"), "ab") as log:
             launcher = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env, cwd="/",
@@ -154,9 +154,9 @@ class Session:
 
     def stop(self) -> List[str]:
         """Stop the container and release everything of this session. Safe to call twice."""
-        if not os.path.isdir(self.spec.runtime_dir):
+        if not os.path.lexists(self.spec.runtime_dir):
             return []
-        with locked(self.spec.runtime_dir, self._wait_note):
+        with locked(self._runtime_dir(), self._wait_note):
             state = self.read_state()
             if state is None and not os.path.isdir(self.dir):
                 return []
@@ -215,9 +215,10 @@ class Session:
         return process_alive(state.get("leader_pid"), state.get("leader_start"))
 
 
-def collect_garbage(runtime_dir: str, keep: str = "") -> List[str]:
+def collect_garbage(runtime_dir: str, keep: str = "", programs: Optional[Mapping[str, str]] = None) -> List[str]:
     """Tear down and remove sessions whose supervisor and owner are both gone (killed runs,
-    failed teardowns nobody read). Call with the runtime dir locked. Returns what is left."""
+    failed teardowns nobody read), with the caller's ``programs``. Call with the runtime dir
+    checked (:func:`checked_runtime_dir`) and locked. Returns what is left."""
     problems: List[str] = []
     for name in os.listdir(runtime_dir):
         path = os.path.join(runtime_dir, name)
@@ -229,7 +230,7 @@ def collect_garbage(runtime_dir: str, keep: str = "") -> List[str]:
             continue
         if process_alive(spec_data.get("owner_pid"), spec_data.get("owner_start")):
             continue  # its owner reads (and removes) it itself
-        left = teardown(state, SessionSpec.from_dict(spec_data))
+        left = teardown(state, SessionSpec.from_dict(spec_data, programs))
         if left:
             problems += left
             continue
@@ -237,11 +238,14 @@ def collect_garbage(runtime_dir: str, keep: str = "") -> List[str]:
     return problems
 
 
-def owner_sessions(runtime_dir: str = DEFAULT_RUNTIME_DIR, owner_pid: Optional[int] = None) -> List[str]:
-    """Session directories of ``owner_pid`` (default: all of them) under ``runtime_dir``."""
-    found = []
-    if not os.path.isdir(runtime_dir):
+def owner_sessions(runtime_dir: Optional[str] = None, owner_pid: Optional[int] = None) -> List[str]:
+    """Session directories of ``owner_pid`` (default: all of them) under ``runtime_dir`` (default: the default one),
+    once it is checked private (:func:`checked_runtime_dir`)."""
+    found: List[str] = []
+    runtime_dir = runtime_dir or default_runtime_dir()
+    if not os.path.lexists(runtime_dir):
         return found
+    checked_runtime_dir(runtime_dir)
     for name in sorted(os.listdir(runtime_dir)):
         spec = read_json(os.path.join(runtime_dir, name, "spec.json"))
         if spec and (owner_pid is None or spec.get("owner_pid") == owner_pid):
@@ -249,11 +253,13 @@ def owner_sessions(runtime_dir: str = DEFAULT_RUNTIME_DIR, owner_pid: Optional[i
     return found
 
 
-def stop_sessions(runtime_dir: str = DEFAULT_RUNTIME_DIR, owner_pid: Optional[int] = None) -> List[str]:
-    """Stop every session of ``owner_pid`` (default: every session); returns leftovers."""
+def stop_sessions(runtime_dir: Optional[str] = None, owner_pid: Optional[int] = None,
+                  programs: Optional[Mapping[str, str]] = None) -> List[str]:
+    """Stop every session of ``owner_pid`` (default: every session) with ``programs`` (default: those in PATH);
+    returns leftovers."""
     problems = []
     for path in owner_sessions(runtime_dir, owner_pid):
         spec = read_json(os.path.join(path, "spec.json"))
         if spec:
-            problems += Session(SessionSpec.from_dict(spec)).stop()
+            problems += Session(SessionSpec.from_dict(spec, programs)).stop()
     return problems

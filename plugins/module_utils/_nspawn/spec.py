@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Mapping, Optional
 
 from ansible_collections.hpc.stateless.plugins.module_utils._nspawn.commands import (
     NETWORK_HOST,
@@ -20,7 +20,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils._nspawn.commands imp
     network_args,
 )
 from ansible_collections.hpc.stateless.plugins.module_utils._nspawn.process import owner_process, process_start
-from ansible_collections.hpc.stateless.plugins.module_utils._nspawn.state import DEFAULT_RUNTIME_DIR
+from ansible_collections.hpc.stateless.plugins.module_utils._nspawn.state import default_runtime_dir
 
 
 def session_id(identity: Dict[str, Any]) -> str:
@@ -30,17 +30,22 @@ def session_id(identity: Dict[str, Any]) -> str:
 
 
 class SessionSpec:
-    """Everything that defines one session; written to ``spec.json`` for the supervisor."""
+    """Everything that defines one session; written to ``spec.json`` for the supervisor.
+
+    The programs a session runs (:data:`PROGRAMS`) are never written there nor read back: they come from the
+    connection's options (or the defaults, names looked up in PATH), so no file of a session names a program that
+    root would run.
+    """
 
     FIELDS = ("host", "root", "image", "boot", "ephemeral", "hostname", "network", "extra_args",
-              "boot_timeout", "stop_timeout", "runtime_dir", "owner_pid", "owner_start",
-              "nspawn", "nsenter", "buildah")
+              "boot_timeout", "stop_timeout", "runtime_dir", "owner_pid", "owner_start")
+    PROGRAMS = ("nspawn", "nsenter", "buildah")
 
     def __init__(self, host: str, root: Optional[str] = None, image: Optional[str] = None,
                  boot: bool = False, ephemeral: bool = True, hostname: Optional[str] = None,
                  network: Optional[str] = None, extra_args: Optional[List[str]] = None,
                  boot_timeout: float = 60.0, stop_timeout: float = 10.0,
-                 runtime_dir: str = DEFAULT_RUNTIME_DIR, owner_pid: Optional[int] = None,
+                 runtime_dir: Optional[str] = None, owner_pid: Optional[int] = None,
                  owner_start: Optional[str] = None, nspawn: str = "systemd-nspawn",
                  nsenter: str = "nsenter", buildah: str = "buildah") -> None:
         if bool(root) == bool(image):
@@ -57,7 +62,7 @@ class SessionSpec:
         self.extra_args = [str(a) for a in extra_args or []]
         self.boot_timeout = float(boot_timeout)
         self.stop_timeout = float(stop_timeout)
-        self.runtime_dir = runtime_dir
+        self.runtime_dir = os.path.abspath(runtime_dir or default_runtime_dir())
         self.owner_pid = int(owner_pid or owner_process())
         self.owner_start = owner_start if owner_start is not None else process_start(self.owner_pid)
         self.nspawn = nspawn
@@ -67,9 +72,17 @@ class SessionSpec:
     def to_dict(self) -> Dict[str, Any]:
         return {name: getattr(self, name) for name in self.FIELDS}
 
+    @property
+    def programs(self) -> Dict[str, str]:
+        """The programs of this session, to hand to whatever acts on it in another process."""
+        return {name: getattr(self, name) for name in self.PROGRAMS}
+
     @classmethod
-    def from_dict(cls, data: Dict[str, Any]) -> "SessionSpec":
-        return cls(**{name: data.get(name) for name in cls.FIELDS if name in data})
+    def from_dict(cls, data: Dict[str, Any], programs: Optional[Mapping[str, str]] = None) -> "SessionSpec":
+        """The spec ``data`` (read from ``spec.json``) describes, running ``programs`` (the caller's own; the
+        defaults without): what the file itself says of programs is ignored."""
+        fields = {name: data.get(name) for name in cls.FIELDS if name in data}
+        return cls(**fields, **{name: path for name, path in (programs or {}).items() if name in cls.PROGRAMS})
 
     @property
     def id(self) -> str:

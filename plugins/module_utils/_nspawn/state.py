@@ -13,13 +13,36 @@ import json
 from typing import Any, Callable, Dict, Iterator, Optional
 
 from ansible_collections.hpc.stateless.plugins.module_utils._fs import Flock
-from ansible_collections.hpc.stateless.plugins.module_utils._paths import write_atomic
+from ansible_collections.hpc.stateless.plugins.module_utils._nspawn.commands import NspawnError
+from ansible_collections.hpc.stateless.plugins.module_utils._paths import (
+    UnsafeDirectory,
+    private_dir,
+    runtime_path,
+    write_atomic,
+)
 
-DEFAULT_RUNTIME_DIR = "/var/tmp/hpc-nspawn"
 STATUS_STARTING = "starting"
 STATUS_READY = "ready"
 STATUS_FAILED = "failed"
 STATUS_STOPPED = "stopped"
+
+
+def default_runtime_dir() -> str:
+    """The runtime directory of sessions when ansible_nspawn_runtime_dir is not set: root's ``/run/hpc-stateless/nspawn``
+    (module_utils/_paths.py runtime_path)."""
+    return runtime_path("nspawn")
+
+
+def checked_runtime_dir(path: str) -> str:
+    """``path`` made or found private to this user (module_utils/_paths.py private_dir): root kills the pids, unmounts
+    the mounts and removes the containers its sessions' files name, so no other user may write there."""
+    try:
+        return private_dir(path, "the nspawn runtime directory (ansible_nspawn_runtime_dir)")
+    except UnsafeDirectory as exc:
+        raise NspawnError(str(exc)) from exc
+    except OSError as exc:
+        raise NspawnError(f"cannot make the nspawn runtime directory {path} (ansible_nspawn_runtime_dir): "
+                          f"{exc.strerror or exc}") from exc
 
 
 def write_json(path: str, data: Dict[str, Any]) -> None:

@@ -8,7 +8,7 @@ Ansible opens and closes a connection for every task, so whatever must outlive a
 (a booted container, a buildah working container of an image, the overlay that keeps a
 directory root untouched) is owned by a small *supervisor* process: this file run as
 ``python -m ansible_collections.hpc.stateless.plugins.module_utils._nspawn.supervisor supervise
-<session dir>`` (:func:`launch_command`). The supervisor prepares the root, boots, writes
+<session dir> <nspawn> <nsenter> <buildah>`` (:func:`launch_command`). The supervisor prepares the root, boots, writes
 ``state.json`` and tears everything down when it is asked to stop (SIGTERM), when the
 process that owns the session (the ``ansible-playbook`` run) exits, or when the container
 stops by itself. On every failure it tears down first and reports after, so an error never
@@ -67,12 +67,14 @@ COLLECTIONS_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), *[os.
 READY_STATES = ("running", "degraded")
 
 
-def launch_command(session_dir: str) -> Tuple[List[str], Dict[str, str]]:
+def launch_command(session_dir: str, programs: Dict[str, str]) -> Tuple[List[str], Dict[str, str]]:
     """argv and environment that start the supervisor of ``session_dir``: this module run by the
-    current Python, with the collection importable from wherever it is installed."""
+    current Python, with the collection importable from wherever it is installed. The session's
+    programs go on the command line, in :data:`SessionSpec.PROGRAMS` order (no file names them)."""
     env = host_env()
     env["PYTHONPATH"] = os.pathsep.join(p for p in (COLLECTIONS_ROOT, os.environ.get("PYTHONPATH")) if p)
-    return [sys.executable, "-m", MODULE_NAME, "supervise", session_dir], env
+    return [sys.executable, "-m", MODULE_NAME, "supervise", session_dir,
+            *[programs[name] for name in SessionSpec.PROGRAMS]], env
 
 
 def in_container(spec: SessionSpec, leader_pid: int, command: List[str], timeout: float = 30.0
@@ -104,12 +106,12 @@ def system_report(spec: SessionSpec, leader_pid: int) -> Dict[str, Any]:
 class _Supervisor:
     """Owns one session's root and container until it is asked to stop or its owner exits."""
 
-    def __init__(self, session_dir: str) -> None:
+    def __init__(self, session_dir: str, programs: Dict[str, str]) -> None:
         self.dir = session_dir
         spec = read_json(os.path.join(session_dir, "spec.json"))
         if spec is None:
             raise NspawnError(f"no spec.json in {session_dir}")
-        self.spec = SessionSpec.from_dict(spec)
+        self.spec = SessionSpec.from_dict(spec, programs)
         self.state_path = os.path.join(session_dir, "state.json")
         self.state: Dict[str, Any] = {"status": STATUS_STARTING, "supervisor_pid": os.getpid(),
                                       "supervisor_start": process_start(os.getpid())}
@@ -287,11 +289,12 @@ def _daemonize(session_dir: str, timeout: float = 30.0) -> None:
 
 def main(argv: Optional[List[str]] = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    if len(args) != 2 or args[0] != "supervise":
-        sys.stderr.write(f"usage: python -m {MODULE_NAME} supervise SESSION_DIR\n")
+    if len(args) != 2 + len(SessionSpec.PROGRAMS) or args[0] != "supervise":
+        sys.stderr.write(f"usage: python -m {MODULE_NAME} supervise SESSION_DIR "
+                         f"{' '.join(name.upper() for name in SessionSpec.PROGRAMS)}\n")
         return 2
     _daemonize(args[1])
-    return _Supervisor(args[1]).run()
+    return _Supervisor(args[1], dict(zip(SessionSpec.PROGRAMS, args[2:]))).run()
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ Nothing here starts systemd-nspawn; the real boots are in tests/integration/test
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -54,7 +55,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils._nspawn.root import 
     resolve_in_root,
 )
 from ansible_collections.hpc.stateless.plugins.module_utils._nspawn.spec import SessionSpec
-from ansible_collections.hpc.stateless.plugins.module_utils._nspawn.state import DEFAULT_RUNTIME_DIR
+from ansible_collections.hpc.stateless.plugins.module_utils._paths import runtime_path
 from ansible_collections.hpc.stateless.plugins.module_utils._nspawn.supervisor import COLLECTIONS_ROOT, launch_command
 
 # ---------------------------------------------------------------- command lines (table driven)
@@ -397,15 +398,15 @@ def test_owner_process_is_the_caller_outside_a_worker():
 # ---------------------------------------------------------------- the supervisor and the overlay
 def test_the_supervisor_starts_by_module_name_from_the_collections_root(monkeypatch):
     monkeypatch.delenv("PYTHONPATH", raising=False)
-    argv, env = launch_command("/run/session")
+    argv, env = launch_command("/run/session", {"nspawn": "/n", "nsenter": "/e", "buildah": "/b"})
     assert argv[1:] == ["-m", "ansible_collections.hpc.stateless.plugins.module_utils._nspawn.supervisor",
-                        "supervise", "/run/session"]
+                        "supervise", "/run/session", "/n", "/e", "/b"]
     assert env["PYTHONPATH"] == COLLECTIONS_ROOT and env["LANG"] == "C.UTF-8"
     # Importable by that name from that root alone (not from the current directory): without
     # arguments the module prints its usage instead of supervising.
     proc = subprocess.run(argv[:3], env=env, cwd="/", capture_output=True, text=True, check=False)
     assert proc.returncode == 2, proc.stderr
-    assert proc.stderr == f"usage: python -m {argv[2]} supervise SESSION_DIR\n"
+    assert proc.stderr == f"usage: python -m {argv[2]} supervise SESSION_DIR NSPAWN NSENTER BUILDAH\n"
 
 
 def test_mount_overlay_runs_mount_with_escaped_options_and_the_host_env(executor):
@@ -476,7 +477,8 @@ def test_plugin_defaults():
     assert conn.get_option("boot") is False
     assert conn.get_option("ephemeral") is True
     assert conn.get_option("stop_on_close") is False
-    assert conn.get_option("runtime_dir") == DEFAULT_RUNTIME_DIR
+    assert conn.get_option("runtime_dir") is None  # the session's default: a directory only root can write
+    assert SessionSpec("c1", root="/srv/tree").runtime_dir == runtime_path("nspawn")
     assert conn.get_option("executable") == "/bin/sh"
     assert conn.transport == "hpc.stateless.nspawn"
 
@@ -566,3 +568,60 @@ def test_a_session_that_waits_for_the_runtime_directory_says_so_once(tmp_path):
     assert said[0].startswith(f"host c1: waiting for the nspawn runtime directory {runtime}, locked by another run")
     # free: no word
     assert Session(spec(runtime_dir=str(runtime)), on_wait=said.append).stop() == [] and len(said) == 1
+
+
+# ---------------------------------------------------------------- the runtime directory is root's alone
+def _plant_dead_session(runtime, marker):
+    """A session as another user would plant it: its owner and supervisor gone, its spec naming a program (a
+    script that leaves ``marker``) as buildah, and its state naming a working container for the teardown."""
+    program = runtime.parent / "planted-buildah"
+    program.write_text(f"#!/bin/sh\necho ran >> {marker}\n")
+    program.chmod(0o755)
+    session = runtime / "0123456789abcdef"
+    session.mkdir(parents=True)
+    data = spec(runtime_dir=str(runtime), owner_pid=2 ** 22 + 1, owner_start="1").to_dict()
+    (session / "spec.json").write_text(json.dumps({**data, "buildah": str(program), "nspawn": str(program),
+                                                   "nsenter": str(program)}))
+    (session / "state.json").write_text(json.dumps({"status": "stopped", "container": "planted"}))
+    return session
+
+
+def test_no_file_of_a_session_names_a_program_that_runs(tmp_path):
+    """The clean-up of a dead session runs the caller's buildah, whatever its spec.json says."""
+    from ansible_collections.hpc.stateless.plugins.module_utils._nspawn.session import collect_garbage
+
+    runtime, marker = tmp_path / "run", tmp_path / "marker"
+    _plant_dead_session(runtime, marker)
+    assert "buildah" not in spec().to_dict() and "nspawn" not in spec().to_dict()
+    collect_garbage(str(runtime), programs={"nspawn": "false", "nsenter": "false", "buildah": "true"})
+    assert not marker.exists()
+    assert SessionSpec.from_dict({**spec().to_dict(), "buildah": "/tmp/evil"}).buildah == "buildah"
+
+
+@pytest.mark.parametrize("make", [
+    pytest.param(lambda path: path.chmod(0o777), id="world-writable"),
+    pytest.param(lambda path: path.chmod(0o770), id="group-writable"),
+    pytest.param(lambda path: os.chown(path, 65534, 65534), id="another-users"),
+])
+def test_a_runtime_directory_another_user_can_write_is_refused_and_nothing_in_it_runs(tmp_path, make):
+    from ansible_collections.hpc.stateless.plugins.module_utils._nspawn.session import Session, stop_sessions
+
+    runtime, marker = tmp_path / "run", tmp_path / "marker"
+    _plant_dead_session(runtime, marker)
+    make(runtime)
+    for act in (lambda: Session(spec(runtime_dir=str(runtime))).ensure(),
+                lambda: Session(spec(runtime_dir=str(runtime))).stop(),
+                lambda: stop_sessions(str(runtime))):
+        with pytest.raises(NspawnError, match=f"the nspawn runtime directory \\(ansible_nspawn_runtime_dir\\): "
+                                              f"{runtime} (is writable by other users|belongs to uid 65534)"):
+            act()
+    assert not marker.exists()
+
+
+def test_a_runtime_directory_that_is_a_link_is_refused(tmp_path):
+    from ansible_collections.hpc.stateless.plugins.module_utils._nspawn.session import Session
+
+    (tmp_path / "elsewhere").mkdir(mode=0o700)
+    (tmp_path / "run").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(NspawnError, match=f"{tmp_path / 'run'} is a symbolic link, not a directory of this user"):
+        Session(spec(runtime_dir=str(tmp_path / "run"))).ensure()

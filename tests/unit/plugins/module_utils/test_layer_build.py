@@ -6,6 +6,7 @@ command line is tested here, the real runs are in tests/integration.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 
@@ -149,7 +150,8 @@ def test_a_failed_cache_bind_removes_the_working_container(host, tmp_path, cache
 
 
 def test_a_build_binds_a_view_of_the_cache_and_merges_its_downloads_at_commit(host, tmp_path, cache_root):
-    """Two builds never share apt's lock: each binds its own view, seeded from the pool by hard links."""
+    """Two builds never share apt's lock: each binds its own view, an overlay over hard links of the pool's files
+    (tests/unit/plugins/module_utils/test_build_caches.py mounts it for real; here the mount is recorded)."""
     pool = tmp_path / "apt"
     (pool / "partial").mkdir(parents=True)
     (pool / "old_1_amd64.deb").write_text("old")
@@ -158,18 +160,25 @@ def test_a_build_binds_a_view_of_the_cache_and_merges_its_downloads_at_commit(ho
     root = tmp_path / "merged"
     (root / "var" / "cache" / "apt" / "archives").mkdir(parents=True)
     (root / "var" / "cache" / "dnf").mkdir(parents=True)
+    (root / "var" / "lib" / "apt" / "lists").mkdir(parents=True)
+    (root / "var" / "lib" / "apt" / "lists" / "x_Packages").write_text("".join(
+        f"Package: {p}\nVersion: {v}\nArchitecture: amd64\nSize: {len(d)}\nSHA256: {hashlib.sha256(d).hexdigest()}\n\n"
+        for p, v, d in (("old", "1", b"old"), ("new", "2", b"new"))))
     name = container_name("localhost/p", "compute", KEY)
     host.replies = new_layer_replies(root)
     package_caches = [{"path": "/var/cache/apt/archives", "host_path": str(pool)},
                       {"path": "/var/cache/zypp/packages", "host_path": str(tmp_path / "zypp")}]  # not in the image
     builder().start("scratch", package_caches, False)
     view = cache_root / ".builds" / name / "0-apt"
+    assert ["mount", "-t", "overlay", "overlay", "-o",
+            f"lowerdir={view}.lower,upperdir={view}.upper,workdir={view}.work", str(view)] in host.calls
     assert ["mount", "--bind", str(view), str(root / "var/cache/apt/archives")] in host.calls
-    assert sorted(p.name for p in view.iterdir()) == ["old_1_amd64.deb"]  # no lock file, no partial download
-    assert (view / "old_1_amd64.deb").stat().st_ino == (pool / "old_1_amd64.deb").stat().st_ino
+    lower = cache_root / ".builds" / name / "0-apt.lower"
+    assert sorted(p.name for p in lower.iterdir()) == ["old_1_amd64.deb"]  # no lock file, no partial download
+    assert (lower / "old_1_amd64.deb").stat().st_ino == (pool / "old_1_amd64.deb").stat().st_ino
     assert not (cache_root / ".builds" / name / "1-zypp").exists()
 
-    (view / "new_2_amd64.deb").write_text("new")  # what apt downloaded in the build
+    (cache_root / ".builds" / name / "0-apt.upper" / "new_2_amd64.deb").write_text("new")  # what apt downloaded
     host.replies[(BUILDAH, "containers")] = (0, json.dumps([{"containername": name}]), "")
     builder().commit(layer_labels("compute", KEY, "base", "b", "abc"), [], False)
     assert (pool / "new_2_amd64.deb").read_text() == "new"
@@ -395,3 +404,23 @@ def test_a_root_layer_commits_its_apt_lists_parsed(host, tmp_path, monkeypatch, 
     runs = [call for call in host.calls if call[1] == "run"]
     assert runs == ([[BUILDAH, "run", name, "--", "apt-cache", "gencaches"]] if parsed else [])
     assert any(call[:2] == [BUILDAH, "commit"] for call in host.calls)
+
+
+def test_a_commit_tmpdir_another_user_made_first_is_refused_and_nothing_is_written_there(host, tmp_path, monkeypatch):
+    """$TMPDIR/hpc-stateless-commit has a fixed name in a directory every user can write: made first by another
+    user (here: given to uid 65534), root neither commits into it nor removes anything below it."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    name = container_name("localhost/p", "compute", KEY)
+    planted = tmp_path / "hpc-stateless-commit"
+    (planted / name / "keep").mkdir(parents=True)
+    os.chown(planted, 65534, 65534)
+    host.replies = {
+        (BUILDAH, "inspect"): (1, "", "no such image"),
+        (BUILDAH, "containers"): (0, json.dumps([{"containername": name}]), ""),
+        (BUILDAH, "mount"): (0, "/nonexistent/merged\n", ""),
+    }
+    with pytest.raises(LayerError, match=f"{planted} belongs to uid 65534, not to this user .*; or set TMPDIR"):
+        builder().commit(layer_labels("compute", KEY, "base", "b", "abc"), [], False)
+    assert not any(call[1] == "commit" for call in host.calls)
+    assert [BUILDAH, "rm", name] in host.calls  # the working container goes, as after any failed commit
+    assert (planted / name / "keep").is_dir()  # nothing below another user's directory is removed

@@ -15,10 +15,13 @@ import pytest
 from ansible_collections.hpc.stateless.plugins.module_utils._paths import (
     TEMP_INFIX,
     StagingName,
+    UnsafeDirectory,
     move_into_place,
     nearest_existing,
     parse_staging_name,
+    private_dir,
     replacing,
+    runtime_path,
     staging_name,
     temp_name,
     write_atomic,
@@ -174,3 +177,62 @@ def test_without_aside_a_complete_final_directory_is_never_replaced(tmp_path):
     with pytest.raises(OSError):
         move_into_place(str(staged), str(tmp_path / "v1"))
     assert (tmp_path / "v1" / "manifest.json").read_text() == "old" and staged.is_dir()
+
+
+# private_dir: state root acts on lives where no other user can write.
+
+
+def test_private_dir_makes_a_missing_directory_mode_0700_with_its_parents(tmp_path):
+    made = private_dir(str(tmp_path / "a" / "b"), "test state")
+    assert made == str(tmp_path / "a" / "b")
+    assert stat.S_IMODE(os.lstat(made).st_mode) == 0o700
+    assert stat.S_IMODE(os.lstat(tmp_path / "a").st_mode) == 0o700
+    assert private_dir(made, "test state") == made  # again: found as is
+
+
+@pytest.mark.parametrize(("make", "problem"), [
+    (lambda p: (p.mkdir(), p.chmod(0o777)), "is writable by other users (mode 0777)"),
+    (lambda p: (p.mkdir(), p.chmod(0o775)), "is writable by other users (mode 0775)"),
+    (lambda p: (p.mkdir(), os.chown(p, 65534, 65534)), "belongs to uid 65534, not to this user"),
+    (lambda p: p.symlink_to(p.parent), "is a symbolic link, not a directory of this user"),
+    (lambda p: p.write_text(""), "is a file, not a directory of this user"),
+])
+def test_private_dir_refuses_what_another_user_made_or_can_change(tmp_path, make, problem):
+    path = tmp_path / "state"
+    make(path)
+    with pytest.raises(UnsafeDirectory) as caught:
+        private_dir(str(path), "test state")
+    assert str(caught.value).startswith(f"test state: {path} {problem}")
+    assert f"rm -rf {path}" in str(caught.value)
+
+
+def test_private_dir_refuses_a_directory_below_one_others_can_write_unless_sticky(tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    with pytest.raises(UnsafeDirectory, match=f"{shared} is writable by other users \\(mode 0777\\) and not sticky"):
+        private_dir(str(shared / "state"), "test state")
+    shared.chmod(0o1777)  # as /tmp: no other user can rename or remove what we made there
+    assert private_dir(str(shared / "state"), "test state") == str(shared / "state")
+
+
+def test_private_dir_refuses_a_parent_that_is_another_users_link(tmp_path):
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    os.lchown(tmp_path / "link", 65534, 65534)
+    with pytest.raises(UnsafeDirectory, match=f"{tmp_path / 'link'} is a symbolic link of uid 65534"):
+        private_dir(str(tmp_path / "link" / "state"), "test state")
+
+
+def test_runtime_path_is_roots_own_directory_or_the_users(monkeypatch):
+    from ansible_collections.hpc.stateless.plugins.module_utils import _paths
+
+    monkeypatch.setattr(_paths.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(_paths._process, "in_user_namespace", lambda: False)
+    assert runtime_path("nspawn") == "/run/hpc-stateless/nspawn"
+    monkeypatch.setattr(_paths.os, "geteuid", lambda: 1000)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", "/run/user/1000")
+    assert runtime_path("nspawn") == "/run/user/1000/hpc-stateless/nspawn"
+    monkeypatch.delenv("XDG_RUNTIME_DIR")
+    monkeypatch.setattr(_paths.tempfile, "gettempdir", lambda: "/scratch")
+    assert runtime_path("nspawn") == "/scratch/hpc-stateless-1000/nspawn"

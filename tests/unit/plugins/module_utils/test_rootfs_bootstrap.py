@@ -5,10 +5,14 @@ The real runs of these command lines are in tests/integration/test_rootfs_rpm.py
 
 from __future__ import annotations
 
+import hashlib
 import os
+import subprocess
+from pathlib import Path
 
 import pytest
 
+from ansible_collections.hpc.stateless.plugins.module_utils._build import caches
 from ansible_collections.hpc.stateless.plugins.module_utils._layers import graph as layer_graph
 from ansible_collections.hpc.stateless.plugins.module_utils._build.bootstrap import (
     BOOTSTRAP_KEYS,
@@ -143,12 +147,17 @@ def test_debootstrap_empty_components_fall_back_to_main():
 
 # --- mmdebstrap (the default Debian tool) ----------------------------------------------------
 
+# The cache is the read-only lower layer of an overlay: the bootstrap's writes go to a directory of its own.
+VIEW = f"/var/cache/hpc-stateless/.builds/bootstrap-{hashlib.sha256(ROOT.encode()).hexdigest()[:12]}"
+OVERLAY = (f"mount -t overlay overlay -o lowerdir=/var/cache/hpc-stateless/debootstrap,upperdir={VIEW}/upper,"
+           f"workdir={VIEW}/work")
 CACHE_HOOKS = [
     "--skip=essential/unlink",
     "--skip=cleanup/apt/lists",
     f"--hook-dir={MMDEBSTRAP_FILE_MIRROR_HOOKS}",
-    '--setup-hook=mkdir -p "$1/var/cache/apt/archives" && mount -o bind /var/cache/hpc-stateless/debootstrap '
-    '"$1/var/cache/apt/archives"',
+    '--setup-hook=mkdir -p "$1/var/cache/apt/archives" && { '
+    f'{OVERLAY} "$1/var/cache/apt/archives" || {OVERLAY},userxattr "$1/var/cache/apt/archives" '
+    f'|| mount -o bind {VIEW}/upper "$1/var/cache/apt/archives"; }}',
     '--customize-hook=umount "$1/var/cache/apt/archives"',
 ]
 
@@ -176,7 +185,7 @@ def test_mmdebstrap_full_argv():
     assert argv[:8] == ["/usr/bin/mmdebstrap", "--mode=root", "--variant=minbase", "--include=python3,systemd-sysv",
                         "--components=main,contrib", APT_RETRIES, "--architectures=arm64", "--keyring=/k.gpg"]
     # the cache path is quoted for the hook's shell; a local mirror becomes a file:// URL
-    assert "mount -o bind '/var/tmp/my cache' \"$1/var/cache/apt/archives\"" in argv[11]
+    assert "-o lowerdir='/var/tmp/my cache',upperdir=/var/tmp/.builds/bootstrap-" in argv[11]
     assert argv[-6:] == ["--verbose", "bookworm", ROOT, "deb file:///srv/mirror/debian bookworm main contrib",
                          "deb file:///srv/mirror/debian bookworm-updates main contrib",
                          "deb http://deb.debian.org/debian-security bookworm-security main contrib"]
@@ -464,3 +473,32 @@ def test_a_bootstrap_that_waits_for_the_cache_says_whom_it_waits_for(tmp_path):
     assert (cache / CACHE_LOCK_NAME).read_text().startswith(
         f"pid {os.getpid()} rootfs bootstrap of layer base ({tmp_path / 'root'}) since ")
     assert cache_lock(str(cache), "/r").purpose == "rootfs bootstrap of /r"  # a bootstrap outside a layer build
+
+
+def test_mmdebstraps_hooks_leave_the_shared_cache_unchanged_by_the_bootstraps_writes(tmp_path):
+    """mmdebstrap's own hooks, run by a shell as mmdebstrap runs them (root, as the unit tests): a package script of
+    the bootstrap that rewrites a cached .deb in place or adds one writes into the bootstrap's own directory."""
+    cache, root = tmp_path / "cache" / "debootstrap", tmp_path / "root"
+    cache.mkdir(parents=True)
+    root.mkdir()
+    (cache / "a_1_all.deb").write_bytes(b"genuine")
+    argv = mmdebstrap_argv(deb(path=str(root), cache_dir=str(cache)))
+    setup, customize = (next(a.split("=", 1)[1] for a in argv if a.startswith(f"--{hook}-hook="))
+                        for hook in ("setup", "customize"))
+    view = Path(caches.bootstrap_view(str(cache), str(root)))
+    for name in ("upper", "work"):
+        (view / name).mkdir(parents=True)
+    subprocess.run(["sh", "-c", setup, "hook", str(root)], check=True)
+    archives = root / "var" / "cache" / "apt" / "archives"
+    try:
+        assert (archives / "a_1_all.deb").read_bytes() == b"genuine"  # apt finds what earlier bootstraps fetched
+        with open(archives / "a_1_all.deb", "r+b") as handle:
+            handle.write(b"EVIL")
+        (archives / "b_1_all.deb").write_bytes(b"downloaded")
+    finally:
+        subprocess.run(["sh", "-c", customize, "hook", str(root)], check=True)
+    assert (cache / "a_1_all.deb").read_bytes() == b"genuine"
+    assert sorted(p.name for p in cache.iterdir()) == ["a_1_all.deb"]
+    assert (view / "upper" / "b_1_all.deb").read_bytes() == b"downloaded"  # merged only once the lists vouch for it
+    caches.remove_tree(str(view))
+    assert not view.exists() and not os.path.ismount(archives)

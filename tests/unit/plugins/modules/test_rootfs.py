@@ -124,7 +124,7 @@ def test_check_mode_debian_defaults_to_mmdebstrap_as_root(run_module, ran, tmp_p
     assert code == 0
     assert result["cmd"][:5] == [host_binary("mmdebstrap"), "--mode=root", "--variant=minbase", "--include=python3",
                                  "--components=main"]
-    assert f"mount -o bind {tmp_path}/c " in result["cmd"][9]
+    assert f"-o lowerdir={tmp_path}/c,upperdir={tmp_path}/.builds/bootstrap-" in result["cmd"][9]
     assert result["cmd"][-5:] == ["bookworm", f"{tmp_path}/deb", "deb http://deb.debian.org/debian bookworm main",
                                   "deb http://deb.debian.org/debian bookworm-updates main",
                                   "deb http://deb.debian.org/debian-security bookworm-security main"]
@@ -148,7 +148,7 @@ def test_without_root_commands_run_under_buildah_unshare_with_a_user_cache(run_m
     result, code = run_module(args, check_mode=True)
     assert code == 0
     assert result["cmd"][:4] == [host_binary("buildah"), "unshare", "--", host_binary("mmdebstrap")]
-    assert f"mount -o bind {tmp_path}/xdg/hpc-stateless/debootstrap " in " ".join(result["cmd"])
+    assert f"-o lowerdir={tmp_path}/xdg/hpc-stateless/debootstrap," in " ".join(result["cmd"])
     assert result["record"]["mode"] == "unshare"
     result, code = run_module({**args, "tool": "debootstrap"}, check_mode=True)
     assert code == 1
