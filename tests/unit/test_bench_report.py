@@ -312,14 +312,16 @@ def test_dry_run_lists_the_steps(capsys, tmp_path):
 
 def test_real_plan_benchmark_through_the_runner(tmp_path, capsys):
     out = tmp_path / "bench"
-    status = run_all.main(["--only", "plan", "--quick", "--output-dir", str(out)])
+    # --report-only: the goal is judged in the table, but this test checks the runner, not the host's speed
+    # (a loaded host misses the 2 s goal, and a timed unit test would fail at random).
+    status = run_all.main(["--only", "plan", "--quick", "--report-only", "--output-dir", str(out)])
     log = capsys.readouterr().out
     assert status == 0, log
     assert "[1/1] plan: python benchmarks/plan_bench.py --quick --runs 3 --output " in log
     assert "[1/1 plan 00:" in log and "] [plan_bench] 500 layers, 10000 files: full" in log  # streamed, stamped
     assert "[1/1] plan: ok after 00:" in log
     report = json.loads((out / "results.json").read_text())
-    assert report["quick"] is True and report["benchmarks"][0]["status"] == "ok"
+    assert report["quick"] is True and report["report_only"] is True and report["benchmarks"][0]["status"] == "ok"
     (row,) = report["comparisons"]
     assert row["benchmark"] == "plan" and row["a_median"] == 2.0 and len(row["b_samples"]) == 3
     assert json.loads((out / "raw" / "plan.json").read_text())["comparisons"][0]["b_samples"] == row["b_samples"]
