@@ -980,6 +980,7 @@ def apply_state(params: dict[str, Any], check_mode: bool = False,
         result["manifest"] = published_manifest if os.path.isfile(published_manifest) else \
             os.path.join(packed.path, MANIFEST_FILE)
         result["verification"] = packed.manifest.get("verification")
+        result["bytes"] = packed.payload_bytes()  # what publishing it copies (staging on a boot server: twice)
     new_versions = [v["version"] for v in result["versions"]] if not check_mode else result.pop("_names")
     after = describe(tree, image, result["current"] or "", result["previous"] or "", new_versions)
     result["changed"] = bool(result["published"] or result["switched"] or result["removed"])
