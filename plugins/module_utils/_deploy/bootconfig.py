@@ -348,7 +348,13 @@ def image_boot(name: str, spec: Mapping[str, Any], manifests: list[dict[str, Any
                                   "(hpc_stateless_boot_url) to the URL of the boot root, e.g. http://10.0.0.1/tftpboot")
         initrd = (manifests[-1].get("initrd") if manifests else None) or {}
         template = (initrd.get("kernel_args") if isinstance(initrd, dict) else "") or DEFAULT_SQUASHFS_ARGS
-        where = f"image {name} version {manifests[-1].get('version')}: manifest.json initrd.kernel_args" if manifests else \
+        key = "initrd.kernel_args"
+        first_stage = initrd.get("first_stage") if isinstance(initrd, dict) else None
+        if squashfs_url and isinstance(first_stage, Mapping) and first_stage.get("kernel_args"):
+            # Several boot servers and an initrd that carries the first stage: it fetches the image by hpc.servers=
+            # and hpc.image= (added by the boot script), from any server, checked against its hash.
+            template, key = first_stage["kernel_args"], "initrd.first_stage.kernel_args"
+        where = f"image {name} version {manifests[-1].get('version')}: manifest.json {key}" if manifests else \
             "the default squashfs arguments"
         if not isinstance(template, str):
             raise BootConfigError(f"{where}: not a string ({template!r}); pack the image again")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from pathlib import Path
 
@@ -92,6 +93,26 @@ def test_squashfs_root_comes_from_the_server_of_the_try_by_hash(tmp_path):
     script = (root / "ipxe/images/compute.ipxe").read_text()
     squashfs = digest(root / "images/compute/v1/rootfs.squashfs")
     assert f"root=live:${{hpc-s}}/sha256/{squashfs}" in script and f"hpc.image={squashfs}" in script
+
+
+def test_an_initrd_with_the_first_stage_gets_its_arguments_and_fetches_by_hash(tmp_path):
+    root = tmp_path / "www"
+    apply_state({"boot_root": str(root), "image": "compute", "state": "switched", "format": "squashfs",
+                 "src": str(make_pack(tmp_path / "out", version="v1", squashfs=True))})
+    manifest = root / "images/compute/v1/manifest.json"
+    data = json.loads(manifest.read_text())
+    data["initrd"]["first_stage"] = {"module": "hpcfetch", "kernel_args": "root=hpcfetch rd.live.image rd.neednet=1"}
+    pending = tmp_path / "pending"
+    pending.mkdir()
+    for name in ("SHA256SUMS", "vmlinuz", "initrd.img", "compute.squashfs"):
+        (pending / name).symlink_to(root / "images/compute/v1" / name)
+    (pending / "manifest.json").write_text(json.dumps(data))
+    run(root, images={"compute": {"formats": ["squashfs"], "kernel_args": ""}},
+        pending_manifests=[str(pending / "manifest.json")])
+    script = (root / "ipxe/images/compute.ipxe").read_text()
+    squashfs = digest(root / "images/compute/v1/rootfs.squashfs")
+    assert "root=hpcfetch rd.live.image rd.neednet=1" in script and "root=live:" not in script
+    assert f"hpc.image={squashfs}" in script
 
 
 @pytest.mark.parametrize("params, message", [
