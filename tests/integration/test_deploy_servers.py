@@ -150,6 +150,14 @@ def test_bad_server_input_is_refused_before_anything_changes(cluster):
     assert proc.returncode != 0 and "hpc_stateless_boot_servers: no_such_group is not an inventory group" \
         in proc.stdout, proc.stdout[-3000:]
     assert [served(server) for server in servers] == before
+    # bs2 unreachable (its sshd stopped; nginx still serves): the play ends on both before anything is staged
+    servers[1].sshd.terminate()
+    servers[1].sshd.wait(timeout=10)
+    proc = deploy(cluster["inventory"], "v3")
+    assert proc.returncode != 0 and re.search(r"fatal: \[bs2\]: UNREACHABLE!", proc.stdout), proc.stdout[-3000:]
+    assert "Copy each image's release to the server" not in proc.stdout
+    assert [served(server) for server in servers] == before
+    assert not any((server.root / ".incoming").exists() for server in servers)
 
 
 def test_a_node_boots_through_ipxe_from_the_second_server_while_the_first_is_down(cluster):
