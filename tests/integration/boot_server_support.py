@@ -81,6 +81,18 @@ class BootServer:
         body, _, code = proc.stdout.rpartition(b"\n")
         return int(code or 0), body
 
+    def stop_sshd(self) -> None:
+        """Make the server unreachable over ssh: its sshd and the sessions it holds (an Ansible ControlPersist
+        master keeps one open), found among the processes of its namespace."""
+        if self.sshd is not None:
+            self.sshd.terminate()
+            self.sshd.wait(timeout=10)
+        pids = _run(["ip", "netns", "pids", self.netns], check=False).stdout.split()
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                if Path(f"/proc/{pid}/comm").read_text().strip() == "sshd":
+                    os.kill(int(pid), signal.SIGTERM)
+
     def stop_nginx(self) -> None:
         pid = self.state / "nginx.pid"
         if pid.exists():

@@ -151,8 +151,7 @@ def test_bad_server_input_is_refused_before_anything_changes(cluster):
         in proc.stdout, proc.stdout[-3000:]
     assert [served(server) for server in servers] == before
     # bs2 unreachable (its sshd stopped; nginx still serves): the play ends on both before anything is staged
-    servers[1].sshd.terminate()
-    servers[1].sshd.wait(timeout=10)
+    servers[1].stop_sshd()
     proc = deploy(cluster["inventory"], "v3")
     assert proc.returncode != 0 and re.search(r"fatal: \[bs2\]: UNREACHABLE!", proc.stdout), proc.stdout[-3000:]
     assert "Copy each image's release to the server" not in proc.stdout
