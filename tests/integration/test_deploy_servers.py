@@ -32,8 +32,8 @@ IMAGE = "scaletest"
 NODE_MAC = "52:54:00:12:34:41"
 
 pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0 or not all(shutil.which(tool) for tool in ("sshd", "nginx", "qemu-system-x86_64", "curl"))
-    and not os.path.exists("/usr/sbin/sshd")
+    os.geteuid() != 0 or not os.path.exists("/usr/sbin/sshd") or not os.path.exists("/usr/sbin/nginx")
+    or not all(shutil.which(tool) for tool in ("qemu-system-x86_64", "curl", "ssh"))
     or not os.path.exists("/usr/lib/ipxe/qemu/pxe-e1000.rom"),
     reason="needs root (network namespaces), openssh-server, nginx, curl, qemu-system-x86 and ipxe-qemu "
            "(scripts/setup.sh)")
