@@ -78,7 +78,7 @@ class BootServer:
         """(status, body) of GET <server><path>, asked from inside the server's namespace (curl)."""
         proc = subprocess.run(["ip", "netns", "exec", self.netns, "curl", "-s", "-o", "-", "-w", "\n%{http_code}",
                                "--max-time", "10", f"{self.url}{path}"], capture_output=True, check=False)
-        body, _, code = proc.stdout.rpartition(b"\n")
+        body, _newline, code = proc.stdout.rpartition(b"\n")
         return int(code or 0), body
 
     def stop_sshd(self) -> None:
