@@ -23,7 +23,7 @@ NODE_VARIABLES = (("hpc_stateless_boot_mac", "mac"), ("hpc_stateless_boot_image"
 
 
 def boot_nodes(hosts: Any, hostvars: Any) -> list[dict[str, Any]] | Undefined:
-    """``{name, mac, image, kernel_args}`` of each host of ``hosts`` that has ``hpc_stateless_boot_mac``, in order.
+    """``{name, mac, image, kernel_args, groups}`` of each host of ``hosts`` that has ``hpc_stateless_boot_mac``, in order.
 
     ``hostvars`` is Ansible's ``hostvars`` (or any mapping of host name to variables); an unset image or
     kernel_args is ``''``, which bootconfig reads as the default image and no extra arguments.
@@ -44,6 +44,8 @@ def boot_nodes(hosts: Any, hostvars: Any) -> list[dict[str, Any]] | Undefined:
         for variable, key in NODE_VARIABLES:
             value = variables.get(variable)
             node[key] = "" if value is None else value
+        # Its inventory groups: with several boot servers, hpc_stateless_boot_server_map picks its own server by group.
+        node["groups"] = [str(group) for group in variables.get("group_names") or []]
         nodes.append(node)
     return nodes
 

@@ -75,6 +75,37 @@ options:
       kernel_args:
         description: Extra kernel arguments of this node (string or list), each of the characters described above.
         type: raw
+      groups:
+        description: The node's inventory groups; the first one O(server_map) maps picks its own boot server(s).
+        type: list
+        elements: str
+        default: []
+  servers:
+    description:
+      - The boot servers, in inventory order (docs/scale.md). When given, the iPXE scripts name the served release's
+        boot files by hash (C(/sha256/<hex>) on every server) and try every server in turn, the node's own first;
+        the per-image script C(ipxe/images/<image>.ipxe) names the release of the last of O(pending_manifests) (else
+        the served one), so writing it is the switch for iPXE nodes. C(hpc-first.ipxe) (the first-stage loader's
+        script) chains each server's C(ipxe/boot.ipxe) in turn. pxelinux entries are unchanged.
+      - A server or URL listed twice is refused.
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      name:
+        description: Inventory host of the server.
+        type: str
+        required: true
+      url:
+        description: Base URL of its boot root over HTTP (C(http://10.1.0.10)).
+        type: str
+        required: true
+  server_map:
+    description:
+      - Node group -> list of its own servers (names of O(servers)); a group mapped to no server or to an unknown one
+        is refused.
+    type: dict
+    default: {}
   pending_manifests:
     description: C(manifest.json) files of versions about to be published, so C(ramdisk_size) covers them
       before they are served. Pass the checked copies M(hpc.stateless.bootlink) returns as C(manifest),

@@ -235,6 +235,22 @@ manifest:
       (M(hpc.stateless.bootconfig) O(hpc.stateless.bootconfig#module:pending_manifests)).
   returned: when O(src) is given
   type: str
+bytes:
+  description: Bytes of the files publishing the pack of O(src) copies (boot files, metadata, sums).
+  returned: when O(src) is given
+  type: int
+content:
+  description:
+    - Digests added to the boot root's content store (C(sha256/<hex>), hard links of the published boot files that
+      boot scripts naming hashes load, docs/scale.md).
+  returned: always
+  type: list
+  elements: str
+content_removed:
+  description: Digests removed from the content store with the versions retention or O(state=absent) removed.
+  returned: always
+  type: list
+  elements: str
 verification:
   description: The C(verification) entry of the checked manifest of O(src) (the verify gate's record), null when the
     pack recorded none.

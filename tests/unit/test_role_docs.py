@@ -29,9 +29,11 @@ import yaml
 
 ROLES_DIR = Path(__file__).resolve().parents[2] / "roles"
 ROLES = ["base", "hsn", "compute", "slurm"]
+#: Roles for the hosts that serve the nodes, not for images: the spec and OS-family rules, no image tags or Molecule.
+SERVER_ROLES = ["boot_server"]
 #: The collection's settings role: the spec rules only (see the module docstring).
 SETTINGS_ROLE = "hpc_stateless"
-DOCUMENTED_ROLES = [*ROLES, SETTINGS_ROLE]
+DOCUMENTED_ROLES = [*ROLES, *SERVER_ROLES, SETTINGS_ROLE]
 #: What the table says for an option without a default, per role.
 UNSET = {SETTINGS_ROLE: "unset"}
 FAMILIES = ["Debian", "RedHat"]
@@ -115,14 +117,14 @@ def test_variables_are_prefixed_and_documented(role):
         assert option.get("type"), f"roles/{role}: {name} has no type"
 
 
-@pytest.mark.parametrize("role", ROLES)
+@pytest.mark.parametrize("role", [*ROLES, *SERVER_ROLES])
 def test_os_family_vars_define_the_same_names(role):
     names = {family: set(_load(ROLES_DIR / role / "vars" / f"{family}.yml")) for family in FAMILIES}
     assert names["Debian"] == names["RedHat"], f"roles/{role}: vars differ: {names['Debian'] ^ names['RedHat']}"
     assert all(name.startswith(f"__{role}_") for name in names["Debian"])
 
 
-@pytest.mark.parametrize("role", ROLES)
+@pytest.mark.parametrize("role", [*ROLES, *SERVER_ROLES])
 def test_internal_variables_are_defined_for_every_family(role):
     defined = set(_load(ROLES_DIR / role / "vars" / "Debian.yml"))
     used: set[str] = set()

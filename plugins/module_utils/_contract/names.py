@@ -47,7 +47,11 @@ PREVIOUS_LINK = "previous"
 PXE_DIR = "pxelinux.cfg"
 IPXE_DIR = "ipxe"
 LOADER_FILES = ("pxelinux.0", "ldlinux.c32")
-RESERVED_NAMES = frozenset({IMAGES_DIR, PREVIOUS_LINK, PXE_DIR, IPXE_DIR, *LOADER_FILES})
+# The content store of a boot root: <boot_root>/sha256/<hex> is an artifact named by the sha256 of its bytes
+# (docs/scale.md), and the first-stage iPXE script that tries every boot server in turn.
+CONTENT_DIR = "sha256"
+FIRST_STAGE_FILE = "hpc-first.ipxe"
+RESERVED_NAMES = frozenset({IMAGES_DIR, PREVIOUS_LINK, PXE_DIR, IPXE_DIR, CONTENT_DIR, FIRST_STAGE_FILE, *LOADER_FILES})
 
 CPIO_FORMATS = ("cpio.zst", "cpio.gz", "cpio.xz")
 SQUASHFS_FORMAT = "squashfs"

@@ -44,8 +44,10 @@ from typing import Any
 from ansible_collections.hpc.stateless.plugins.module_utils._paths import TEMP_INFIX, write_atomic
 from ansible_collections.hpc.stateless.plugins.module_utils._contract.manifest import read_manifest
 from ansible_collections.hpc.stateless.plugins.module_utils._contract.names import (
+    CONTENT_DIR,
     CPIO_FORMATS,
     DEFAULT_FORMATS,
+    FIRST_STAGE_FILE,
     IMAGES_DIR,
     IPXE_DIR,
     KERNEL_FILE,
@@ -54,15 +56,18 @@ from ansible_collections.hpc.stateless.plugins.module_utils._contract.names impo
     PREVIOUS_LINK,
     PXE_DIR,
     SQUASHFS_FORMAT,
+    SUMS_FILE,
     check_name,
     url_quote,
 )
+from ansible_collections.hpc.stateless.plugins.module_utils._contract.sums import read_sums
 from ansible_collections.hpc.stateless.plugins.module_utils._deploy.bootlink import (
     INITRD_LINK,
     SQUASHFS_LINK,
     BootlinkError,
     check_writable,
     deploy_lock,
+    pick_artifacts,
 )
 
 MARKER = "hpc.stateless.bootconfig"
@@ -150,6 +155,7 @@ class Node:
     macs: tuple[str, ...]
     image: str
     kernel_args: str
+    groups: tuple[str, ...] = ()
 
 
 def default_boot_image(default_image: str | None, images: Iterable[str]) -> str:
@@ -196,7 +202,8 @@ def parse_nodes(raw_nodes: Iterable[Mapping[str, Any]], images: Iterable[str], d
                                   f"{', '.join(sorted(known)) or 'none'}); fix hpc_stateless_boot_image of the host")
         nodes.append(Node(name, tuple(dict.fromkeys(macs)), image,
                           _args_text(raw.get("kernel_args"), f"{where}.kernel_args",
-                                     "fix hpc_stateless_boot_kernel_args of the host")))
+                                     "fix hpc_stateless_boot_kernel_args of the host"),
+                          tuple(str(group) for group in raw.get("groups") or ())))
     return nodes
 
 
@@ -321,11 +328,13 @@ def served_version(boot_root: str, image: str) -> str | None:
     return target.rsplit("/", 1)[-1]
 
 
-def image_boot(name: str, spec: Mapping[str, Any], manifests: list[dict[str, Any]], options: BootOptions) -> ImageBoot:
+def image_boot(name: str, spec: Mapping[str, Any], manifests: list[dict[str, Any]], options: BootOptions,
+               squashfs_url: str = "") -> ImageBoot:
     """Kernel arguments of image ``name`` from its definition (``formats``, ``kernel_args``) and manifests.
 
     ``manifests``: every published or pending version; the last one is the version being served
-    (its initrd's arguments are used for squashfs).
+    (its initrd's arguments are used for squashfs). ``squashfs_url`` replaces the squashfs URL under
+    ``boot_url`` (several boot servers: the content store's URL on the server a try fetches from).
     """
     formats = spec.get("formats") or list(DEFAULT_FORMATS)
     if isinstance(formats, str):
@@ -334,17 +343,23 @@ def image_boot(name: str, spec: Mapping[str, Any], manifests: list[dict[str, Any
     if fmt in CPIO_FORMATS:
         format_args = f"rdinit={options.rdinit}"
     elif fmt == SQUASHFS_FORMAT:
-        if not options.boot_url:
+        if not options.boot_url and not squashfs_url:
             raise BootConfigError(f"hpc_stateless_images.{name}.formats: {fmt} fetches its root at boot; set boot_url "
                                   "(hpc_stateless_boot_url) to the URL of the boot root, e.g. http://10.0.0.1/tftpboot")
         initrd = (manifests[-1].get("initrd") if manifests else None) or {}
         template = (initrd.get("kernel_args") if isinstance(initrd, dict) else "") or DEFAULT_SQUASHFS_ARGS
-        where = f"image {name} version {manifests[-1].get('version')}: manifest.json initrd.kernel_args" if manifests else \
+        key = "initrd.kernel_args"
+        first_stage = initrd.get("first_stage") if isinstance(initrd, dict) else None
+        if squashfs_url and isinstance(first_stage, Mapping) and first_stage.get("kernel_args"):
+            # Several boot servers and an initrd that carries the first stage: it fetches the image by hpc.servers=
+            # and hpc.image= (added by the boot script), from any server, checked against its hash.
+            template, key = first_stage["kernel_args"], "initrd.first_stage.kernel_args"
+        where = f"image {name} version {manifests[-1].get('version')}: manifest.json {key}" if manifests else \
             "the default squashfs arguments"
         if not isinstance(template, str):
             raise BootConfigError(f"{where}: not a string ({template!r}); pack the image again")
-        format_args = _args_text(template.replace(SQUASHFS_URL_PLACEHOLDER,
-                                                  f"{options.boot_url.rstrip('/')}/{url_quote(name)}/{SQUASHFS_LINK}"),
+        url = squashfs_url or f"{options.boot_url.rstrip('/')}/{url_quote(name)}/{SQUASHFS_LINK}"
+        format_args = _args_text(template.replace(SQUASHFS_URL_PLACEHOLDER, url),
                                  where, "pack the image again (the initrd's arguments come from pack)")
     else:
         raise BootConfigError(f"hpc_stateless_images.{name}.formats[0]: unknown format {fmt!r}")
@@ -405,6 +420,143 @@ def render_ipxe_boot(default_image: str) -> str:
             + f"chain --autofree images/{default_image}.ipxe\n")
 
 
+# --------------------------------------------------------------------------- several boot servers (docs/scale.md)
+
+SERVER_TOKEN = "@hpc-server@"  # stands for the URL of the server a try fetches from (iPXE's ${hpc-s}) in the args
+_SERVER_URL = re.compile(r"^https?://[A-Za-z0-9_.:@%~+-]+(/[A-Za-z0-9_.,:=/+@%~-]*)?$")
+
+
+@dataclass(frozen=True)
+class Servers:
+    """The boot servers in inventory order and the orders nodes try them in (order 0: inventory order, then one
+    per mapped node group: its own servers first)."""
+
+    names: tuple[str, ...]
+    urls: tuple[str, ...]
+    orders: tuple[tuple[int, ...], ...]
+    group_order: Mapping[str, int]
+
+    def order_of(self, node: Node) -> int:
+        return next((self.group_order[group] for group in node.groups if group in self.group_order), 0)
+
+
+def parse_servers(raw_servers: Iterable[Mapping[str, Any]], raw_map: Mapping[str, Any] | None) -> Servers | None:
+    """Validate ``servers`` ([{name, url}]) and ``server_map`` ({node group: [server name]}); None without servers.
+
+    Errors name the server, URL or group at fault: a server or URL listed twice, a URL iPXE or a kernel argument
+    cannot carry, a group mapped to no server or to a host that is not a boot server."""
+    names: list[str] = []
+    urls: list[str] = []
+    for index, raw in enumerate(raw_servers or []):
+        name, url = str(raw.get("name") or ""), str(raw.get("url") or "").rstrip("/")
+        where = f"servers[{index}] ({name or '?'})"
+        if not name:
+            raise BootConfigError(f"servers[{index}]: 'name' is required (the inventory host of the boot server)")
+        if name in names:
+            raise BootConfigError(f"{where}: boot server {name!r} is listed twice; list each host once in the group "
+                                  "hpc_stateless_boot_servers names")
+        if not _SERVER_URL.match(url):
+            raise BootConfigError(f"{where}: url {url!r} is not an http:// or https:// base URL of letters, digits "
+                                  f"and {KERNEL_ARG_CHARS}; set hpc_stateless_boot_server_url of the host")
+        if url in urls:
+            raise BootConfigError(f"{where}: url {url} is also the URL of boot server {names[urls.index(url)]!r}; "
+                                  "each boot server needs its own hpc_stateless_boot_server_url")
+        names.append(name)
+        urls.append(url)
+    if not names:
+        if raw_map:
+            raise BootConfigError("server_map (hpc_stateless_boot_server_map) maps node groups to boot servers, but "
+                                  "there are no boot servers; set hpc_stateless_boot_servers to their inventory group")
+        return None
+    orders: list[tuple[int, ...]] = [tuple(range(len(names)))]
+    group_order: dict[str, int] = {}
+    for group, own in (raw_map or {}).items():
+        own = [own] if isinstance(own, str) else list(own or [])
+        if not own:
+            raise BootConfigError(f"server_map.{group}: node group {group!r} is mapped to no boot server; map it to "
+                                  f"one or more of {', '.join(names)} (hpc_stateless_boot_server_map)")
+        unknown = [str(server) for server in own if server not in names]
+        if unknown:
+            raise BootConfigError(f"server_map.{group}: {', '.join(unknown)} not a boot server (boot servers: "
+                                  f"{', '.join(names)}); fix hpc_stateless_boot_server_map or the group "
+                                  "hpc_stateless_boot_servers names")
+        first = [names.index(server) for server in dict.fromkeys(own)]
+        order = tuple(first + [index for index in range(len(names)) if index not in first])
+        if order not in orders:
+            orders.append(order)
+        group_order[str(group)] = orders.index(order)
+    return Servers(tuple(names), tuple(urls), tuple(orders), group_order)
+
+
+@dataclass(frozen=True)
+class Release:
+    """The hashes of what the nodes of one image load: the version a per-image boot script names."""
+
+    version: str
+    kernel: str
+    initrd: str
+    squashfs: str | None
+
+    @property
+    def image(self) -> str:
+        """What the first stage fetches and checks (``hpc.image=``): the squashfs, else the initrd (the image)."""
+        return self.squashfs or self.initrd
+
+
+def release_of(manifest: Mapping[str, Any], directory: str, fmt: str) -> Release:
+    """The release of the version whose ``manifest`` lies in ``directory`` (published, or a pack output checked by
+    this run), its boot files' hashes read from the SHA256SUMS next to it."""
+    sums_path = os.path.join(directory, SUMS_FILE)
+    sums = read_sums(sums_path)
+    _fmt, initrd, squashfs = pick_artifacts(directory, dict(manifest), fmt)
+    names = [KERNEL_FILE, initrd] + ([squashfs] if squashfs else [])
+    missing = [name for name in names if name not in sums]
+    if missing:
+        raise BootConfigError(f"{sums_path}: no checksum for {', '.join(missing)}; pack the image again")
+    return Release(str(manifest["version"]), sums[KERNEL_FILE], sums[initrd], sums[squashfs] if squashfs else None)
+
+
+def render_ipxe_release(boot: ImageBoot, release: Release, servers: Servers, what: str) -> str:
+    """The per-image boot script of several boot servers: one order block per server order, then one try per
+    server (kernel and initrd from the same server, by hash), the next server when a try fails."""
+    lines = ["#!ipxe", _header("#", what).rstrip("\n"),
+             f"# hpc.stateless release {boot.name} {release.version} kernel={release.kernel} initrd={release.initrd} "
+             f"image={release.image}",
+             "isset ${hpc-order} || set hpc-order 0"]
+    for number in range(1, len(servers.orders)):
+        lines.append(f"iseq ${{hpc-order}} {number} && goto order-{number} ||")
+    for number, order in enumerate(servers.orders):
+        lines.append(f":order-{number}")
+        lines += [f"set hpc-s{position} {servers.urls[index]}" for position, index in enumerate(order)]
+        lines += [f"set hpc-servers {','.join(servers.urls[index] for index in order)}", "goto try-0"]
+    store = f"/{CONTENT_DIR}/"
+    args = boot.ipxe_args().replace(SERVER_TOKEN, "${hpc-s}")
+    for position in range(len(servers.urls)):
+        fail = f"try-{position + 1}" if position + 1 < len(servers.urls) else "failed"
+        lines += [f":try-{position}", "imgfree", f"set hpc-s ${{hpc-s{position}}}",
+                  f"kernel ${{hpc-s}}{store}{release.kernel} {args} hpc.servers=${{hpc-servers}} "
+                  f"hpc.image={release.image} ${{hpc-args}} || goto {fail}",
+                  f"initrd --name {INITRD_LINK} ${{hpc-s}}{store}{release.initrd} || goto {fail}",
+                  f"boot || goto {fail}"]
+    lines += [":failed", f"echo hpc.stateless: no boot server served image {boot.name} {release.version}; "
+              "rebooting in 10 s", "sleep 10", "reboot", ""]
+    return "\n".join(lines)
+
+
+def render_ipxe_node_chain(image: str, order: int, extra: str, what: str) -> str:
+    """A node's script with several boot servers: its server order and extra arguments, then the image's script."""
+    return ("#!ipxe\n" + _header("#", what) + (f"set hpc-order {order}\n" if order else "")
+            + (f"set hpc-args {extra}\n" if extra else "") + f"chain --autofree /{IPXE_IMAGES}/{image}.ipxe\n")
+
+
+def render_ipxe_first(servers: Servers) -> str:
+    """The first-stage loader's script (TFTP or HTTP): each server's entry point in turn."""
+    tries = " || ".join(f"chain --autofree {url}/{IPXE_DIR}/boot.ipxe" for url in servers.urls)
+    return ("#!ipxe\n" + _header("#", "first stage: the boot servers' iPXE entry points in turn")
+            + "isset ${ip} || dhcp\n" + tries + " || goto failed\n"
+            + ":failed\necho hpc.stateless: no boot server answered; rebooting in 10 s\nsleep 10\nreboot\n")
+
+
 def pxe_node_file(mac: str) -> str:
     return f"{PXE_DIR}/01-{mac.replace(':', '-')}"
 
@@ -414,12 +566,18 @@ def ipxe_node_file(mac: str) -> str:
 
 
 def plan_files(nodes: list[Node], boots: Mapping[str, ImageBoot], default_image: str,
-               options: BootOptions) -> dict[str, str]:
-    """Every managed file: relative path -> content."""
+               options: BootOptions, servers: Servers | None = None,
+               releases: Mapping[str, Release] | None = None) -> dict[str, str]:
+    """Every managed file: relative path -> content. With ``servers``, the iPXE scripts name the hashes of
+    ``releases`` and try every server (docs/scale.md); the pxelinux entries stay as they are."""
     files = {f"{PXE_DIR}/default": render_pxe_default(boots, default_image, options),
              f"{IPXE_DIR}/boot.ipxe": render_ipxe_boot(default_image)}
+    if servers is not None:
+        files[FIRST_STAGE_FILE] = render_ipxe_first(servers)
     for name, boot in boots.items():
-        files[f"{IPXE_IMAGES}/{name}.ipxe"] = render_ipxe_entry(boot, options, f"image {name}")
+        files[f"{IPXE_IMAGES}/{name}.ipxe"] = (
+            render_ipxe_entry(boot, options, f"image {name}") if servers is None or releases is None else
+            render_ipxe_release(boot, releases[name], servers, f"image {name} {releases[name].version}"))
     serial = options.serial_directive()
     # Nodes of one image with the same extra arguments share everything but the header line:
     # render each such body once (10,000 nodes are a handful of distinct bodies).
@@ -435,7 +593,8 @@ def plan_files(nodes: list[Node], boots: Mapping[str, ImageBoot], default_image:
             ipxe_bodies[key] = _ipxe_body(boot, options, node.kernel_args)
         what = f"node {node.name}, image {node.image}"
         pxe = _header("#", what) + pxe_body
-        ipxe = "#!ipxe\n" + _header("#", what) + ipxe_bodies[key]
+        ipxe = ("#!ipxe\n" + _header("#", what) + ipxe_bodies[key] if servers is None else
+                render_ipxe_node_chain(node.image, servers.order_of(node), node.kernel_args, what))
         for mac in node.macs:
             files[pxe_node_file(mac)] = pxe
             files[ipxe_node_file(mac)] = ipxe
@@ -495,7 +654,8 @@ LOADER_FILES = ("pxelinux.0", "ldlinux.c32")
 # releases before it used ``.<name>.<8 hex>``, still removed after an upgrade).
 _TEMP_NAME = re.compile(r"^\.(?P<name>.+)\.(?:" + re.escape(TEMP_INFIX[1:]) + r")?[0-9a-f]{8}$")
 # Where this module writes, and the names it writes there (temp files of other names are not ours).
-_MANAGED_NAMES = (("", re.compile("^(" + "|".join(map(re.escape, (STATE_FILE, *LOADER_FILES))) + ")$")),
+_MANAGED_NAMES = (("", re.compile("^(" + "|".join(map(re.escape, (STATE_FILE, FIRST_STAGE_FILE, *LOADER_FILES)))
+                                  + ")$")),
                   (PXE_DIR, re.compile(r"^(default|01-[0-9a-f]{2}(-[0-9a-f]{2}){5})$")),
                   (IPXE_DIR, re.compile(r"^boot\.ipxe$")),
                   *_STALE_PATTERNS[1:])
@@ -669,13 +829,14 @@ def render(params: Mapping[str, Any], check_mode: bool = False,
     )
     options.check()  # validate early
     nodes = parse_nodes(params.get("nodes") or [], images, default_image)
+    servers = parse_servers(params.get("servers") or [], params.get("server_map"))
     boot_formats: dict[str, str] = {}
     for name in sorted(images):
         spec = images[name] if isinstance(images[name], Mapping) else {}
         _args_text(spec.get("kernel_args"), f"hpc_stateless_images.{name}.kernel_args")
         formats = spec.get("formats") or list(DEFAULT_FORMATS)
         first = formats if isinstance(formats, str) else formats[0]
-        if first == SQUASHFS_FORMAT and not options.boot_url:
+        if first == SQUASHFS_FORMAT and not options.boot_url and servers is None:
             raise BootConfigError(f"hpc_stateless_images.{name}.formats: squashfs fetches its root at boot; set boot_url "
                                   "(hpc_stateless_boot_url) to the URL of the boot root, e.g. http://10.0.0.1/tftpboot")
         boot_formats[name] = first
@@ -685,16 +846,18 @@ def render(params: Mapping[str, Any], check_mode: bool = False,
                 "removed_count": 0, "unchanged": 0, "nodes": len(nodes), "loaders": {},
                 "images": {name: {"format": fmt} for name, fmt in boot_formats.items()}, "diff": []}
 
-    pending: dict[str, list[dict[str, Any]]] = {}
+    pending: dict[str, list[tuple[dict[str, Any], str]]] = {}
     for path in params.get("pending_manifests") or []:
         manifest = read_manifest(path)
-        pending.setdefault(manifest["image"], []).append(manifest)
+        pending.setdefault(manifest["image"], []).append((manifest, os.path.dirname(os.path.abspath(path))))
     used = {default_image} | {node.image for node in nodes}
     boots: dict[str, ImageBoot] = {}
+    releases: dict[str, Release] = {}
     for name in sorted(images):
         published = published_manifests(root, name)
-        served = published.pop(served_version(root, name) or "", None)
-        manifests = list(published.values()) + ([served] if served else []) + pending.get(name, [])
+        served_name = served_version(root, name) or ""
+        served = published.pop(served_name, None)
+        manifests = list(published.values()) + ([served] if served else []) + [m for m, _d in pending.get(name, [])]
         if not manifests:
             if name in used:
                 raise BootConfigError(
@@ -702,9 +865,17 @@ def render(params: Mapping[str, Any], check_mode: bool = False,
                     f"pending manifest, yet {'it is the default image' if name == default_image else 'nodes boot it'}; "
                     "publish it first (hpc.stateless.bootlink) or pass its manifest in pending_manifests")
             continue
-        boots[name] = image_boot(name, images[name], manifests, options)
+        squashfs_url = ""
+        if servers is not None:
+            # The version being served: the last pending one, else the served one (its published directory).
+            directory = pending[name][-1][1] if name in pending else \
+                os.path.join(root, IMAGES_DIR, name, served_name if served else list(published)[-1])
+            releases[name] = release_of(manifests[-1], directory, boot_formats[name])
+            if releases[name].squashfs:
+                squashfs_url = f"{SERVER_TOKEN}/{CONTENT_DIR}/{releases[name].squashfs}"
+        boots[name] = image_boot(name, images[name], manifests, options, squashfs_url)
 
-    files = plan_files(nodes, boots, default_image, options)
+    files = plan_files(nodes, boots, default_image, options, servers, releases)
     diff_limit = int(params.get("diff_limit") or 0)
     loader_dirs = [str(d) for d in params.get("loader_dirs") or []]
     if check_mode:

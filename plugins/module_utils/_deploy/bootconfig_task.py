@@ -27,7 +27,13 @@ ARGUMENT_SPEC: dict[str, Any] = dict(
         mac=dict(type="raw", required=True),
         image=dict(type="str"),
         kernel_args=dict(type="raw"),
+        groups=dict(type="list", elements="str", default=[]),
     )),
+    servers=dict(type="list", elements="dict", default=[], options=dict(
+        name=dict(type="str", required=True),
+        url=dict(type="str", required=True),
+    )),
+    server_map=dict(type="dict", default={}),
     pending_manifests=dict(type="list", elements="path", default=[]),
     serial_console=dict(type="str", default="ttyS0,115200n8"),
     ip=dict(type="str", default="dhcp"),

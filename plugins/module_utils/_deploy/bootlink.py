@@ -12,6 +12,9 @@ Layout under a boot root (the TFTP/HTTP root)::
                                               (+ ``rootfs.squashfs`` for squashfs)
     <boot_root>/images/<image>/previous       symlink -> <version> (the rollback target)
     <boot_root>/<image>                       symlink -> images/<image>/<version> (served)
+    <boot_root>/sha256/<hex>                  the boot files of every kept version, named by their sha256
+                                              (hard links: no second copy), for boot scripts that name
+                                              hashes (several boot servers, docs/scale.md)
 
 Boot entries name ``<image>/vmlinuz`` and ``<image>/initrd``. Both resolve through the
 one ``<boot_root>/<image>`` symlink, so a single ``rename(2)`` switches kernel and initrd
@@ -55,6 +58,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils._contract.manifest i
     read_manifest_bytes,
 )
 from ansible_collections.hpc.stateless.plugins.module_utils._contract.names import (
+    CONTENT_DIR,
     FORMATS,
     IMAGES_DIR,
     INITRD_FILE,
@@ -145,7 +149,7 @@ class PackedVersion:
         return sum(os.stat(os.path.join(self.path, name)).st_size for name in self.files)
 
 
-def _pick_artifacts(where: str, manifest: dict[str, Any], fmt: str | None) -> tuple[str, str, str | None]:
+def pick_artifacts(where: str, manifest: dict[str, Any], fmt: str | None) -> tuple[str, str, str | None]:
     """(format, initrd file, squashfs file or None) for the requested or first format."""
     by_format: dict[str, str] = {}
     for artifact in manifest["artifacts"]:
@@ -197,7 +201,7 @@ def load_packed(path: str, fmt: str | None = None, keyring: str | None = None,
     signer = verify(sums_data, signature, keyring, list(signers), sums_path) if keyring else None
     sums = _parse_sums_data(sums_data, sums_path)
     manifest = _checked_manifest(manifest_path, manifest_data, sums, sums_path, signer is not None)
-    fmt, initrd, squashfs = _pick_artifacts(path, manifest, fmt)
+    fmt, initrd, squashfs = pick_artifacts(path, manifest, fmt)
     kernel = kernel_file(manifest)
     packed = PackedVersion(path, manifest, sums, fmt, kernel, initrd, squashfs, sums_data, signature, manifest_data, signer)
     for name in packed.boot_files:
@@ -334,6 +338,9 @@ class BootTree:
     def served_link(self, image: str) -> str:
         return os.path.join(self.root, image)
 
+    def content_path(self, digest: str) -> str:
+        return os.path.join(self.root, CONTENT_DIR, digest)
+
     def previous_link(self, image: str) -> str:
         return os.path.join(self.image_dir(image), PREVIOUS_LINK)
 
@@ -392,7 +399,7 @@ class BootTree:
     def leftovers(self, image: str) -> list[str]:
         """Temporary directories and links of interrupted runs."""
         names: list[str] = []
-        for directory in (self.image_dir(image), self.root):
+        for directory in (self.image_dir(image), self.root, os.path.join(self.root, CONTENT_DIR)):
             with contextlib.suppress(FileNotFoundError):
                 names.extend(os.path.join(directory, name) for name in os.listdir(directory)
                              if name.startswith((PUBLISH_PREFIX, REMOVE_PREFIX))
@@ -704,6 +711,77 @@ def verify_published(tree: BootTree, image: str, version: str, keyring: str | No
     return signer
 
 
+# --------------------------------------------------------------------------- content store
+
+
+def boot_digests(path: str) -> dict[str, str]:
+    """``{file name: sha256}`` of the files nodes load from the published version ``path``: the kernel and what
+    ``initrd`` (and ``rootfs.squashfs``) point at, as its SHA256SUMS lists them."""
+    sums = read_sums(os.path.join(path, SUMS_FILE))
+    names = [KERNEL_FILE]
+    for link in (INITRD_LINK, SQUASHFS_LINK):
+        with contextlib.suppress(OSError):
+            names.append(os.readlink(os.path.join(path, link)))
+    return {name: sums[name] for name in names if name in sums}
+
+
+def link_content(tree: BootTree, image: str, version: str) -> list[str]:
+    """Make ``sha256/<digest>`` of each boot file of a published (checked) version; returns the digests added.
+
+    An entry is a hard link of the version's file (a copy where the file system has none), made under a temporary
+    name and renamed: it appears complete or not at all, and it is never rewritten (its name is its content).
+    """
+    path = tree.version_dir(image, version)
+    store = os.path.join(tree.root, CONTENT_DIR)
+    added = []
+    for name, digest in boot_digests(path).items():
+        final = tree.content_path(digest)
+        source = os.path.join(path, name)
+        if os.path.lexists(final):
+            if not os.path.isfile(final) or os.path.islink(final) or \
+                    os.path.getsize(final) != os.path.getsize(source):
+                raise BootlinkError(f"{final} is not the file {name} of image {image!r} version {version!r} names "
+                                    "(another size or not a regular file): it was changed by hand; remove it and "
+                                    "deploy again")
+            continue
+        try:
+            os.makedirs(store, exist_ok=True)
+            with replacing(final) as temp:
+                try:
+                    os.link(source, temp)
+                except OSError as exc:
+                    if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP):
+                        raise
+                    _copy_file(source, temp)
+        except OSError as exc:
+            raise BootlinkError(f"cannot add {name} of image {image!r} version {version!r} to {store} "
+                                f"({exc.strerror}); free space or fix the boot root's permissions and deploy "
+                                "again. The served version is unchanged") from None
+        added.append(digest)
+    return added
+
+
+def prune_content(tree: BootTree) -> list[str]:
+    """Remove ``sha256/<digest>`` entries no published version of any image lists any more; returns them."""
+    store = os.path.join(tree.root, CONTENT_DIR)
+    try:
+        entries = os.listdir(store)
+    except FileNotFoundError:
+        return []
+    used: set[str] = set()
+    images_root = os.path.join(tree.root, IMAGES_DIR)
+    with contextlib.suppress(FileNotFoundError):
+        for image in os.listdir(images_root):
+            for info in tree.versions(image):
+                with contextlib.suppress(ArtifactError):
+                    used.update(read_sums(os.path.join(info.path, SUMS_FILE)).values())
+    removed = [name for name in entries if not name.startswith(".") and name not in used]
+    for name in removed:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(store, name))
+    return sorted(removed)
+
+
 # --------------------------------------------------------------------------- switch, retain, remove
 
 
@@ -881,7 +959,8 @@ def apply_state(params: dict[str, Any], check_mode: bool = False,
     old_versions = [info.name for info in tree.versions(image)]
     before = describe(tree, image, old_current or "", old_previous or "", old_versions)
     result: dict[str, Any] = {"image": image, "boot_root": tree.root, "version": version, "source": result_source,
-                              "published": False, "switched": False, "removed": [], "signature": signature}
+                              "published": False, "switched": False, "removed": [], "signature": signature,
+                              "content": [], "content_removed": []}
     if downgrade:
         result["downgrade"] = downgrade
         result["warnings"] = [f"image {image!r}: downgrading from {downgrade['from']!r} (built {downgrade['from_built']})"
@@ -906,6 +985,7 @@ def apply_state(params: dict[str, Any], check_mode: bool = False,
         result["manifest"] = published_manifest if os.path.isfile(published_manifest) else \
             os.path.join(packed.path, MANIFEST_FILE)
         result["verification"] = packed.manifest.get("verification")
+        result["bytes"] = packed.payload_bytes()  # what publishing it copies (staging on a boot server: twice)
     new_versions = [v["version"] for v in result["versions"]] if not check_mode else result.pop("_names")
     after = describe(tree, image, result["current"] or "", result["previous"] or "", new_versions)
     result["changed"] = bool(result["published"] or result["switched"] or result["removed"])
@@ -969,21 +1049,27 @@ def _apply(tree: BootTree, image: str, state: str, packed: PackedVersion | None,
            keep: int, result: dict[str, Any], verify_target: Callable[[str], None]) -> None:
     if packed is not None:
         result["published"] = publish(tree, packed)  # checks the source, or the published copy file by file
+        result["content"] = link_content(tree, image, packed.version)
     if state == "switched":
         if packed is None and version != tree.current(image):
             verify_target(version)
         _old, result["switched"] = switch(tree, image, version)
+        result["content"] += [d for d in link_content(tree, image, version) if d not in result["content"]]
     elif state == "rollback":
         verify_target(rollback_target(tree, image))
         _old, result["version"] = rollback(tree, image)
         result["switched"] = True
+        result["content"] += link_content(tree, image, result["version"])
     elif state == "absent":
         if remove_version(tree, image, version):
             result["removed"].append(version)
+            result["content_removed"] = prune_content(tree)
         return
     for victim in retention_victims(tree, image, keep, frozenset({version} if version else ())):
         remove_version(tree, image, victim)
         result["removed"].append(victim)
+    if result["removed"]:
+        result["content_removed"] = prune_content(tree)
 
 
 def _predict(tree: BootTree, image: str, state: str, packed: PackedVersion | None, version: str | None,

@@ -22,13 +22,15 @@ from ansible_collections.hpc.stateless.plugins.filter.unit_report import unit_re
 def test_hosts_with_a_mac_are_nodes_with_their_image_and_arguments():
     hostvars = {
         "n1": {"hpc_stateless_boot_mac": "52:54:00:00:00:01", "hpc_stateless_boot_image": "gpu",
-               "hpc_stateless_boot_kernel_args": "quiet"},
+               "hpc_stateless_boot_kernel_args": "quiet", "group_names": ["hpc_stateless_nodes", "rack1"]},
         "n2": {"hpc_stateless_boot_mac": ["52:54:00:00:00:02", "52:54:00:00:00:03"]},
         "login": {"hpc_stateless_boot_image": "compute"},
     }
     assert boot_nodes(["n2", "login", "n1"], hostvars) == [
-        {"name": "n2", "mac": ["52:54:00:00:00:02", "52:54:00:00:00:03"], "image": "", "kernel_args": ""},
-        {"name": "n1", "mac": "52:54:00:00:00:01", "image": "gpu", "kernel_args": "quiet"},
+        {"name": "n2", "mac": ["52:54:00:00:00:02", "52:54:00:00:00:03"], "image": "", "kernel_args": "",
+         "groups": []},
+        {"name": "n1", "mac": "52:54:00:00:00:01", "image": "gpu", "kernel_args": "quiet",
+         "groups": ["hpc_stateless_nodes", "rack1"]},
     ]
     assert boot_nodes([], hostvars) == []
 
