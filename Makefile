@@ -1,4 +1,4 @@
-# hpc.stateless — `make image` builds the default layers, `make test` runs every suite.
+# hpc.stateless — `make image` builds, verifies, packs and deploys the default image, `make test` runs every suite.
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
@@ -11,18 +11,23 @@ export BUILDAH_ISOLATION ?= chroot
 # Outside the checkout: inside it, ansible-test would see build/ as git-ignored and skip everything.
 SANITY_ROOT := /tmp/hpc-stateless-sanity/ansible_collections/hpc/stateless
 
-.PHONY: help setup image build build-collection test unit lint sanity integration collection molecule bench faults fault-suite clean
+.PHONY: help setup setup-image image build build-collection test unit lint sanity integration collection molecule bench faults fault-suite clean
 
 help:
-	@echo "make image  - set up, then build the default layers (ansible-playbook site.yml)"
-	@echo "make test   - set up, then run unit, lint, sanity, collection, integration, fault and molecule tests"
+	@echo "make image  - set up what the image needs, then build, verify, pack and deploy the default image"
+	@echo "              (ansible-playbook site.yml: layers, nspawn boot + compliance suite + Lynis, cpio.zst, build/tftpboot)"
+	@echo "make test   - set up everything, then run unit, lint, sanity, collection, integration, fault and molecule tests"
 	@echo "make bench  - run every benchmark; table of medians, ratios and goals in bench/results.md"
 	@echo "make faults - fault injection: kill, fill, corrupt and misconfigure; report what survived"
 
+# setup-image: only the host and Python packages make image needs; setup: everything make test and make bench need.
 setup:
 	@bash scripts/setup.sh
 
-image: setup
+setup-image:
+	@bash scripts/setup.sh --image
+
+image: setup-image
 	@$(MAKE) --no-print-directory build
 
 # The default layers, built (or found cached) with the embedded inventory. An unprivileged user builds
