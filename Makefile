@@ -11,7 +11,7 @@ export BUILDAH_ISOLATION ?= chroot
 # Outside the checkout: inside it, ansible-test would see build/ as git-ignored and skip everything.
 SANITY_ROOT := /tmp/hpc-stateless-sanity/ansible_collections/hpc/stateless
 
-.PHONY: help setup setup-image image build build-collection test unit lint sanity integration collection molecule bench faults fault-suite clean
+.PHONY: help setup setup-image image build build-collection test unit lint changelog sanity integration collection molecule bench faults fault-suite clean
 
 help:
 	@echo "make image  - set up what the image needs, then build, verify, pack and deploy the default image"
@@ -46,7 +46,7 @@ build:
 # scenarios share no image prefix, boot tree or container name and leave one core idle each: they run side
 # by side (measured at 06:27 on 2026-11-28: 474 s one after the other, 292 s side by side, both green).
 test: setup
-	@$(MAKE) --no-print-directory -j2 --output-sync=target build-collection sanity unit lint
+	@$(MAKE) --no-print-directory -j2 --output-sync=target build-collection sanity unit lint changelog
 	@$(MAKE) --no-print-directory integration
 	@$(MAKE) --no-print-directory -j2 --output-sync=target fault-suite molecule
 
@@ -59,6 +59,14 @@ unit:
 
 lint:
 	ansible-lint --profile production --offline
+
+# Every fragment in changelogs/fragments is valid, and CHANGELOG.rst is what changelogs/changelog.yaml makes.
+# Fragments not yet released are not in CHANGELOG.rst until `antsibull-changelog release` (docs/layout.md).
+changelog:
+	antsibull-changelog lint
+	@out=$$(mktemp) && trap 'rm -f $$out' EXIT && \
+	  ANSIBLE_COLLECTIONS_PATH=$(CURDIR)/.collections antsibull-changelog generate --output $$out --output-format rst && \
+	  { cmp -s $$out CHANGELOG.rst || { echo "CHANGELOG.rst is not what changelogs/changelog.yaml makes: run antsibull-changelog generate" >&2; exit 1; }; }
 
 # ansible-test must run from an ansible_collections/<ns>/<name> path: test a copy of the tree.
 sanity:
