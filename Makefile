@@ -42,9 +42,9 @@ build:
 # fails make test. One slot builds, then runs the collection test on the built layers (build-collection);
 # the other runs sanity (~4.5 min, longest first), unit and lint (~1 min each) meanwhile, so neither slot
 # idles while the other finishes. The integration suite then runs alone, on two pytest-xdist workers (below;
-# 21.7 min against 32.7 min on one, measured 2026-11-28 with other work loading the host); the fault suite and the Molecule
+# about two thirds of the time one worker takes); the fault suite and the Molecule
 # scenarios share no image prefix, boot tree or container name and leave one core idle each: they run side
-# by side (measured at 06:27 on 2026-11-28: 474 s one after the other, 292 s side by side, both green).
+# by side.
 test: setup
 	@$(MAKE) --no-print-directory -j2 --output-sync=target build-collection sanity unit lint changelog
 	@$(MAKE) --no-print-directory integration

@@ -5,9 +5,9 @@
 """hpc.stateless.verify_record: write or read the verification record of a layer image (_verify/record.py).
 
 Runs in the task's worker process, on the controller: the records live in the project's build directory and
-buildah (whose image ID the record names) runs there, the build host. As a module it paid for a module run per
-call (about 0.5 s on the 2-core build host), twice on the critical path of every verify: the query before the
-boot and the record after Lynis (issue 29).
+buildah (whose image ID the record names) runs there, the build host. A module run per
+call would cost about 0.5 s on a 2-core build host, twice on the critical path of every verify: the query before
+the boot and the record after Lynis.
 """
 
 from __future__ import annotations

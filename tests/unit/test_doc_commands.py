@@ -39,7 +39,8 @@ REPO = Path(__file__).resolve().parents[2]
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 #: Languages of the code blocks whose lines are commands (a block without one may hold commands too).
 SHELL_LANGS = {"", "console", "sh", "bash", "shell"}
-COMMAND_START = re.compile(r"^(?:[A-Z_][A-Z0-9_]*=\S*\s+)*(ansible-playbook|ansible|ansible-galaxy|make|python3?)(?:\s|$)")
+COMMAND_START = re.compile(r"^(?:[A-Z_][A-Z0-9_]*=\S*\s+)*"  # environment assignments, then the tool
+                           r"(ansible-playbook|ansible|ansible-galaxy|make|python3?)(?:\s|$)")
 FQCN_PLAYBOOK = re.compile(r"^hpc\.stateless\.([a-z_]+)$")
 PLACEHOLDER = re.compile(r"<[^>]*>|\.\.\.")
 
