@@ -11,7 +11,7 @@ export BUILDAH_ISOLATION ?= chroot
 # Outside the checkout: inside it, ansible-test would see build/ as git-ignored and skip everything.
 SANITY_ROOT := /tmp/hpc-stateless-sanity/ansible_collections/hpc/stateless
 
-.PHONY: help setup setup-image image build build-collection test unit lint changelog sanity integration collection molecule bench faults fault-suite clean
+.PHONY: help setup setup-image image build build-collection test unit lint changelog mypy sanity integration collection molecule bench faults fault-suite clean
 
 help:
 	@echo "make image  - set up what the image needs, then build, verify, pack and deploy the default image"
@@ -40,13 +40,13 @@ build:
 # unit, lint and sanity need no image and one core each, the build waits on the mirror and the disk much of
 # its time: two jobs run at a time (-j2), each one's output printed whole when it ends; a failure still
 # fails make test. One slot builds, then runs the collection test on the built layers (build-collection);
-# the other runs sanity (~4.5 min, longest first), unit and lint (~1 min each) meanwhile, so neither slot
-# idles while the other finishes. The integration suite then runs alone, on two pytest-xdist workers (below;
+# the other runs sanity (~4.5 min, longest first), unit and lint (~1 min each), changelog and mypy (seconds
+# each) meanwhile, so neither slot idles while the other finishes. The integration suite then runs alone, on two pytest-xdist workers (below;
 # about two thirds of the time one worker takes); the fault suite and the Molecule
 # scenarios share no image prefix, boot tree or container name and leave one core idle each: they run side
 # by side.
 test: setup
-	@$(MAKE) --no-print-directory -j2 --output-sync=target build-collection sanity unit lint changelog
+	@$(MAKE) --no-print-directory -j2 --output-sync=target build-collection sanity unit lint changelog mypy
 	@$(MAKE) --no-print-directory integration
 	@$(MAKE) --no-print-directory -j2 --output-sync=target fault-suite molecule
 
@@ -62,6 +62,10 @@ lint:
 
 # Every fragment in changelogs/fragments is valid, and CHANGELOG.rst is what changelogs/changelog.yaml makes.
 # Fragments not yet released are not in CHANGELOG.rst until `antsibull-changelog release` (docs/layout.md).
+# The type check of plugins/ (.mypy.ini: its backlog of modules is listed there), from the collection's path.
+mypy:
+	cd .collections && mypy --config-file ../.mypy.ini -p ansible_collections.hpc.stateless.plugins
+
 changelog:
 	antsibull-changelog lint
 	@out=$$(mktemp) && trap 'rm -f $$out' EXIT && \

@@ -58,9 +58,9 @@ def record_result(args: dict[str, Any], check_mode: bool, buildah: Buildah) -> d
                 write_record(args["dir"], record)
         except RecordError as exc:
             return {"failed": True, "msg": str(exc)}
-        verdict = "passed" if record.passed else "failed: " + ", ".join(c.name for c in record.failed)
+        outcome = "passed" if record.passed else "failed: " + ", ".join(c.name for c in record.failed)
         return {"changed": True, "path": path, "junit": junit_path(path), "passed": record.passed,
-                "status": "passed" if record.passed else "failed", "message": f"recorded {path}: {verdict}",
+                "status": "passed" if record.passed else "failed", "message": f"recorded {path}: {outcome}",
                 "record": record.to_dict()}
     verdict = judge(args["dir"], args["layer"], args["key"], image_id, args["settings"])
     return {"changed": False, "path": path, "junit": junit_path(path), "passed": verdict.passed,
