@@ -271,7 +271,7 @@ def test_every_command_runs_as_written():
 def test_a_wrong_command_is_caught(text, reason):
     """The checks fail on the mistakes they are for (the first one the README made)."""
     command = Command("page.md", 1, text)
-    errors, _ = check_playbook(command, _argv(command), _spec_options())
+    errors, _playbooks = check_playbook(command, _argv(command), _spec_options())
     assert any(reason in error for error in errors), errors
 
 
