@@ -1,4 +1,4 @@
-# hpc.stateless — `make image` builds the default layers, `make test` runs every suite.
+# hpc.stateless — `make image` builds, verifies, packs and deploys the default image, `make test` runs every suite.
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
@@ -10,18 +10,23 @@ export PYTHONPATH := $(CURDIR)/.collections
 export BUILDAH_ISOLATION ?= chroot
 # Outside the checkout: inside it, ansible-test would see build/ as git-ignored and skip everything.
 
-.PHONY: help setup image build build-collection test unit lint sanity integration collection molecule bench faults fault-suite clean
+.PHONY: help setup setup-image image build build-collection test unit lint changelog mypy sanity integration collection molecule bench faults fault-suite clean
 
 help:
-	@echo "make image  - set up, then build the default layers (ansible-playbook site.yml)"
-	@echo "make test   - set up, then run unit, lint, sanity, collection, integration, fault and molecule tests"
+	@echo "make image  - set up what the image needs, then build, verify, pack and deploy the default image"
+	@echo "              (ansible-playbook site.yml: layers, nspawn boot + compliance suite + Lynis, cpio.zst, build/tftpboot)"
+	@echo "make test   - set up everything, then run unit, lint, sanity, collection, integration, fault and molecule tests"
 	@echo "make bench  - run every benchmark; table of medians, ratios and goals in bench/results.md"
 	@echo "make faults - fault injection: kill, fill, corrupt and misconfigure; report what survived"
 
+# setup-image: only the host and Python packages make image needs; setup: everything make test and make bench need.
 setup:
 	@bash scripts/setup.sh
 
-image: setup
+setup-image:
+	@bash scripts/setup.sh --image
+
+image: setup-image
 	@$(MAKE) --no-print-directory build
 
 # The default layers, built (or found cached) with the embedded inventory. An unprivileged user builds
@@ -34,13 +39,13 @@ build:
 # unit, lint and sanity need no image and one core each, the build waits on the mirror and the disk much of
 # its time: two jobs run at a time (-j2), each one's output printed whole when it ends; a failure still
 # fails make test. One slot builds, then runs the collection test on the built layers (build-collection);
-# the other runs sanity (~4.5 min, longest first), unit and lint (~1 min each) meanwhile, so neither slot
-# idles while the other finishes. The integration suite then runs alone, on two pytest-xdist workers (below;
-# 21.7 min against 32.7 min on one, measured 2026-11-28 with other work loading the host); the fault suite and the Molecule
+# the other runs sanity (~4.5 min, longest first), unit and lint (~1 min each), changelog and mypy (seconds
+# each) meanwhile, so neither slot idles while the other finishes. The integration suite then runs alone, on two pytest-xdist workers (below;
+# about two thirds of the time one worker takes); the fault suite and the Molecule
 # scenarios share no image prefix, boot tree or container name and leave one core idle each: they run side
-# by side (measured at 06:27 on 2026-11-28: 474 s one after the other, 292 s side by side, both green).
+# by side.
 test: setup
-	@$(MAKE) --no-print-directory -j2 --output-sync=target build-collection sanity unit lint
+	@$(MAKE) --no-print-directory -j2 --output-sync=target build-collection sanity unit lint changelog mypy
 	@$(MAKE) --no-print-directory integration
 	@$(MAKE) --no-print-directory -j2 --output-sync=target fault-suite molecule
 
@@ -53,6 +58,18 @@ unit:
 
 lint:
 	ansible-lint --profile production --offline
+
+# Every fragment in changelogs/fragments is valid, and CHANGELOG.rst is what changelogs/changelog.yaml makes.
+# Fragments not yet released are not in CHANGELOG.rst until `antsibull-changelog release` (docs/layout.md).
+# The type check of plugins/ (.mypy.ini: its backlog of modules is listed there), from the collection's path.
+mypy:
+	cd .collections && mypy --config-file ../.mypy.ini -p ansible_collections.hpc.stateless.plugins
+
+changelog:
+	antsibull-changelog lint
+	@out=$$(mktemp) && trap 'rm -f $$out' EXIT && \
+	  ANSIBLE_COLLECTIONS_PATH=$(CURDIR)/.collections antsibull-changelog generate --output $$out --output-format rst && \
+	  { cmp -s $$out CHANGELOG.rst || { echo "CHANGELOG.rst is not what changelogs/changelog.yaml makes: run antsibull-changelog generate" >&2; exit 1; }; }
 
 # ansible-test must run from an ansible_collections/<ns>/<name> path: test a copy of the tree, in a fresh
 # directory of its own (mktemp: mode 0700), never a fixed name in /tmp that another user could make first

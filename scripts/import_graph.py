@@ -81,29 +81,74 @@ def unit_of(dotted: str) -> str | None:
     return parts[1] if (PLUGINS / UTILS / parts[1]).is_dir() else HELPERS
 
 
-def _imports_of(tree: ast.AST) -> list[tuple[str, int]]:
+def _named(base: str, names: list[str]) -> list[str]:
+    """What ``from <base> import <names>`` imports: each name that is a module of plugins/, else ``base``."""
+    found = []
+    for name in names:
+        # "from ...module_utils.pkg import mod" names a module; "from ...pkg.mod import name" a name in it.
+        candidate = f"{base}.{name}" if base else name
+        path = PLUGINS / candidate.replace(".", "/")
+        found.append(candidate if path.with_suffix(".py").exists() or path.is_dir() else base)
+    return found
+
+
+def _import_string(node: ast.Call) -> str | None:
+    """The module an ``importlib.import_module("...")`` or ``__import__("...")`` call names, when it is a literal."""
+    func = node.func
+    called = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+    if called not in ("import_module", "__import__") or not node.args:
+        return None
+    first = node.args[0]
+    return first.value if isinstance(first, ast.Constant) and isinstance(first.value, str) else None
+
+
+def _imports_of(tree: ast.AST, package: tuple[str, ...] = ()) -> list[tuple[str, int]]:
+    """The plugins/ modules ``tree`` imports (dotted below plugins/) with their lines. ``package`` is the dotted
+    package of the file below plugins/ (for relative imports). Absolute and relative ``from``/``import``
+    statements and literal ``importlib.import_module``/``__import__`` strings count, wherever they are."""
     found: list[tuple[str, int]] = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(PREFIX):
-            base = node.module[len(PREFIX):]
-            for alias in node.names:
-                # "from ...module_utils.pkg import mod" names a module; "from ...pkg.mod import name" a name in it.
-                candidate = f"{base}.{alias.name}"
-                path = PLUGINS / candidate.replace(".", "/")
-                found.append((candidate if path.with_suffix(".py").exists() or path.is_dir() else base, node.lineno))
+        if isinstance(node, ast.ImportFrom) and node.level:
+            anchor = package[:len(package) - node.level + 1] if node.level <= len(package) else ()
+            base = ".".join([*anchor, *([node.module] if node.module else [])])
+            found += [(target, node.lineno) for target in _named(base, [a.name for a in node.names]) if target]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(PREFIX):
+            names = [a.name for a in node.names]
+            found += [(target, node.lineno) for target in _named(node.module[len(PREFIX):], names)]
         elif isinstance(node, ast.Import):
             found += [(a.name[len(PREFIX):], node.lineno) for a in node.names if a.name.startswith(PREFIX)]
+        elif isinstance(node, ast.Call):
+            named = _import_string(node)
+            if named and named.startswith(PREFIX):
+                found.append((named[len(PREFIX):], node.lineno))
     return found
 
 
 def read_edges(root: Path = PLUGINS) -> list[Edge]:
     """Every import of a module_utils module by a file of plugins/, from the code."""
+    return [edge for edge in read_all_edges(root) if edge.target.startswith(UTILS + ".")]
+
+
+def read_all_edges(root: Path = PLUGINS) -> list[Edge]:
+    """Every import of a module of plugins/ (module_utils, plugin_utils, ...) by a file of plugins/."""
     edges = []
     for path in sorted(root.rglob("*.py")):
-        source = ".".join(path.relative_to(root).with_suffix("").parts)
+        parts = path.relative_to(root).with_suffix("").parts
+        source = ".".join(parts)
+        package = parts if path.name == "__init__.py" else parts[:-1]
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-        edges += [Edge(source, target, line) for target, line in _imports_of(tree) if target.startswith(UTILS + ".")]
+        edges += [Edge(source, target, line) for target, line in _imports_of(tree, package)]
     return edges
+
+
+def outside_imports(edges: list[Edge]) -> list[str]:
+    """Each import by module_utils of a part of plugins/ other than module_utils (plugin_utils, action, ...), as a
+    sentence: module_utils is shipped inside every module's payload, which carries nothing else of plugins/."""
+    return [f"{edge.source.replace('.', '/')}.py:{edge.line} imports {edge.target}: module_utils imports only "
+            f"module_utils (a module's payload carries nothing else; move the shared code down into module_utils)"
+            for edge in edges
+            if edge.source.startswith(UTILS + ".") and not edge.target.startswith(UTILS + ".")
+            and edge.target != UTILS]
 
 
 def package_graph(edges: list[Edge]) -> dict[tuple[str, str], list[Edge]]:
@@ -196,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     if not (args.dot or args.svg):
         for (src, dst), found in sorted(package_graph(edges).items()):
             print(f"{src:>16} -> {dst:<16} {len(found)}")
-    problems = violations(edges)
+    problems = violations(edges) + outside_imports(read_all_edges())
     pairs = mutual_pairs(edges)
     print(f"{len(pairs)} pairs of packages import each other through some path" + (": " if pairs else ""), file=sys.stderr)
     for pair in pairs:

@@ -1,20 +1,34 @@
 #!/usr/bin/env bash
 # Idempotent set-up for hpc.stateless: host packages, a pinned .venv, and the
 # collection made visible to Ansible in place. A second run installs nothing.
+# --image sets up only what make image needs; without it, everything make test and make bench need.
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
 
-host_packages=(
-  buildah podman systemd-container debootstrap mmdebstrap squashfs-tools cpio zstd pigz
-  qemu-system-x86 git rsync fuse-overlayfs uidmap
-  dnf zypper rpm createrepo-c gpg gpg-agent
-  docker-registry graphviz pxelinux syslinux-common busybox-static ipxe-qemu
-  xz-utils e2fsprogs fdisk parted iproute2 util-linux nodejs curl shellcheck
-  strace openssl lighttpd default-jre-headless lynis apt-utils socat
+# `setup.sh --image` (make image): what building, verifying, packing and deploying the default image needs.
+image_packages=(
+  buildah systemd-container mmdebstrap debootstrap squashfs-tools cpio zstd pigz xz-utils
+  git gpg gpg-agent uidmap fuse-overlayfs pxelinux syslinux-common lynis python3-venv
+)
+# `setup.sh` (make test, make bench): the image set and what the test suites and benchmarks need on top.
+test_packages=(
+  podman qemu-system-x86 rsync dnf zypper rpm createrepo-c
+  docker-registry graphviz busybox-static ipxe-qemu
+  e2fsprogs fdisk parted iproute2 util-linux nodejs curl shellcheck
+  strace openssl lighttpd default-jre-headless apt-utils socat
   nginx openssh-server openssh-client
 )
+
+image_only=false
+case "${1:-}" in
+  --image) image_only=true ;;
+  "") ;;
+  *) echo "usage: $0 [--image]  (--image: only what make image needs; no option: everything make test needs)" >&2; exit 2 ;;
+esac
+host_packages=("${image_packages[@]}")
+$image_only || host_packages+=("${test_packages[@]}")
 
 step() { printf '==> %s\n' "$*"; }
 
@@ -23,7 +37,7 @@ for pkg in "${host_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing+=("$pkg")
 done
 if ((${#missing[@]})) && ((EUID != 0)); then
-  echo "host packages missing: ${missing[*]}; install them as root (sudo make setup) and run this again" >&2
+  echo "host packages missing: ${missing[*]}; install them as root (sudo scripts/setup.sh${1:+ $1}) and run this again" >&2
   exit 1
 elif ((${#missing[@]})); then
   step "installing host packages: ${missing[*]}"
@@ -65,14 +79,23 @@ if [[ ! -x .venv/bin/python ]]; then
   step "creating .venv"
   "$python" -m venv .venv
 fi
-stamp=.venv/.requirements.sha256
-want="$(cat requirements.txt constraints.txt | sha256sum | cut -d' ' -f1)"
-if [[ ! -f $stamp || "$(cat "$stamp")" != "$want" ]]; then
-  step "installing pinned Python dependencies into .venv"
-  .venv/bin/pip install -q --disable-pip-version-check -r requirements.txt -c constraints.txt
-  echo "$want" > "$stamp"
-else
+# requirements.txt: what make image runs; requirements-test.txt: what the tests add. One stamp per set
+# (the full set's covers the image set's).
+image_stamp=.venv/.requirements-image.sha256 full_stamp=.venv/.requirements.sha256
+image_want="$(cat requirements.txt constraints.txt | sha256sum | cut -d' ' -f1)"
+full_want="$(cat requirements.txt requirements-test.txt constraints.txt | sha256sum | cut -d' ' -f1)"
+if [[ "$(cat "$full_stamp" 2>/dev/null)" == "$full_want" ]] ||
+   { $image_only && [[ "$(cat "$image_stamp" 2>/dev/null)" == "$image_want" ]]; }; then
   step "Python dependencies up to date"
+elif $image_only; then
+  step "installing pinned Python dependencies of make image into .venv"
+  .venv/bin/pip install -q --disable-pip-version-check -r requirements.txt -c constraints.txt
+  echo "$image_want" > "$image_stamp"
+else
+  step "installing pinned Python dependencies into .venv"
+  .venv/bin/pip install -q --disable-pip-version-check -r requirements.txt -r requirements-test.txt -c constraints.txt
+  echo "$image_want" > "$image_stamp"
+  echo "$full_want" > "$full_stamp"
 fi
 
 # The collection is used in place: ansible.cfg points collections_path here.
@@ -82,6 +105,9 @@ if [[ "$(readlink "$link" 2>/dev/null)" != "$repo" ]]; then
   mkdir -p "$(dirname "$link")"
   ln -sfn "$repo" "$link"
 fi
+
+# Only the tests use the next two (not indented, so each stays as it is in the full set-up).
+if ! $image_only; then
 
 # gitlab-ci-local runs generated pipelines in the tests; pinned (later releases need Node 22).
 gcl_version=4.60.0
@@ -104,6 +130,7 @@ if ! cmp -s scripts/ansible_test_get_pip.py "$get_pip"; then
   step "installing the ansible-test pip bootstrap for pip $pip_version"
   mkdir -p "$(dirname "$get_pip")"
   cp scripts/ansible_test_get_pip.py "$get_pip"
+fi
 fi
 
 # A build user (not root): rootless buildah on the kernel's overlay instead of its vfs fallback (a full

@@ -539,4 +539,6 @@ class ActionModule(ActionBase):
             "stale": [name for name in order if name in stale],
             "images": graph.images,
             "leaves": sorted(graph.leaves()),
+            # True once build.yml's last play recorded this plan as built (filter plan_after_build).
+            "after_build": False,
         }

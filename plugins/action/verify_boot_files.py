@@ -4,9 +4,9 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """hpc.stateless.verify_boot_files: one verify boot's files on the build host (_verify/boot_files.py).
 
-Runs in the task's worker process, on the controller: systemd-nspawn runs there and binds the files in. Before,
-a directory (ansible.builtin.tempfile), a command per test secret and a copy of the Lynis profile were three
-module runs on the controller, 1.4-1.7 s before every verify boot on the 2-core build host (issue 29).
+Runs in the task's worker process, on the controller: systemd-nspawn runs there and binds the files in. One action
+instead of a directory (ansible.builtin.tempfile), a command per test secret and a copy of the Lynis profile:
+three module runs would cost 1.4-1.7 s before every verify boot on a 2-core build host.
 """
 
 from __future__ import annotations

@@ -5,9 +5,9 @@
 """hpc.stateless.verify_record: write or read the verification record of a layer image (_verify/record.py).
 
 Runs in the task's worker process, on the controller: the records live in the project's build directory and
-buildah (whose image ID the record names) runs there, the build host. As a module it paid for a module run per
-call (about 0.5 s on the 2-core build host), twice on the critical path of every verify: the query before the
-boot and the record after Lynis (issue 29).
+buildah (whose image ID the record names) runs there, the build host. A module run per
+call would cost about 0.5 s on a 2-core build host, twice on the critical path of every verify: the query before
+the boot and the record after Lynis.
 """
 
 from __future__ import annotations
@@ -58,9 +58,9 @@ def record_result(args: dict[str, Any], check_mode: bool, buildah: Buildah) -> d
                 write_record(args["dir"], record)
         except RecordError as exc:
             return {"failed": True, "msg": str(exc)}
-        verdict = "passed" if record.passed else "failed: " + ", ".join(c.name for c in record.failed)
+        outcome = "passed" if record.passed else "failed: " + ", ".join(c.name for c in record.failed)
         return {"changed": True, "path": path, "junit": junit_path(path), "passed": record.passed,
-                "status": "passed" if record.passed else "failed", "message": f"recorded {path}: {verdict}",
+                "status": "passed" if record.passed else "failed", "message": f"recorded {path}: {outcome}",
                 "record": record.to_dict()}
     verdict = judge(args["dir"], args["layer"], args["key"], image_id, args["settings"])
     return {"changed": False, "path": path, "junit": junit_path(path), "passed": verdict.passed,

@@ -69,7 +69,16 @@ def compliance_drift_message(reports: Any) -> str:
     return drift.findings_message([r for r in reports if isinstance(r, Mapping)])
 
 
+def compliance_report_line(report: Any) -> str:
+    """A node's report in one line (drift.report_line)."""
+    if not isinstance(report, Mapping):
+        raise AnsibleFilterError(f"compliance_report_line: expects a report of compliance_drift, got "
+                                 f"{type(report).__name__}")
+    return drift.report_line(report)
+
+
 class FilterModule:
     def filters(self) -> dict[str, Callable[..., Any]]:
         return {"compliance_find_command": compliance_find_command, "compliance_drift": compliance_drift,
-                "compliance_junit": compliance_junit, "compliance_drift_message": compliance_drift_message}
+                "compliance_junit": compliance_junit, "compliance_drift_message": compliance_drift_message,
+                "compliance_report_line": compliance_report_line}

@@ -27,7 +27,7 @@ COLLECTION_WAIVERS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirnam
                                   "roles", "hpc_stateless", "files", "lynis-waivers.yml")
 
 
-def lynis_nspawn_args(enabled: Any) -> list[str]:
+def lynis_nspawn_args(enabled: Any) -> list[str] | Undefined:
     """``--bind-ro`` arguments that show the build host's Lynis in the booted container; [] when not ``enabled``."""
     if isinstance(enabled, Undefined):
         return enabled
@@ -48,7 +48,7 @@ def lynis_argv(report_file: Any, log_file: Any = "", profile: Any = "", print_re
     return lynis.lynis_argv(report_file, str(log_file or ""), str(profile or ""), print_report=print_report)
 
 
-def lynis_boot_path(name: Any) -> str:
+def lynis_boot_path(name: Any) -> str | Undefined:
     """Where verify's Lynis keeps ``name`` (workdir, profile, report, async_dir) in the boot."""
     if isinstance(name, Undefined):
         return name
@@ -69,14 +69,14 @@ def _waiver_set(waiver_files: Any) -> lynis.Waivers:
         raise AnsibleFilterError(str(exc)) from exc
 
 
-def lynis_profile(waiver_files: Any) -> str:
+def lynis_profile(waiver_files: Any) -> str | Undefined:
     """The text of the run's Lynis profile: a ``skip-test=`` line per skipped test of the waiver files."""
     if isinstance(waiver_files, Undefined):
         return waiver_files
     return lynis.profile_text(_waiver_set(waiver_files))
 
 
-def lynis_verdict(report_text: Any, waiver_files: Any = None, minimum: Any = 80) -> dict[str, Any]:
+def lynis_verdict(report_text: Any, waiver_files: Any = None, minimum: Any = 80) -> dict[str, Any] | Undefined:
     """The verdict on one report: passed, score, minimum, checks (one per finding), unwaived, message."""
     if isinstance(report_text, Undefined):
         return report_text

@@ -329,6 +329,11 @@ leaves:
   returned: always
   type: list
   elements: str
+after_build:
+  description: False; true in the plan build.yml records for the later stages of its run (filter
+    P(hpc.stateless.plan_after_build#filter)), whose built layers are cached.
+  returned: always
+  type: bool
 images:
   description: The validated images.
   returned: always

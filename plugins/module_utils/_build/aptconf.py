@@ -7,7 +7,7 @@
 A Debian-family layer's roles run apt in its working container, and the first ``apt-get update`` of a layer
 is common: ansible.builtin.apt runs one before it installs python3-apt into a root without it, and for
 ``update_cache``; the build runs one for a layer's own sources (layer_sources.yml). Profiled on a bookworm root
-with its three suites (issue 29), that update fetched 8 MB of description translations no image reads
+with its three suites, that update fetches 8 MB of description translations no image reads
 (``Translation-en``; a bootstrapped root has none).
 
 apt keeps two binary caches in ``/var/cache/apt``, about 37 MB each with the three suites: ``srcpkgcache.bin``,

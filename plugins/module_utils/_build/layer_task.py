@@ -6,7 +6,7 @@
 
 Written once for both ways it runs: the module (a module process on the build host) and its action plugin, which
 calls :func:`run` in the controller's process when the build host is the controller - every layer build starts
-and commits through it, and a module process cost about 0.4 s each time on the 2-core build host (issue 29).
+and commits through it, and a module process costs about 0.4 s each time on a 2-core build host.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@
 
 One function, used by the module (a remote build host) and by the plan action when the build host is the
 controller itself (a local connection): there it runs in the action's process, without a module's start-up
-(about 0.5 s of every stage's plan on a quiet host, issue 29).
+(about 0.5 s of every stage's plan on a quiet host).
 """
 
 from __future__ import annotations

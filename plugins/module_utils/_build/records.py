@@ -2,7 +2,7 @@
 # Copyright (c) 2026 hpc.stateless developers
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""What a layer image records at commit: its packages and the repository states apt saw (issue 27).
+"""What a layer image records at commit: its packages and the repository states apt saw.
 
 Read from the mounted tree of the working container, through module_utils/_imagepath.py (an image's
 links never lead to the host's files):

@@ -10,8 +10,7 @@ postinst writes ``/etc/machine-id``, dbus's ``/var/lib/dbus/machine-id``, openss
 :func:`remove_ansible_tmp` removes what the build itself leaves, Ansible's remote temporary directory (``remote_tmp``,
 ``/root/.ansible/tmp``), empty or with a killed task's payload, which no node needs; the layer's commit runs it.
 :func:`seal` leaves an empty ``/etc/machine-id`` (root:root 0444: systemd makes the node's own at boot) and
-removes the rest. It was five tasks of the base role's ``seal`` entry point (copy, file, find, file per key,
-file), about 1 s of every layer's build (issue 29's profile); it is one module run now.
+removes the rest, in one module run (as five tasks they cost about 1 s of every layer's build).
 
 ``root`` is the tree: ``/`` inside the working container, where the module runs, or a directory (the unit
 tests). Every path is resolved the way the image sees it, inside ``root`` (module_utils/_imagepath.py), and

@@ -234,7 +234,7 @@ def rpm_query_argv(root: str, db_dir: str) -> list[str] | None:
     """The build host's rpm reading the tree's database; None when the host has no rpm.
 
     Never the tree's own rpm through ``chroot``: that would run the image's code as the build user on the
-    host, outside any container (issue 25).
+    host, outside any container.
     """
     try:
         return [_process.which("rpm"), "--root", root, "--dbpath", db_dir, "-qa", "--qf", RPM_QUERY_FORMAT]

@@ -11,7 +11,7 @@ with cyclonedx-python-lib's JSON schema validator.
 * ``metadata.component``: the image (name, version) with the layer, the key of every layer, the
   source image and its ID (or the source directory), the package database read and, without one,
   why there is none - all as ``hpc.stateless:*`` properties;
-* its freshness (issue 27), when pack checked the archive: the repository states the image was built
+* its freshness, when pack checked the archive: the repository states the image was built
   against and those read at pack time, and each pending update, as ``hpc.stateless:repository``,
   ``hpc.stateless:archive`` and ``hpc.stateless:pending_update`` properties (CycloneDX has no field for them);
 * one ``library`` component per installed package: name, version, purl, declared licenses (rpm

@@ -6,7 +6,7 @@
 
 Written once for both ways it runs: the module (a module process on the boot host) and its action plugin, which
 calls :func:`run` in the controller's process when the boot host is the controller (plugin_utils/controller.py;
-a module process cost about 0.5 s each time on the 2-core build host, issue 29).
+a module process costs about 0.5 s each time on a 2-core build host).
 """
 
 from __future__ import annotations

@@ -110,7 +110,7 @@ def diff_packages(old: list[dict[str, Any]] | None, new: list[dict[str, Any]] | 
 
 def security_updates(packages: dict[str, Any], new: list[dict[str, Any]]) -> tuple[bool, list[dict[str, Any]]]:
     """Whether the new side says where its packages come from (a pack whose manifest records each package's
-    ``origin``, issue 27), and the changed packages whose new version's origin is a security suite:
+    ``origin``), and the changed packages whose new version's origin is a security suite:
     ``{name, old, new, origin}``."""
     origins = {str(p["name"]): p for p in new if "origin" in p}
     if not origins:

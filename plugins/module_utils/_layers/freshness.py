@@ -2,7 +2,7 @@
 # Copyright (c) 2026 hpc.stateless developers
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Which key a layer's image has when the archive moved: the plan's freshness check (issue 27).
+"""Which key a layer's image has when the archive moved: the plan's freshness check.
 
 A layer's content key over its inputs (roles, variables, spec, the parent's key: content_key.py) is its
 *inputs key* K0. The image of a layer is tagged with its *key* K and labelled ``hpc.stateless.inputs-key=K0``

@@ -6,7 +6,7 @@
 
 Written once for both ways it runs: the module (a module process on the build host) and its action plugin, which
 calls :func:`run` in the controller's process when the build host is the controller (plugin_utils/controller.py;
-a module process cost about 0.5 s each time on the 2-core build host, issue 29). Pack's warnings are returned in
+a module process costs about 0.5 s each time on a 2-core build host). Pack's warnings are returned in
 ``warnings``, which Ansible shows either way.
 """
 

@@ -374,6 +374,17 @@ def with_suite(report: Mapping[str, Any], checks: Sequence[Mapping[str, Any]], s
     return merged
 
 
+def report_line(report: Mapping[str, Any]) -> str:
+    """One node's report in a line: passed or FAILED, the checks that failed, the suite's counts and time, the
+    version the node booted and the one it is served."""
+    failed = [str(c.get("name")) for c in report.get("checks", []) if not c.get("passed")]
+    suite = report.get("suite") or {}
+    return (f"{'passed' if report.get('passed') else 'FAILED'} "
+            f"({', '.join(failed) or 'no drift, every check passed or waived'}; "
+            f"suite {suite.get('counts', 'not run')} in {suite.get('seconds', 0)}s) "
+            f"(booted {report.get('booted', '?')}, served {report.get('served') or 'nothing'})")
+
+
 def findings_message(reports: Sequence[Mapping[str, Any]]) -> str:
     """One line per node that drifted or could not be checked, naming the checks and the first line of their
     details (a suite check's detail is its assertion with the traceback, in the report)."""

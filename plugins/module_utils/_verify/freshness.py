@@ -2,7 +2,7 @@
 # Copyright (c) 2026 hpc.stateless developers
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""How fresh a release is (issue 27): what pack records of the archive and the freshness gate it applies.
+"""How fresh a release is: what pack records of the archive and the freshness gate it applies.
 
 At pack time the image's installed packages (its package database, the same reader as the manifest) are
 held against an archive view of its layer's apt sources (_archive/index.py, cached on the controller, the

@@ -96,3 +96,39 @@ def test_an_image_of_another_key_is_an_error_naming_layer_and_both_images():
 def test_what_is_no_plan_or_no_mapping_is_refused(bad, committed):
     with pytest.raises(BuiltPlanError, match="plan_after_build: expects"):
         plan_after_build(bad, committed)
+
+
+def hostvars(before, commit=None, lock=None):
+    """The run's hostvars as build.yml passes them (plain mappings here; Ansible's HostVars is a Mapping too):
+    each layer host holds what tasks/build_layer.yml registered, ``commit`` and ``lock`` by layer."""
+    found = {"localhost": {"hpc_stateless_plan": before}}
+    for name in before["layers"]:
+        found[name] = {"inventory_hostname": name}
+        if name in (commit or {}):
+            found[name]["_hpc_stateless_commit"] = commit[name]
+        if name in (lock or {}):
+            found[name]["_hpc_stateless_build_lock"] = lock[name]
+    return found
+
+
+def test_the_run_hostvars_give_the_images_the_build_committed_or_waited_for():
+    """The rule build.yml's Jinja held: a commit that succeeded names the image, else a build lock that found the
+    layer cached (another build committed it while this one waited)."""
+    before = plan(stale=("compute", "slurm"))
+    image = images(before, ["compute", "slurm"])
+    given = hostvars(before, commit={"slurm": {"image": image["slurm"], "changed": True}},
+                     lock={"compute": {"cached": True, "image": image["compute"]}, "slurm": {"cached": False}})
+    after = plan_filter(before, given)
+    assert after["after_build"] is True and after["built"] == ["compute", "slurm"]
+    assert after == plan_after_build(before, image)
+
+
+@pytest.mark.parametrize("commit, lock", [
+    ({"slurm": {"image": "x", "failed": True}}, {}),          # the commit failed
+    ({}, {"slurm": {"cached": False, "image": "x"}}),         # the lock did not find it cached
+    ({}, {}),                                                 # the layer's build never ran
+    ({"slurm": {"skipped": True}}, {}),                       # the commit task was skipped
+])
+def test_a_stale_layer_the_build_left_without_an_image_keeps_the_plan(commit, lock):
+    before = plan(stale=("slurm",))
+    assert plan_filter(before, hostvars(before, commit=commit, lock=lock)) == before

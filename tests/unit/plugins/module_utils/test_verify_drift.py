@@ -252,3 +252,17 @@ def test_with_suite_adds_the_suites_checks_and_fails_the_node_on_one():
     # a suite that ran nothing proves nothing
     empty = drift.with_suite(report, [])
     assert not empty["passed"] and empty["checks"][-1]["name"] == "suite::run" and empty["suite"]["counts"]["error"] == 1
+
+
+def test_a_report_in_one_line():
+    """What compliance.yml prints per node: the failed checks, the suite's counts and time, booted and served."""
+    report = drift.node_report("node001", "compute", "/srv/tftp", [Check("release", True, ""), Check(
+        "packages", False, "2 packages differ", "failed")], {"booted": "v1", "served": "v2"}, 0)
+    assert drift_filters.compliance_report_line(report) == \
+        "FAILED (packages; suite not run in 0s) (booted v1, served v2)"
+    suite = drift.with_suite(drift.node_report("node002", "compute", "/srv/tftp", [], {"served": ""}, 0),
+                             [{"name": "t", "passed": True, "result": "passed"}], 1.5)
+    assert drift.report_line(suite) == (f"passed (no drift, every check passed or waived; suite "
+                                        f"{suite['suite']['counts']} in 1.5s) (booted ?, served nothing)")
+    with pytest.raises(AnsibleFilterError, match="compliance_report_line: expects a report"):
+        drift_filters.compliance_report_line(["not", "a", "report"])
