@@ -128,6 +128,10 @@ PARTIAL_TAG = "partial"
 OLD_TAG = "old"
 _DRACUT_OUT = "/run/hpc-stateless-pack-out"
 _DEPMOD_BASE = "/run/hpc-stateless-depmod"
+# What an image too large for a cpio initramfs does instead (docs/scale.md).
+TWO_STAGE_ADVICE = ("Pack it as squashfs (the image's formats: [squashfs]) and boot it in two stages: the initrd "
+                    "fetches the squashfs from the boot servers by its sha256 and mounts it as root (root=hpcfetch; "
+                    "docs/scale.md)")
 # The one directory of the partial version directory that a container writes into (dracut's output):
 # what it leaves there is read like an image, and only the initrd, a regular file, is copied out.
 _DRACUT_WORK = ".dracut-work"
@@ -646,20 +650,26 @@ class Packer:
                             "the module's allow_secrets: true allows all)")
         for secret in scan.allowed_secrets:
             self._warn(f"packing an allowed secret: {secret}")
-        if scan.too_large and any(f.startswith("cpio.") for f in req.formats):
+        cpio = [fmt for fmt in req.formats if fmt.startswith("cpio.")]
+        if scan.too_large and cpio:
             listed = "; ".join(f"/{rel} ({size} bytes)" for rel, size in scan.too_large)
-            problems.append(f"files too large for the cpio newc format (limit {MAX_FILE_SIZE} bytes, 4 GiB - 1): "
-                            f"{listed}. Exclude them, or pack squashfs instead")
-        if uncompressed > req.size_ceiling:
+            problems.append(f"a cpio initramfs ({', '.join(cpio)}) cannot hold a file of 4 GiB or more (newc's size "
+                            f"field is 32 bits, limit {MAX_FILE_SIZE} bytes, 4 GiB - 1): {listed}. {TWO_STAGE_ADVICE}, or "
+                            "exclude those files")
+        # An initramfs is unpacked into RAM (the archive and the tree at once); a squashfs root stays compressed
+        # in RAM and is read as it is used, so the tree's size bounds only cpio (the squashfs file itself is held
+        # against size_ceiling once written).
+        if uncompressed > req.size_ceiling and cpio:
             message = (f"the packed tree is {uncompressed} bytes ({pm.human_size(uncompressed)}), above size_ceiling "
-                       f"{req.size_ceiling} bytes ({pm.human_size(req.size_ceiling)}): legacy BIOS/PXE loaders "
-                       "cannot load such an initrd and the node needs that much RAM; exclude what the size report "
-                       "lists or raise size_ceiling")
+                       f"{req.size_ceiling} bytes ({pm.human_size(req.size_ceiling)}), what the nodes' memory allows "
+                       f"for a cpio initramfs ({', '.join(cpio)}; legacy BIOS/PXE loaders cannot load one near 4 GiB "
+                       f"either). {TWO_STAGE_ADVICE}; or exclude what the size report lists, or raise size_ceiling "
+                       "(hpc_stateless_pack_size_ceiling, or the image's size_ceiling) if the nodes have the memory")
             if req.size_ceiling_action == "fail":
                 problems.append(message)
             else:
                 self._warn(message)
-        elif uncompressed >= req.size_warn_ratio * req.size_ceiling:
+        elif cpio and uncompressed >= req.size_warn_ratio * req.size_ceiling:
             self._warn(f"the packed tree is {pm.human_size(uncompressed)}, {100 * uncompressed // req.size_ceiling}% "
                        f"of size_ceiling {pm.human_size(req.size_ceiling)}")
         if problems:
