@@ -62,6 +62,7 @@ import comparisons
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "integration"))
+sys.path.insert(0, str(REPO / ".collections"))
 
 from storm_support import (  # noqa: E402  pylint: disable=wrong-import-position,import-error
     ARTIFACT_DIR,
@@ -81,6 +82,8 @@ GOAL_P2P = 0.5
 GOAL_P2P_COPIES = 3.0
 BOOT_SCRIPT = "ipxe/images/storm.ipxe"  # the per-image boot script (the deploy's layout, docs/scale.md)
 TRACKER_PORT = 6969
+# Boot servers are machines of their own: their nginx runs ahead of the simulated nodes on the shared cores.
+SERVER_PRIORITY = -10
 KERNEL_MIB = 1  # the "kernel" of the switch scenario: a second artifact named by the same script
 
 # What each simulated node runs: wait for the storm's start (a shared lock the benchmark holds), then
@@ -216,7 +219,7 @@ def make_image(path: Path, mib: int) -> str:
     with open(path, "wb") as handle:
         for _ in range(mib):
             handle.write(os.urandom(MIB))
-    return sha256_file(path)
+    return sha256_file(str(path))
 
 
 class Storm:
@@ -234,7 +237,7 @@ class Storm:
 
     def serve(self, host: str, root: Path, upstream: Optional[str] = None) -> Nginx:
         server = Nginx(self.work / f"nginx-{host}", root, f"{self.net.hosts[host].address}:80",
-                       self.net.hosts[host].name, upstream).start()
+                       self.net.hosts[host].name, upstream, priority=SERVER_PRIORITY).start()
         self.servers[host] = server
         return server
 
@@ -517,7 +520,7 @@ def scenario_p2p(cfg: Config, work: Path, image: Path, digest: str) -> dict[str,
         time.sleep(2)
         os.environ["HPC_FETCH_ARIA2_OPTS"] = "--bt-tracker-interval=2 --bt-max-peers=80 --bt-request-peer-speed-limit=10M"
         try:
-            results = storm.run_nodes(orders_for(cfg.nodes, ["s0"], storm), digest, extra=f"-t {torrent_hex}")
+            results = storm.run_nodes(orders_for(cfg.nodes, ["s0"], storm), digest, extra=f"-t {torrent_hex} -l 30")
         finally:
             os.environ.pop("HPC_FETCH_ARIA2_OPTS", None)
         out = summary(cfg, results, storm, ["s0"], {digest})

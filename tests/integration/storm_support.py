@@ -11,7 +11,6 @@ the very script the initramfs runs, :data:`FETCH_SCRIPT`, and real nginx (Debian
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import shutil
 import signal
@@ -20,6 +19,8 @@ import subprocess
 import time
 from pathlib import Path
 from typing import Iterator, Optional, Sequence
+
+from ansible_collections.hpc.stateless.plugins.module_utils._contract.sums import sha256_file
 
 REPO = Path(__file__).resolve().parents[2]
 DRACUT_MODULE = REPO / "roles" / "hpc_stateless" / "files" / "dracut" / "95hpcfetch"
@@ -30,6 +31,7 @@ ARTIFACT_DIR = "sha256"  # <server>/sha256/<hex>: docs/scale.md
 # a cache in front of it (proxy_cache_lock: one fill per file however many nodes ask at once).
 NGINX_CONF = """\
 {user}worker_processes 1;
+worker_priority {priority};
 pid {prefix}/nginx.pid;
 error_log {prefix}/error.log warn;
 events {{ worker_connections 4096; }}
@@ -66,17 +68,9 @@ CACHE_LOCATION = """\
         }}"""
 
 
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def publish(root: Path, source: Path) -> str:
     """Put ``source`` under ``root``/sha256/<its hash> (a hard link when it can); returns the hash."""
-    digest = sha256_file(source)
+    digest = sha256_file(str(source))
     target = root / ARTIFACT_DIR / digest
     target.parent.mkdir(parents=True, exist_ok=True)
     if not target.exists():
@@ -95,10 +89,12 @@ def free_port() -> int:
 
 class Nginx:
     """nginx serving ``root`` on ``listen`` (``addr:port``), in network namespace ``netns`` when given;
-    with ``upstream`` (a base URL) a caching proxy of it instead of a file server."""
+    with ``upstream`` (a base URL) a caching proxy of it instead of a file server. ``priority``: the
+    worker's nice value (a boot server is a machine of its own: the benchmark keeps it ahead of the
+    simulated nodes on the shared cores)."""
 
     def __init__(self, prefix: Path, root: Path, listen: str, netns: Optional[str] = None,
-                 upstream: Optional[str] = None) -> None:
+                 upstream: Optional[str] = None, priority: int = 0) -> None:
         self.prefix, self.root, self.listen, self.netns = prefix, root, listen, netns
         prefix.mkdir(parents=True, exist_ok=True)
         for sub in ("body", "proxy", "fastcgi", "uwsgi", "scgi"):
@@ -108,7 +104,7 @@ class Nginx:
         self.conf = prefix / "nginx.conf"
         # Workers as root when started by root: the served trees are the tests' private temporary directories.
         user = "user root;\n" if os.geteuid() == 0 else ""
-        self.conf.write_text(NGINX_CONF.format(user=user, prefix=prefix, listen=listen, root=root, location=location,
+        self.conf.write_text(NGINX_CONF.format(user=user, priority=priority, prefix=prefix, listen=listen, root=root, location=location,
                                                cache_zone=zone))
         self.proc: Optional[subprocess.Popen] = None
 
