@@ -82,8 +82,6 @@ GOAL_P2P = 0.5
 GOAL_P2P_COPIES = 3.0
 BOOT_SCRIPT = "ipxe/images/storm.ipxe"  # the per-image boot script (the deploy's layout, docs/scale.md)
 TRACKER_PORT = 6969
-# Boot servers are machines of their own: their nginx runs ahead of the simulated nodes on the shared cores.
-SERVER_PRIORITY = -10
 KERNEL_MIB = 1  # the "kernel" of the switch scenario: a second artifact named by the same script
 
 # What each simulated node runs: wait for the storm's start (a shared lock the benchmark holds), then
@@ -237,7 +235,7 @@ class Storm:
 
     def serve(self, host: str, root: Path, upstream: Optional[str] = None) -> Nginx:
         server = Nginx(self.work / f"nginx-{host}", root, f"{self.net.hosts[host].address}:80",
-                       self.net.hosts[host].name, upstream, priority=SERVER_PRIORITY).start()
+                       self.net.hosts[host].name, upstream).start()
         self.servers[host] = server
         return server
 

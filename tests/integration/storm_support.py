@@ -31,7 +31,6 @@ ARTIFACT_DIR = "sha256"  # <server>/sha256/<hex>: docs/scale.md
 # a cache in front of it (proxy_cache_lock: one fill per file however many nodes ask at once).
 NGINX_CONF = """\
 {user}worker_processes 1;
-worker_priority {priority};
 pid {prefix}/nginx.pid;
 error_log {prefix}/error.log warn;
 events {{ worker_connections 4096; }}
@@ -89,12 +88,10 @@ def free_port() -> int:
 
 class Nginx:
     """nginx serving ``root`` on ``listen`` (``addr:port``), in network namespace ``netns`` when given;
-    with ``upstream`` (a base URL) a caching proxy of it instead of a file server. ``priority``: the
-    worker's nice value (a boot server is a machine of its own: the benchmark keeps it ahead of the
-    simulated nodes on the shared cores)."""
+    with ``upstream`` (a base URL) a caching proxy of it instead of a file server."""
 
     def __init__(self, prefix: Path, root: Path, listen: str, netns: Optional[str] = None,
-                 upstream: Optional[str] = None, priority: int = 0) -> None:
+                 upstream: Optional[str] = None) -> None:
         self.prefix, self.root, self.listen, self.netns = prefix, root, listen, netns
         prefix.mkdir(parents=True, exist_ok=True)
         for sub in ("body", "proxy", "fastcgi", "uwsgi", "scgi"):
@@ -104,7 +101,7 @@ class Nginx:
         self.conf = prefix / "nginx.conf"
         # Workers as root when started by root: the served trees are the tests' private temporary directories.
         user = "user root;\n" if os.geteuid() == 0 else ""
-        self.conf.write_text(NGINX_CONF.format(user=user, priority=priority, prefix=prefix, listen=listen, root=root, location=location,
+        self.conf.write_text(NGINX_CONF.format(user=user, prefix=prefix, listen=listen, root=root, location=location,
                                                cache_zone=zone))
         self.proc: Optional[subprocess.Popen] = None
 
