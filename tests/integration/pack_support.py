@@ -126,6 +126,15 @@ def pack_live_image(output: Path, times: dict[str, float]) -> Path:
     return next(p for p in (output / "packlive").iterdir() if not p.name.startswith("."))
 
 
+def keep_boot_logs(name: str, what: str, times: dict[str, float], console: str) -> None:
+    """A boot test's step times and console under build/test-logs (``<name>-times.json``, ``<name>-console.log``)."""
+    logs = REPO / "build" / "test-logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    (logs / f"{name}-times.json").write_text(json.dumps(times, indent=2) + "\n")
+    (logs / f"{name}-console.log").write_text(console)
+    print(f"\n{what} (seconds; size in MiB):", json.dumps(times))
+
+
 def pack_module(check_mode: bool = False, **params) -> tuple[int, dict]:
     """The real module through ``ansible localhost -m hpc.stateless.pack``; returns (rc, result)."""
     return run_module("hpc.stateless.pack", check_mode, **params)

@@ -23,9 +23,8 @@ import shutil
 import time
 
 import pytest
-from conftest import REPO
 from deploy_support import GUEST_HOST_ADDRESS, access_log, http_server
-from pack_support import HEADLESS, IMAGE_RELEASE_TO_CONSOLE, MULTI_USER, boot_qemu, pack_live_image
+from pack_support import HEADLESS, IMAGE_RELEASE_TO_CONSOLE, MULTI_USER, boot_qemu, keep_boot_logs, pack_live_image
 
 URL_PLACEHOLDER = "<URL of the squashfs>"
 PROBE = "/root/hpc-overlay-probe"
@@ -87,11 +86,7 @@ def test_dracut_initrd_boots_the_squashfs_over_http_with_writes_in_ram(tmp_path)
                             extra=("-netdev", "user,id=n0", "-device", "e1000,netdev=n0", *HEADLESS))
         served = access_log(tmp_path / "lighttpd", [(f"/{squashfs.name}", "200")])
     times["boot"] = round(time.monotonic() - start, 1)
-    log = REPO / "build" / "test-logs"
-    log.mkdir(parents=True, exist_ok=True)
-    (log / "pack-live-times.json").write_text(json.dumps(times, indent=2) + "\n")
-    (log / "pack-live-console.log").write_text(console)
-    print("\nsquashfs live boot (seconds; size in MiB):", json.dumps(times))
+    keep_boot_logs("pack-live", "squashfs live boot", times, console)
     shutil.rmtree(version_dir, ignore_errors=True)
 
     # The release file exists only in the squashfs: printing it proves the switch to that root.

@@ -23,9 +23,9 @@ import subprocess
 import time
 
 import pytest
-from conftest import REPO
 from deploy_support import GUEST_HOST_ADDRESS
-from pack_support import HEADLESS, IMAGE_RELEASE_TO_CONSOLE, MULTI_USER, boot_qemu, pack_live_image, pack_module
+from pack_support import (HEADLESS, IMAGE_RELEASE_TO_CONSOLE, MULTI_USER, boot_qemu, keep_boot_logs, pack_live_image,
+                          pack_module)
 from storm_support import ARTIFACT_DIR, free_port, publish, served
 
 BIG = 4 * 2**30 + 2**28  # 4.25 GiB: beyond newc's 32-bit size field and the kernel's 4 GB initramfs
@@ -92,11 +92,7 @@ def test_image_beyond_4gib_is_refused_as_cpio_and_boots_in_two_stages_past_a_dea
         nginx.stop()
         log = (tmp_path / "nginx" / "access.log").read_text()
     times["boot"] = round(time.monotonic() - start, 1)
-    logs = REPO / "build" / "test-logs"
-    logs.mkdir(parents=True, exist_ok=True)
-    (logs / "pack-two-stage-times.json").write_text(json.dumps(times, indent=2) + "\n")
-    (logs / "pack-two-stage-console.log").write_text(console)
-    print("\ntwo-stage boot of an image beyond 4 GiB (seconds; size in MiB):", json.dumps(times))
+    keep_boot_logs("pack-two-stage", "two-stage boot of an image beyond 4 GiB", times, console)
 
     assert re.search(rf"BIG-SIZE={BIG}\b", console), console[-4000:]
     assert f"MARKER={marker}" in console, console[-4000:]
