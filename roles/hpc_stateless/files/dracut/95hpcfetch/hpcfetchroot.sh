@@ -24,4 +24,7 @@ if ! hpc-fetch -s "$(getarg hpc.servers=)" -i "$(getarg hpc.image=)" -o "$dir/ro
     exit 1
 fi
 : >/tmp/hpcfetch.done
+# The overlay's upper and work directories (tmpfs under /run): the generator's sysroot.mount uses them as
+# soon as the root is there, before dracut's mount hooks (which would make them) run.
+mkdir -p /run/overlayfs /run/ovlwork
 exec /sbin/dmsquash-live-root "$dir/root.squashfs"
