@@ -129,6 +129,8 @@ BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in (
     Benchmark("hwprofile", "~10 min", lambda d: ["--image", d.image_ref], ["--boots", "1"], True,
               lambda d: [d.image_ref]),
     Benchmark("peer", "~8 min", lambda d: [], ["--quick"]),
+    Benchmark("storm", "~10 min", lambda d: ["--plot", "docs/images/storm.svg"],
+              ["--quick", "--plot", "build/storm-quick.svg"]),
     Benchmark("connection", "~10 min", lambda d: ["--image", d.root_ref], ["--rounds", "1"], True,
               lambda d: [d.root_ref]),
     Benchmark("rootless", "~5 min", lambda d: ["--inventory", INVENTORY],

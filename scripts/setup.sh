@@ -18,7 +18,7 @@ test_packages=(
   docker-registry graphviz busybox-static ipxe-qemu
   e2fsprogs fdisk parted iproute2 util-linux nodejs curl shellcheck
   strace openssl lighttpd default-jre-headless apt-utils socat
-  nginx openssh-server openssh-client
+  nginx openssh-server openssh-client aria2 opentracker
 )
 
 image_only=false

@@ -155,6 +155,13 @@ options:
     description: Build the squashfs initrd with the image's dracut (dmsquash-live, livenet) when it has them.
     type: bool
     default: true
+  first_stage:
+    description:
+      - Directory of the collection's dracut module C(hpcfetch) (C(roles/hpc_stateless/files/dracut/95hpcfetch)).
+        When the image's dracut can fetch over the network (livenet), the module is added to the squashfs
+        initrd, and the manifest's C(initrd.first_stage.kernel_args) say how to boot with it
+        (C(root=hpcfetch); deploy adds C(hpc.servers=) and C(hpc.image=)). See C(docs/scale.md).
+    type: path
   source_date_epoch:
     description:
       - Time (seconds since the epoch) for C(BUILD_TIME), the manifest's C(created) and the mtime clamp.

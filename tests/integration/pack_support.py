@@ -22,10 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
-from conftest import REPO, buildah, run_site
+from conftest import REPO, buildah, run_site, tag_default_layers
 
 DEFAULT_INVENTORY = REPO / "inventory"
 PACK_INVENTORY = REPO / "tests" / "integration" / "pack_inventory"
+# The squashfs live DAG (base -> packkernel -> packdracut -> packlive) under PACK_PREFIX: test_pack_live.py.
+DRACUT_INVENTORY = REPO / "tests" / "integration" / "pack_dracut_inventory"
 PACK_PREFIX = "localhost/hpc-stateless-packtest"
 OUTPUT_ROOT = Path(tempfile.gettempdir()) / "hpc-stateless-pack-tests"
 
@@ -105,6 +107,32 @@ def pack_target() -> PackTarget:
     return PackTarget("packtest", PACK_INVENTORY, extra, output, version_dir,
                       json.loads((version_dir / "manifest.json").read_text()), packed.stdout,
                       f"private packkernel layer (the default compute image could not be packed: {reason[:300]})")
+
+
+def pack_live_image(output: Path, times: dict[str, float]) -> Path:
+    """Build (cached) and pack the squashfs live image of DRACUT_INVENTORY into ``output``; its version
+    directory. ``times`` gets the seconds of ``build`` and ``pack``."""
+    extra = ("-e", f"hpc_stateless_image_prefix={PACK_PREFIX}")
+    start = time.monotonic()
+    # The default build's bootstrapped root is tagged into the prefix first: a fresh checkout bootstraps once.
+    tag_default_layers(PACK_PREFIX, ("bootstrap/base",))
+    built = run_site(*extra, inventory=DRACUT_INVENTORY)
+    assert built.returncode == 0, built.stdout[-3000:]
+    times["build"] = round(time.monotonic() - start, 1)
+    start = time.monotonic()
+    packed = run_pack_playbook(DRACUT_INVENTORY, output, *extra)
+    assert packed.returncode == 0, packed.stdout[-3000:]
+    times["pack"] = round(time.monotonic() - start, 1)
+    return next(p for p in (output / "packlive").iterdir() if not p.name.startswith("."))
+
+
+def keep_boot_logs(name: str, what: str, times: dict[str, float], console: str) -> None:
+    """A boot test's step times and console under build/test-logs (``<name>-times.json``, ``<name>-console.log``)."""
+    logs = REPO / "build" / "test-logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    (logs / f"{name}-times.json").write_text(json.dumps(times, indent=2) + "\n")
+    (logs / f"{name}-console.log").write_text(console)
+    print(f"\n{what} (seconds; size in MiB):", json.dumps(times))
 
 
 def pack_module(check_mode: bool = False, **params) -> tuple[int, dict]:

@@ -160,6 +160,7 @@ def test_file_of_4gib_is_refused_for_cpio_before_writing(tmp_path):
     rc, result = pack_dir(root, tmp_path / "out", formats=["cpio.zst"], size_ceiling="16G")
     assert rc != 0
     assert "/huge.img (4294967296 bytes)" in result["msg"] and "4294967295 bytes, 4 GiB - 1" in result["msg"]
+    assert "Pack it as squashfs" in result["msg"] and "boot it in two stages" in result["msg"], result["msg"]
     assert nothing_published(tmp_path / "out", "bad")
 
 
@@ -167,7 +168,13 @@ def test_size_ceiling_fails_or_warns(tmp_path):
     root = small_root(tmp_path, extra={"srv/blob": b"\0" * (1 << 20)})
     rc, result = pack_dir(root, tmp_path / "out", size_ceiling="512K")
     assert rc != 0 and "above size_ceiling 524288 bytes" in result["msg"]
+    assert "what the nodes' memory allows for a cpio initramfs" in result["msg"], result["msg"]
+    assert "boot it in two stages" in result["msg"], result["msg"]
     assert nothing_published(tmp_path / "out", "bad")
+    # A squashfs root is not unpacked into RAM: the tree's size does not bound it, the squashfs file does.
+    rc, result = pack_dir(root, tmp_path / "sq", formats=["squashfs"], size_ceiling="512K", dracut=False)
+    assert rc == 0, result.get("msg")
+    assert not any("size_ceiling" in w for w in result.get("warnings", [])), result.get("warnings")
     rc, result = pack_dir(root, tmp_path / "out", size_ceiling="512K", size_ceiling_action="warn")
     assert rc == 0 and any("size_ceiling" in w for w in result["warnings"])
     rc, result = pack_dir(root, tmp_path / "out", size_ceiling="1200K", force=True)

@@ -23,11 +23,9 @@ import shutil
 import time
 
 import pytest
-from conftest import REPO, run_site, tag_default_layers
 from deploy_support import GUEST_HOST_ADDRESS, access_log, http_server
-from pack_support import HEADLESS, IMAGE_RELEASE_TO_CONSOLE, MULTI_USER, PACK_PREFIX, boot_qemu, run_pack_playbook
+from pack_support import HEADLESS, IMAGE_RELEASE_TO_CONSOLE, MULTI_USER, boot_qemu, keep_boot_logs, pack_live_image
 
-DRACUT_INVENTORY = REPO / "tests" / "integration" / "pack_dracut_inventory"
 URL_PLACEHOLDER = "<URL of the squashfs>"
 PROBE = "/root/hpc-overlay-probe"
 UPPER = "/run/overlayfs"  # dracut dmsquash-live's overlayfs upper directory
@@ -68,18 +66,8 @@ def mount_holding(path: str, mounts: list[tuple[str, str, str, str]]) -> tuple[s
 
 
 def test_dracut_initrd_boots_the_squashfs_over_http_with_writes_in_ram(tmp_path):
-    times = {}
-    extra = ("-e", f"hpc_stateless_image_prefix={PACK_PREFIX}")
-    start = time.monotonic()
-    tag_default_layers(PACK_PREFIX, ("bootstrap/base",))
-    built = run_site(*extra, inventory=DRACUT_INVENTORY)
-    assert built.returncode == 0, built.stdout[-3000:]
-    times["build"] = round(time.monotonic() - start, 1)
-    start = time.monotonic()
-    packed = run_pack_playbook(DRACUT_INVENTORY, tmp_path, *extra)
-    assert packed.returncode == 0, packed.stdout[-3000:]
-    times["pack"] = round(time.monotonic() - start, 1)
-    version_dir = next(p for p in (tmp_path / "packlive").iterdir() if not p.name.startswith("."))
+    times: dict[str, float] = {}
+    version_dir = pack_live_image(tmp_path, times)
     manifest = json.loads((version_dir / "manifest.json").read_text())
     assert manifest["initrd"]["generator"] == "dracut", manifest["initrd"]
     args = manifest["initrd"]["kernel_args"]
@@ -98,11 +86,7 @@ def test_dracut_initrd_boots_the_squashfs_over_http_with_writes_in_ram(tmp_path)
                             extra=("-netdev", "user,id=n0", "-device", "e1000,netdev=n0", *HEADLESS))
         served = access_log(tmp_path / "lighttpd", [(f"/{squashfs.name}", "200")])
     times["boot"] = round(time.monotonic() - start, 1)
-    log = REPO / "build" / "test-logs"
-    log.mkdir(parents=True, exist_ok=True)
-    (log / "pack-live-times.json").write_text(json.dumps(times, indent=2) + "\n")
-    (log / "pack-live-console.log").write_text(console)
-    print("\nsquashfs live boot (seconds; size in MiB):", json.dumps(times))
+    keep_boot_logs("pack-live", "squashfs live boot", times, console)
     shutil.rmtree(version_dir, ignore_errors=True)
 
     # The release file exists only in the squashfs: printing it proves the switch to that root.

@@ -177,4 +177,10 @@ def image_initrd(root: str, version: str) -> str | None:
 
 
 DRACUT_KERNEL_ARGS = "root=live:<URL of the squashfs> rd.live.image rd.live.overlay.overlayfs=1 rd.neednet=1 ip=dhcp"
+# The collection's first stage (roles/hpc_stateless/files/dracut/95hpcfetch): fetches the squashfs named by
+# its sha256 from a list of servers (deploy adds hpc.servers=<url>,<url> hpc.image=<sha256>; docs/scale.md).
+FIRST_STAGE_MODULE = "hpcfetch"
+FIRST_STAGE_DIR = "usr/lib/dracut/modules.d/95hpcfetch"
+FIRST_STAGE_KERNEL_ARGS = "root=hpcfetch rd.live.image rd.live.overlay.overlayfs=1 rd.neednet=1 ip=dhcp"
+FIRST_STAGE_FILES = ("module-setup.sh", "hpc-fetch.sh", "hpcfetchroot.sh", "parse-hpcfetch.sh", "hpcfetch-generator.sh")
 LIVE_BOOT_KERNEL_ARGS = "boot=live fetch=<URL of the squashfs>"

@@ -21,6 +21,7 @@ whose files match SHA256SUMS, is up to date: nothing is written (``changed=false
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -73,6 +74,10 @@ from ansible_collections.hpc.stateless.plugins.module_utils._pack.squashfs impor
 )
 from ansible_collections.hpc.stateless.plugins.module_utils._pack.kernel import (
     DRACUT_KERNEL_ARGS,
+    FIRST_STAGE_DIR,
+    FIRST_STAGE_FILES,
+    FIRST_STAGE_KERNEL_ARGS,
+    FIRST_STAGE_MODULE,
     LIVE_BOOT_KERNEL_ARGS,
     Kernel,
     dracut_modules,
@@ -123,6 +128,10 @@ PARTIAL_TAG = "partial"
 OLD_TAG = "old"
 _DRACUT_OUT = "/run/hpc-stateless-pack-out"
 _DEPMOD_BASE = "/run/hpc-stateless-depmod"
+# What an image too large for a cpio initramfs does instead (docs/scale.md).
+TWO_STAGE_ADVICE = ("Pack it as squashfs (the image's formats: [squashfs]) and boot it in two stages: the initrd "
+                    "fetches the squashfs from the boot servers by its sha256 and mounts it as root (root=hpcfetch; "
+                    "docs/scale.md)")
 # The one directory of the partial version directory that a container writes into (dracut's output):
 # what it leaves there is read like an image, and only the initrd, a regular file, is copied out.
 _DRACUT_WORK = ".dracut-work"
@@ -162,6 +171,7 @@ class PackRequest:
     kernel_version: str | None = None
     initrd: str | None = None
     dracut: bool = True
+    first_stage: str | None = None  # the collection's dracut module hpcfetch (a directory on the build host)
     kernel_args: str = ""
     source_date_epoch: int | None = None
     size_ceiling: int = 4 << 30
@@ -640,20 +650,26 @@ class Packer:
                             "the module's allow_secrets: true allows all)")
         for secret in scan.allowed_secrets:
             self._warn(f"packing an allowed secret: {secret}")
-        if scan.too_large and any(f.startswith("cpio.") for f in req.formats):
+        cpio = [fmt for fmt in req.formats if fmt.startswith("cpio.")]
+        if scan.too_large and cpio:
             listed = "; ".join(f"/{rel} ({size} bytes)" for rel, size in scan.too_large)
-            problems.append(f"files too large for the cpio newc format (limit {MAX_FILE_SIZE} bytes, 4 GiB - 1): "
-                            f"{listed}. Exclude them, or pack squashfs instead")
-        if uncompressed > req.size_ceiling:
+            problems.append(f"a cpio initramfs ({', '.join(cpio)}) cannot hold a file of 4 GiB or more (newc's size "
+                            f"field is 32 bits, limit {MAX_FILE_SIZE} bytes, 4 GiB - 1): {listed}. {TWO_STAGE_ADVICE}, or "
+                            "exclude those files")
+        # An initramfs is unpacked into RAM (the archive and the tree at once); a squashfs root stays compressed
+        # in RAM and is read as it is used, so the tree's size bounds only cpio (the squashfs file itself is held
+        # against size_ceiling once written).
+        if uncompressed > req.size_ceiling and cpio:
             message = (f"the packed tree is {uncompressed} bytes ({pm.human_size(uncompressed)}), above size_ceiling "
-                       f"{req.size_ceiling} bytes ({pm.human_size(req.size_ceiling)}): legacy BIOS/PXE loaders "
-                       "cannot load such an initrd and the node needs that much RAM; exclude what the size report "
-                       "lists or raise size_ceiling")
+                       f"{req.size_ceiling} bytes ({pm.human_size(req.size_ceiling)}), what the nodes' memory allows "
+                       f"for a cpio initramfs ({', '.join(cpio)}; legacy BIOS/PXE loaders cannot load one near 4 GiB "
+                       f"either). {TWO_STAGE_ADVICE}; or exclude what the size report lists, or raise size_ceiling "
+                       "(hpc_stateless_pack_size_ceiling, or the image's size_ceiling) if the nodes have the memory")
             if req.size_ceiling_action == "fail":
                 problems.append(message)
             else:
                 self._warn(message)
-        elif uncompressed >= req.size_warn_ratio * req.size_ceiling:
+        elif cpio and uncompressed >= req.size_warn_ratio * req.size_ceiling:
             self._warn(f"the packed tree is {pm.human_size(uncompressed)}, {100 * uncompressed // req.size_ceiling}% "
                        f"of size_ceiling {pm.human_size(req.size_ceiling)}")
         if problems:
@@ -678,7 +694,22 @@ class Packer:
             "size_ceiling_action": req.size_ceiling_action,
             "release_extra": dict(sorted(req.release_extra.items())),
             **({"hardware_profile": self._profile.fingerprint()} if self._profile else {}),
+            **({"first_stage": self._first_stage_digest()} if req.first_stage and "squashfs" in req.formats else {}),
         }
+
+    def _first_stage_digest(self) -> str:
+        """sha256 over the first stage's files (name and bytes): a changed hpc-fetch makes another initrd."""
+        digest = hashlib.sha256()
+        for name in FIRST_STAGE_FILES:
+            path = os.path.join(self.req.first_stage or "", name)
+            try:
+                with open(path, "rb") as handle:
+                    data = handle.read()
+            except OSError as exc:
+                raise PackError(f"first_stage: {path} cannot be read ({exc.strerror}); it names the collection's "
+                                "dracut module directory roles/hpc_stateless/files/dracut/95hpcfetch") from exc
+            digest.update(name.encode() + b"\0" + hashlib.sha256(data).digest())
+        return digest.hexdigest()
 
     def _up_to_date(self, final: str, source_info: dict[str, Any], options: dict[str, Any],
                     verification: dict[str, Any]) -> bool:
@@ -821,6 +852,7 @@ class Packer:
     def _initrd(self, source: Source, kernel: Kernel, sde: int) -> dict[str, Any] | None:
         """An initrd that mounts the squashfs root, or None (with a warning saying why)."""
         partial = self._partial_dir()
+        first_stage = False
         if self.req.initrd:
             try:
                 fd = os.open(self.req.initrd, os.O_RDONLY | os.O_CLOEXEC)  # the build host's file, named by the user
@@ -836,7 +868,7 @@ class Packer:
             method = squashfs_boot_method(source.root)
             own = image_initrd(source.root, kernel.version)
             if method == "dracut" and self.req.dracut and source.container and self.buildah is not None:
-                self._run_dracut(source.container, source.root, kernel.version, sde)
+                first_stage = self._run_dracut(source.container, source.root, kernel.version, sde)
                 generator, args = "dracut", DRACUT_KERNEL_ARGS
             elif method == "live-boot" and own:
                 self._copy_out(source.root, own, names.INITRD_FILE, f"the image's initrd {own}")
@@ -847,8 +879,11 @@ class Packer:
                            "layer, or pass initrd=<path on the build host>. See docs/pack.md")
                 return None
         dest = os.path.join(partial, names.INITRD_FILE)
-        return {"file": names.INITRD_FILE, "generator": generator, "kernel_args": args,
-                "size": os.path.getsize(dest), "sha256": sums.sha256_file(dest)}
+        entry = {"file": names.INITRD_FILE, "generator": generator, "kernel_args": args,
+                 "size": os.path.getsize(dest), "sha256": sums.sha256_file(dest)}
+        if generator == "dracut" and first_stage:
+            entry["first_stage"] = {"module": FIRST_STAGE_MODULE, "kernel_args": FIRST_STAGE_KERNEL_ARGS}
+        return entry
 
     def _copy_out(self, tree: str, path: str, name: str, what: str, follow_last: bool = True) -> None:
         """Copy the regular file ``path`` of ``tree`` (an image, or what a container wrote) into the partial
@@ -861,8 +896,10 @@ class Packer:
         except FileNotFoundError as exc:
             raise PackError(f"{what} is missing; nothing was published") from exc
 
-    def _run_dracut(self, container: str, root: str, kernel_version: str, sde: int) -> None:
-        """dracut inside the throw-away working container, writing into a directory of its own.
+    def _run_dracut(self, container: str, root: str, kernel_version: str, sde: int) -> bool:
+        """dracut inside the throw-away working container, writing into a directory of its own; True when the
+        initrd carries the first stage (``first_stage``: the collection's module, bound read-only into the
+        container's dracut modules when the image's dracut can fetch over the network).
 
         The container shares only that directory (``.dracut-work`` in the partial directory) with the build
         host, never the directory whose files are published: whatever the image's dracut leaves there
@@ -876,12 +913,22 @@ class Packer:
             self._warn(f"the image lacks {', '.join(missing)}: its dracut initrd cannot fetch the squashfs over "
                        "HTTP (root=live:http://...), only find it on a block device (root=live:/dev/...); Debian: "
                        "add curl isc-dhcp-client iputils-arping procps to a layer")
+        volumes = {}
+        first_stage = bool(self.req.first_stage) and not missing
+        if first_stage:
+            self._first_stage_digest()  # every file is there and readable, or a clear error
+            volumes[os.path.abspath(self.req.first_stage or "")] = f"/{FIRST_STAGE_DIR}:ro"
+            modules = [*modules, FIRST_STAGE_MODULE]
+        elif self.req.first_stage:
+            self._warn(f"the initrd cannot fetch over the network, so it carries no first stage ({FIRST_STAGE_MODULE}): "
+                       "root=hpcfetch will not boot it")
         work = os.path.join(self._partial_dir(), _DRACUT_WORK)
         os.mkdir(work, 0o700)
+        volumes[work] = _DRACUT_OUT
         dracut = ["dracut", "--quiet", "--force", "--no-hostonly", "--no-hostonly-cmdline", "--reproducible",
                   "--add", " ".join(modules), "--kver", kernel_version, f"{_DRACUT_OUT}/{names.INITRD_FILE}"]
         try:
-            self.buildah.run_in(container, dracut, volumes={work: _DRACUT_OUT},
+            self.buildah.run_in(container, dracut, volumes=volumes,
                                 environment={"SOURCE_DATE_EPOCH": str(sde)})
             self._copy_out(work, names.INITRD_FILE, names.INITRD_FILE, f"the {names.INITRD_FILE} the image's dracut "
                            "wrote", follow_last=False)
@@ -891,6 +938,7 @@ class Packer:
             shutil.rmtree(work, ignore_errors=True)
         if os.path.lexists(work):
             raise PackError(f"what the image's dracut left in {work} cannot be removed; nothing was published")
+        return first_stage
 
     def _package_db(self, root: str) -> pkgdb.PackageDb:
         """The image's package database, read once for the manifest and the SBOM."""

@@ -1,0 +1,237 @@
+#!/bin/sh
+# Copyright (c) 2026 hpc.stateless developers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+#
+# hpc-fetch: fetch a content-named image from a list of boot servers and verify it.
+#
+#   hpc-fetch -s 'http://a/,http://b/' -i <64 hex> -o /run/hpc-image/root.squashfs
+#             [-r rounds] [-w seconds] [-m reserve MiB] [-c connect timeout] [-l stall seconds]
+#             [-t <64 hex of a .torrent>]
+#
+# The image is <server>/sha256/<hex> on every server (docs/scale.md). Servers are tried in the
+# order given (the node's own first); a transfer cut off is resumed from the next server (the
+# bytes are the same everywhere: they are named by their hash); a file whose sha256 is not the
+# one named is refused and fetched again from the next server. After a round over every server
+# failed it waits (doubling up to 8x) and starts again, ROUNDS times. Before downloading, the
+# image's size (HEAD) is held against MemAvailable minus a reserve and the output directory's free
+# space: a node that cannot hold the image fails at once, saying so.
+# With -t and aria2c present the image is first fetched peer-to-peer (the .torrent is an artifact
+# too, verified like the image); peers that stall fall back to HTTP from the same servers.
+# This is the first stage of the initramfs (dracut module hpcfetch) and what the boot-storm
+# benchmark runs on each simulated node: POSIX sh, curl (or wget), sha256sum.
+#
+# Exit status: 0 fetched and verified (OUT holds it); 2 bad arguments; 3 the node cannot hold the
+# image (memory or space); 4 no server delivered the image after every round.
+
+servers=${HPC_FETCH_SERVERS:-}
+image=${HPC_FETCH_IMAGE:-}
+out=${HPC_FETCH_OUT:-}
+rounds=${HPC_FETCH_ROUNDS:-5}
+wait_s=${HPC_FETCH_WAIT:-2}
+reserve_mib=${HPC_FETCH_RESERVE_MIB:-256}
+connect_s=${HPC_FETCH_CONNECT_TIMEOUT:-5}
+stall_s=${HPC_FETCH_STALL:-15}
+torrent=${HPC_FETCH_TORRENT:-}
+
+log() { echo "hpc-fetch: $*" >&2; }
+usage() { log "$*"; log "usage: hpc-fetch -s 'http://a/,http://b/' -i <64 hex> -o <file> [-r rounds] [-w seconds] [-m reserve MiB] [-c connect s] [-l stall s] [-t <torrent hex>]"; exit 2; }
+
+while getopts s:i:o:r:w:m:c:l:t: opt; do
+    case $opt in
+        s) servers=$OPTARG ;;
+        i) image=$OPTARG ;;
+        o) out=$OPTARG ;;
+        r) rounds=$OPTARG ;;
+        w) wait_s=$OPTARG ;;
+        m) reserve_mib=$OPTARG ;;
+        c) connect_s=$OPTARG ;;
+        l) stall_s=$OPTARG ;;
+        t) torrent=$OPTARG ;;
+        *) usage "unknown option" ;;
+    esac
+done
+
+# <64 lowercase hex> (or sha256:<64 lowercase hex>) -> the hex; fails on anything else.
+hex_of() {
+    h=${1#sha256:}
+    [ ${#h} -eq 64 ] || return 1
+    case $h in *[!0-9a-f]*) return 1 ;; esac
+    echo "$h"
+}
+
+is_count() { case $1 in '' | *[!0-9]*) return 1 ;; esac; }
+
+hex=$(hex_of "$image") || usage "hpc.image (-i) must be <64 lowercase hex> (the sha256), got '$image'"
+[ -n "$torrent" ] && { torrent_hex=$(hex_of "$torrent") || usage "hpc.torrent (-t) must be <64 lowercase hex> (the sha256), got '$torrent'"; }
+[ -n "$out" ] || usage "no output file (-o)"
+for n in "$rounds" "$wait_s" "$reserve_mib" "$connect_s" "$stall_s"; do
+    is_count "$n" || usage "'$n' is not a whole number (-r -w -m -c -l)"
+done
+[ "$rounds" -ge 1 ] || usage "rounds (-r) must be at least 1"
+
+# The server list: comma-separated base URLs; each gets its trailing slash. Duplicates are refused:
+# a list that names one server twice is a configuration error, not extra failover.
+list=
+old_ifs=$IFS
+IFS=,
+for s in $servers; do
+    case $s in
+        http://?* | https://?*) ;;
+        *) IFS=$old_ifs; usage "hpc.servers (-s): '$s' is not an http:// or https:// base URL" ;;
+    esac
+    case $s in */) ;; *) s="$s/" ;; esac
+    case " $list " in *" $s "*) IFS=$old_ifs; usage "hpc.servers (-s) names $s twice" ;; esac
+    list="${list:+$list }$s"
+done
+IFS=$old_ifs
+[ -n "$list" ] || usage "hpc.servers (-s) names no server"
+
+if command -v curl >/dev/null 2>&1; then
+    tool=curl
+elif command -v wget >/dev/null 2>&1; then
+    tool=wget
+else
+    log "neither curl nor wget is here: cannot fetch"; exit 4
+fi
+
+part="$out.part"
+dir=$(dirname "$out")
+[ -d "$dir" ] || { log "output directory $dir does not exist"; exit 2; }
+
+# Content-Length of URL from a HEAD request, or nothing.
+remote_size() {
+    if [ "$tool" = curl ]; then
+        curl -fsSI --connect-timeout "$connect_s" --max-time $((connect_s * 2)) "$1" 2>/dev/null
+    else
+        wget -q -S --spider -T "$connect_s" "$1" 2>&1
+    fi | while IFS=': ' read -r name value; do
+        case $name in
+            [Cc]ontent-[Ll]ength) echo "$value" | tr -d '\r '; break ;;
+        esac
+    done
+}
+
+# Download URL into $part, resuming what is there.
+download() {
+    if [ "$tool" = curl ]; then
+        curl -fsS --connect-timeout "$connect_s" --speed-limit 1024 --speed-time "$stall_s" -C - -o "$part" "$1"
+    else
+        wget -q -c -T "$stall_s" -O "$part" "$1"
+    fi
+}
+
+file_size() { wc -c <"$1" | tr -d ' '; }
+sha_of() { sha256sum "$1" | { read -r sum _ && echo "$sum"; }; }
+
+# Fits: the image's size against MemAvailable minus the reserve and the directory's free space.
+check_room() {
+    size=$1
+    avail_kib=
+    while read -r key value _; do
+        [ "$key" = MemAvailable: ] && { avail_kib=$value; break; }
+    done </proc/meminfo
+    if [ -n "$avail_kib" ] && [ $((size / 1024 + reserve_mib * 1024)) -gt "$avail_kib" ]; then
+        log "the image needs $((size / 1048576)) MiB + a reserve of $reserve_mib MiB, the node has $((avail_kib / 1024)) MiB available: it cannot be held in RAM; boot it on a node with more memory or make the image smaller"
+        exit 3
+    fi
+    free_kib=$(df -Pk "$dir" | { read -r _; read -r _ _ _ f _ && echo "$f"; })
+    if [ -n "$free_kib" ] && [ $((size / 1024 + 1)) -gt "$free_kib" ]; then
+        log "the image needs $((size / 1048576)) MiB, $dir has $((free_kib / 1024)) MiB free"
+        exit 3
+    fi
+}
+
+# Accept $part as the image when its hash is the one named; refuse (remove) it otherwise.
+accept() {
+    got=$(sha_of "$part")
+    if [ "$got" = "$hex" ]; then
+        mv -f "$part" "$out" && return 0
+        log "cannot move $part to $out"; exit 4
+    fi
+    log "refused the image from $1: its sha256 is $got, not $hex; fetching it again from the next server"
+    rm -f "$part"
+    return 1
+}
+
+# Peer-to-peer first when a torrent is named and aria2c is here: the .torrent comes from the servers
+# (verified), aria2c fetches the pieces from peers (each piece checked against the torrent), and an
+# image that is still incomplete after the swarm stalls is left to the HTTP loop below.
+fetch_p2p() {
+    command -v aria2c >/dev/null 2>&1 || { log "no aria2c here: fetching over HTTP"; return 1; }
+    tfile="$out.torrent"
+    for s in $list; do
+        if [ "$tool" = curl ]; then
+            curl -fsS --connect-timeout "$connect_s" -o "$tfile" "${s}sha256/$torrent_hex" || continue
+        else
+            wget -q -T "$connect_s" -O "$tfile" "${s}sha256/$torrent_hex" || continue
+        fi
+        [ "$(sha_of "$tfile")" = "$torrent_hex" ] && break
+        log "refused the torrent from $s: wrong sha256"
+        rm -f "$tfile"
+    done
+    [ -s "$tfile" ] || { log "no server gave the torrent: fetching over HTTP"; return 1; }
+    # The torrent names the file; aria2c writes it into a directory of its own.
+    p2p="$out.p2p"
+    mkdir -p "$p2p"
+    # HPC_FETCH_ARIA2_OPTS: extra aria2c options, split into words on purpose.
+    # shellcheck disable=SC2086
+    aria2c -q --dir="$p2p" --seed-time="${HPC_FETCH_SEED_S:-0}" --bt-stop-timeout="$stall_s" \
+        --file-allocation=none --bt-enable-lpd=false --enable-dht=false --check-integrity=false \
+        --summary-interval=0 --console-log-level=error ${HPC_FETCH_ARIA2_OPTS:-} "$tfile" >&2
+    rc=$?
+    rm -f "$tfile"
+    for f in "$p2p"/*; do
+        [ -f "$f" ] && case $f in *.aria2) ;; *) got=$f ;; esac
+    done
+    if [ "$rc" -eq 0 ] && [ -n "${got:-}" ]; then
+        mv -f "$got" "$part"
+        rm -rf "$p2p"
+        accept "the swarm" && { log "fetched sha256:$hex peer-to-peer"; exit 0; }
+        return 1
+    fi
+    log "the swarm did not deliver the image (aria2c exit $rc): fetching over HTTP"
+    rm -rf "$p2p"
+    return 1
+}
+
+# The size, from the first server that answers; the room is checked once.
+size=
+for s in $list; do
+    size=$(remote_size "${s}sha256/$hex")
+    [ -n "$size" ] && break
+done
+if is_count "$size"; then
+    check_room "$size"
+else
+    log "no server answered a HEAD request for sha256:$hex: memory not checked before the download"
+fi
+
+if [ -n "$torrent" ]; then
+    fetch_p2p
+fi
+
+round=1
+delay=$wait_s
+while :; do
+    for s in $list; do
+        url="${s}sha256/$hex"
+        # A complete file needs no range request (a server answers 416 to one): verify it as it is.
+        if [ -f "$part" ] && is_count "$size" && [ "$(file_size "$part")" -ge "$size" ]; then
+            accept "$s" && { log "fetched sha256:$hex"; exit 0; }
+        fi
+        if download "$url"; then
+            accept "$s" && { log "fetched sha256:$hex from $s"; exit 0; }
+        else
+            log "$url failed (round $round of $rounds); trying the next server"
+        fi
+    done
+    if [ "$round" -ge "$rounds" ]; then
+        log "no server delivered sha256:$hex after $rounds rounds over: $list"
+        rm -f "$part"
+        exit 4
+    fi
+    sleep "$delay"
+    [ "$delay" -lt $((wait_s * 8)) ] && delay=$((delay * 2))
+    round=$((round + 1))
+done
