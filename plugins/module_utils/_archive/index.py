@@ -116,7 +116,8 @@ _TRANSIENT_HTTP = (408, 429, 500, 502, 503, 504)
 
 def _read_capped(reply, url: str, max_bytes: int | None, deadline: float | None) -> bytes:
     """The body of ``reply``, refused when it exceeds ``max_bytes`` or is still coming at ``deadline`` (monotonic)."""
-    chunks, total = [], 0
+    chunks: list[bytes] = []
+    total = 0
     # read1: what has arrived (one receive at most), so a mirror that drips bytes still meets the deadline.
     read = getattr(reply, "read1", reply.read)
     while True:

@@ -127,9 +127,9 @@ def parse_packages_hashes(data: bytes, packages: Optional[Collection[str]] = Non
             continue
         name = archive_name(fields["Package"], fields.get("Version", ""), fields.get("Architecture", ""),
                             fields.get("Filename", ""))
-        value = (fields.get("SHA256", "").lower(), int(fields["Size"]))
+        entry = (fields.get("SHA256", "").lower(), int(fields["Size"]))
         if all(k in fields for k in ("Version", "Architecture", "SHA256")):
-            found[name] = value if found.get(name, value) == value else None
+            found[name] = entry if found.get(name, entry) == entry else None
     return found
 
 
@@ -168,9 +168,10 @@ def _sha256_fd(fd: int) -> str:
 def _open_regular(path: str) -> int:
     """A descriptor of the regular file ``path``, opened without following a link; OSError for anything else."""
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
         os.close(fd)
-        raise _imagepath.NotRegularFile(path)
+        raise _imagepath.NotRegularFile(path, mode)
     return fd
 
 

@@ -316,8 +316,8 @@ def _accounts(data: bytes, start: int) -> str | None:
         return None
     entries = list(_lines(data, start, _ACCOUNT_LINES))
     for kind, form in forms:
-        matches = [(at, form.fullmatch(line)) for at, line in entries]
-        if not all(match for _at, match in matches):
+        matches = [(at, match) for at, match in ((at, form.fullmatch(line)) for at, line in entries) if match]
+        if len(matches) != len(entries):
             continue
         for at, match in matches:
             name, field = match.group("name"), match.group("field")
@@ -356,8 +356,9 @@ def _git_credentials(data: bytes, start: int) -> str | None:
     if first is None or not _GIT_CREDENTIAL.fullmatch(first[1].strip()):
         return None
     entries = list(_lines(data, start, _PGPASS_LINES))
-    matches = [(at, _GIT_CREDENTIAL.fullmatch(line.strip())) for at, line in entries]
-    if not entries or not all(match for _at, match in matches):
+    matches = [(at, match) for at, match in ((at, _GIT_CREDENTIAL.fullmatch(line.strip())) for at, line in entries)
+               if match]
+    if not entries or len(matches) != len(entries):
         return None
     for at, match in matches:
         if not _placeholder(match.group("password")):

@@ -110,7 +110,7 @@ _ANCHORS = {"github_classic": (b"ghp_", b"gho_", b"ghu_", b"ghs_", b"ghr_"), "hu
             "nuget": (b"<add key=",)}
 _NAMES = {group: what for group, what, _pattern in FORMS}
 # The prefix ends where the random part starts: the first character class or group of the pattern.
-_PREFIX = {group: len(re.match(rb"[^\[(\\]*", pattern).group()) for group, _what, pattern in FORMS}
+_PREFIX = {group: len(re.split(rb"[\[(\\]", pattern, maxsplit=1)[0]) for group, _what, pattern in FORMS}
 _PATTERNS = {group: re.compile(pattern + rb"(?![A-Za-z0-9_-])") for group, _what, pattern in FORMS}
 # Forms matched on the whole window when one of their literals is in it: a space or an @ inside.
 _WHOLE = ("nuget", "teams_webhook")
