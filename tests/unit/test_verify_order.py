@@ -72,6 +72,8 @@ def test_lynis_runs_alone_in_the_boot_after_every_other_check():
     assert after == [], f"tasks enter the booted container while or after Lynis runs: {after}"
     before = [t["name"] for t in tasks[:lynis[0]] if _enters_container(t)]
     assert "Run the compliance suite in the booted image" in before
+    # The last look before it: systemd has no job queued or running (a timer's service, a restart).
+    assert before[-1] == "Wait until systemd has no job queued or running, so Lynis audits a quiet boot"
     assert any(name.startswith("Wait until the units the roles enabled have settled") for name in before)
 
 
