@@ -228,8 +228,8 @@ def test_a_zombie_finding_brings_the_process_table_and_the_verdict_names_the_zom
         os.kill(int((tmp_path / "holder.pid").read_text()), signal.SIGKILL)
     assert proc.returncode == 0, proc.stderr
     report, marker, table = proc.stdout.partition(lynis.PROCESS_TABLE_MARKER + "\n")
-    assert marker and report.startswith("hardening_index=82") and table.split()[:5] == ["PID", "PPID", "STAT", "COMMAND",
-                                                                                          "COMMAND"]
+    header = ["PID", "PPID", "STAT", "COMMAND", "COMMAND"]
+    assert marker and report.startswith("hardening_index=82") and table.split()[:5] == header
     parsed = lynis.parse_report(proc.stdout)
     assert [f.test for f in parsed.findings] == ["PROC-3612"] and parsed.hardening_index == 82
     zombies = [row for row in parsed.stuck_processes() if " sleep " in f" {row} " and " Z" in f" {row}"]
