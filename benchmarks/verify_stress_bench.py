@@ -43,7 +43,7 @@ def log(message: str) -> None:
 
 def busy(count: int) -> list[subprocess.Popen]:
     """``count`` processes that keep one CPU each busy until stopped."""
-    return [subprocess.Popen(["yes"], stdout=subprocess.DEVNULL) for _ in range(count)]
+    return [subprocess.Popen(["yes"], stdout=subprocess.DEVNULL) for _index in range(count)]
 
 
 def stop(procs: list[subprocess.Popen]) -> None:

@@ -214,7 +214,7 @@ def lynis_argv(report_file: str, log_file: str = "", profile: str = "", mount_po
 def parse_report(text: str, where: str = "the Lynis report") -> Report:
     """The report data file of one run (``--report-file``), and the process table that may follow it
     (:data:`PROCESS_TABLE_MARKER`); :class:`LynisError` when the report is incomplete."""
-    text, _, table = text.partition(PROCESS_TABLE_MARKER + "\n")
+    text, _marker, table = text.partition(PROCESS_TABLE_MARKER + "\n")
     processes = tuple(line.rstrip() for line in table.splitlines() if line.strip())
     scalars: dict[str, str] = {}
     lists: dict[str, list[str]] = {}
