@@ -11,7 +11,7 @@ same package set, both booted under systemd-nspawn, in one run, and the seconds 
          the key a hash of the bootstrap image ID and the package list (a rebuilt image gets a new one).
   ours   the default image (``<prefix>/<leaf layer>:latest``, which ``site.yml`` builds).
 
-Both are judged by playbooks/tasks/verify_lynis_start.yml and verify_lynis.yml exactly as verify.yml does (the same bind of the build
+Both are judged by playbooks/tasks/verify_lynis.yml exactly as verify.yml does (the same bind of the build
 host's Lynis, the same profile and waivers); a throw-away munge key is bound in for both boots. Goal: ours
 >= hpc_stateless_verify_lynis_min_score (80); the plain image's index is reported beside it.
 
@@ -67,10 +67,7 @@ PLAYBOOK = """\
                      content: "{{ hpc_stateless_verify_lynis_waivers | hpc.stateless.lynis_profile }}"}]
           register: _boot_files
 
-        - name: The first task file of verify.yml (boots the image, starts Lynis in its background)
-          ansible.builtin.import_tasks: %(start)s
-
-        - name: The second (waits for Lynis, judges its report)
+        - name: The Lynis task file of verify.yml (boots the image, runs Lynis, judges its report)
           ansible.builtin.import_tasks: %(tasks)s
       rescue:
         - name: A score below the minimum is a result here, not an error
@@ -144,7 +141,7 @@ def lynis_runs(images: dict[str, str], work: Path, extra_vars: dict[str, Any] | 
     key = work / "munge.key"
     key.write_bytes(os.urandom(1024))
     key.chmod(0o600)
-    (work / "play.yml").write_text(PLAYBOOK % {"min": MIN_SCORE, "start": REPO / "playbooks/tasks/verify_lynis_start.yml",
+    (work / "play.yml").write_text(PLAYBOOK % {"min": MIN_SCORE,
                                                "tasks": REPO / "playbooks/tasks/verify_lynis.yml", "out": work},
                                    encoding="utf-8")
     inventory = {"all": {"hosts": {name: {"ansible_nspawn_image": ref} for name, ref in images.items()},

@@ -39,17 +39,27 @@ def lynis_nspawn_args(enabled: Any) -> list[str] | Undefined:
         raise AnsibleFilterError(str(exc)) from exc
 
 
-def lynis_argv(report_file: Any, log_file: Any = "", profile: Any = "", print_report: Any = False) -> list[str]:
+def lynis_argv(report_file: Any, log_file: Any = "", profile: Any = "", print_report: Any = False,
+               timeout: Any = 0) -> list[str]:
     """The command that audits the booted container (run in lynis.MOUNT_POINT)."""
     if not isinstance(report_file, str) or not report_file.startswith("/"):
         raise AnsibleFilterError(f"lynis_argv: expects the absolute path of the report file, got {report_file!r}")
     if not isinstance(print_report, bool):
         raise AnsibleFilterError(f"lynis_argv: print_report expects true or false, got {print_report!r}")
-    return lynis.lynis_argv(report_file, str(log_file or ""), str(profile or ""), print_report=print_report)
+    try:
+        seconds = -1 if isinstance(timeout, bool) else int(timeout)
+    except (TypeError, ValueError):
+        seconds = -1
+    if seconds < 0:
+        raise AnsibleFilterError(f"lynis_argv: timeout expects whole seconds (0: none), got {timeout!r}; "
+                                 "see hpc_stateless_verify_lynis_timeout")
+    timeout = seconds
+    return lynis.lynis_argv(report_file, str(log_file or ""), str(profile or ""), print_report=print_report,
+                            timeout=timeout)
 
 
 def lynis_boot_path(name: Any) -> str | Undefined:
-    """Where verify's Lynis keeps ``name`` (workdir, profile, report, async_dir) in the boot."""
+    """Where verify's Lynis keeps ``name`` (workdir, profile, report) in the boot."""
     if isinstance(name, Undefined):
         return name
     try:

@@ -33,7 +33,7 @@ import run_all  # noqa: E402  pylint: disable=wrong-import-position,import-error
 
 EDIT_MISSED = "edit: edit -> served (leaf variable, whole site.yml)"  # the recorded run: 40.4 s, goal <= 15 s
 NAMES = ["build", "compliance", "nspawn", "pack", "secret_scan", "deploy", "plan", "diff", "boot", "hwprofile", "peer", "connection",
-         "rootless", "rollout", "edit", "lynis"]
+         "rootless", "rollout", "edit", "lynis", "verify_stress"]
 
 
 ROOTLESS_ROWS = 3  # root vs rootless build, vfs vs overlay commit time and disk use (all reported)
@@ -209,7 +209,7 @@ def test_report_of_every_benchmark(results_dir, tmp_path):
     # The recorded hwprofile run missed its size goal (pruned cpio.zst 48.5 % of the full one, goal <= 40 %).
     assert status == run_all.EXIT_GOAL_NOT_MET
     assert [o["name"] for o in report["benchmarks"]] == NAMES
-    assert [o["derived"] for o in report["benchmarks"]] == [True] * 4 + [False] * 12
+    assert [o["derived"] for o in report["benchmarks"]] == [True] * 4 + [False] * 13
     rows = report["comparisons"]
     peer = fixture("peer")["comparisons"]
     peer_judged = sum(row["goal_min_ratio"] is not None for row in peer)
@@ -218,13 +218,13 @@ def test_report_of_every_benchmark(results_dir, tmp_path):
     assert [row["benchmark"] for row in rows] == ["build"] * 2 + ["compliance"] + ["nspawn"] * 3 + ["pack"] * 4 \
         + ["secret_scan"] * SECRET_SCAN_ROWS + ["deploy"] * 4 + ["plan"] + ["diff"] * 3 + ["boot"] * BOOT_ROWS + ["hwprofile"] * 4 + ["peer"] * len(peer) \
         + ["connection"] * 3 + ["rootless"] * ROOTLESS_ROWS + ["rollout"] * ROLLOUT_ROWS + ["edit"] \
-        + ["lynis"] * 3
+        + ["lynis"] * 3 + ["verify_stress"] * 2
     for row in rows:
         assert {"benchmark", "name", "a_label", "a_median", "b_label", "b_median", "ratio", "goal", "goal_min_ratio",
                 "met", "unit", "results_written"} <= set(row)
-    assert report["summary"] == {"comparisons": 29 + BOOT_ROWS + SECRET_SCAN_ROWS + ROOTLESS_ROWS + ROLLOUT_ROWS + len(peer),
-                                 "judged": 18 + SECRET_SCAN_JUDGED + peer_judged,
-                                 "met": 15 + SECRET_SCAN_JUDGED + peer_met, "not_met": 3 + len(peer_missed),
+    assert report["summary"] == {"comparisons": 31 + BOOT_ROWS + SECRET_SCAN_ROWS + ROOTLESS_ROWS + ROLLOUT_ROWS + len(peer),
+                                 "judged": 19 + SECRET_SCAN_JUDGED + peer_judged,
+                                 "met": 16 + SECRET_SCAN_JUDGED + peer_met, "not_met": 3 + len(peer_missed),
                                  "not_met_names": ["hwprofile: cpio.zst of the compute image", *peer_missed,
                                                    CONNECTION_MISSED, EDIT_MISSED],
                                  "benchmarks_failed": [], "exit_status": run_all.EXIT_GOAL_NOT_MET}
@@ -241,9 +241,9 @@ def test_report_of_every_benchmark(results_dir, tmp_path):
     assert ("| hwprofile | cpio.zst of the compute image | full: 160 MiB | pruned to the qemu profile: 77.5 MiB | "
             "2.06x | pruned <= 40 % of full | **NO** |") in table
     missed = ", ".join(["hwprofile: cpio.zst of the compute image", *peer_missed, CONNECTION_MISSED, EDIT_MISSED])
-    total = 29 + BOOT_ROWS + SECRET_SCAN_ROWS + ROOTLESS_ROWS + ROLLOUT_ROWS + len(peer)
-    assert markdown.rstrip().endswith(f"{total} comparisons, {18 + SECRET_SCAN_JUDGED + peer_judged} judged: "
-                                      f"{15 + SECRET_SCAN_JUDGED + peer_met} goals met, {3 + len(peer_missed)} not met "
+    total = 31 + BOOT_ROWS + SECRET_SCAN_ROWS + ROOTLESS_ROWS + ROLLOUT_ROWS + len(peer)
+    assert markdown.rstrip().endswith(f"{total} comparisons, {19 + SECRET_SCAN_JUDGED + peer_judged} judged: "
+                                      f"{16 + SECRET_SCAN_JUDGED + peer_met} goals met, {3 + len(peer_missed)} not met "
                                       f"({missed}); 0 benchmark(s) failed")
 
 

@@ -42,14 +42,18 @@ OPTIONAL_LAYOUT = {"plugins": ("/etc/lynis/plugins", "/usr/local/etc/lynis/plugi
 # nspawn creates vanish with it.
 MOUNT_POINT = "/run/hpc-stateless-lynis"
 #: Where verify's Lynis keeps its things in the boot, all under /run (never in the image): its working directory
-#: (the host's Lynis, bound in read-only), this boot's profile (bound in read-only from the build host), the
-#: report, and the status directory of its background job (``ansible_async_dir`` of the two tasks that use it).
+#: (the host's Lynis, bound in read-only), this boot's profile (bound in read-only from the build host) and the report.
 BOOT_PATHS: dict[str, str] = {
     "workdir": MOUNT_POINT,
     "profile": "/run/hpc-stateless-lynis.prf",
     "report": "/run/hpc-stateless-lynis-report.dat",
-    "async_dir": "/run/hpc-stateless-async",
 }
+#: Lynis's tests that judge the process table at one instant (``ps``): a zombie (PROC-3612) or a process waiting for
+#: I/O (PROC-3614). When one reports a finding, the command of :func:`lynis_argv` prints the process table as it is
+#: right after the audit below this marker line, and the verdict names what it holds.
+PROCESS_TESTS = ("PROC-3612", "PROC-3614")
+PROCESS_TABLE_MARKER = "# hpc.stateless: the process table when Lynis ended"
+PROCESS_TABLE_COLUMNS = "pid,ppid,stat,comm,args"
 FINDING_KINDS = ("warning", "suggestion")
 _TEST_ID = re.compile(r"^([A-Z]{3,5}-\d{4}|LYNIS)$")
 _WAIVER_KEYS = {"check", "reason", "item"}
@@ -86,6 +90,17 @@ class Report:
     version: str = ""
     tests_executed: int = 0
     tests_skipped: tuple[str, ...] = ()
+    # Rows of the process table taken when the audit ended (after PROCESS_TABLE_MARKER), header first; empty without one.
+    processes: tuple[str, ...] = ()
+
+    def stuck_processes(self) -> list[str]:
+        """The rows of :attr:`processes` in state Z (zombie), X (dead) or D (waiting for I/O)."""
+        rows = []
+        for row in self.processes[1:]:
+            fields = row.split(None, 3)
+            if len(fields) >= 3 and fields[2][:1] in ("Z", "X", "D"):
+                rows.append(" ".join(row.split()))
+        return rows
 
 
 @dataclass(frozen=True)
@@ -169,11 +184,13 @@ def nspawn_binds(install: Mapping[str, str], mount_point: str = MOUNT_POINT) -> 
 
 
 def lynis_argv(report_file: str, log_file: str = "", profile: str = "", mount_point: str = MOUNT_POINT,
-               print_report: bool = False) -> list[str]:
+               print_report: bool = False, timeout: int = 0) -> list[str]:
     """The command that audits the booted container; run it with ``mount_point`` as the working directory.
 
     With ``print_report``, the command's output is the report file's text once Lynis succeeded (its screen output is
-    dropped), so a background job hands the report over with its status and nobody reads the file afterwards.
+    dropped), so the task hands the report over and nobody reads the file afterwards; when a test of
+    :data:`PROCESS_TESTS` reported a finding, the process table follows (:data:`PROCESS_TABLE_MARKER`).
+    With ``timeout`` (seconds), coreutils' timeout stops the audit then (exit status 124, or 137 when it had to kill).
     """
     argv = ["sh", f"{mount_point}/lynis", "audit", "system", "--usecwd", "--quick", "--no-colors",
             "--report-file", report_file]
@@ -181,8 +198,13 @@ def lynis_argv(report_file: str, log_file: str = "", profile: str = "", mount_po
     if profile:
         argv += ["--profile", profile]
     if print_report:
-        argv = ["sh", "-c", 'report=$1; shift; "$@" > /dev/null || exit; exec cat -- "$report"', "sh",
-                report_file] + argv
+        tests = "|".join(PROCESS_TESTS)
+        script = ('report=$1; shift; "$@" > /dev/null || exit; cat -- "$report" || exit; '
+                  f"if grep -qE '^(warning|suggestion)\\[\\]=({tests})\\|' \"$report\"; then "
+                  f"echo '{PROCESS_TABLE_MARKER}'; ps -eo {PROCESS_TABLE_COLUMNS} || true; fi")
+        argv = ["sh", "-c", script, "sh", report_file] + argv
+    if timeout:
+        argv = ["timeout", "--kill-after=10", str(int(timeout))] + argv
     return argv
 
 
@@ -190,7 +212,10 @@ def lynis_argv(report_file: str, log_file: str = "", profile: str = "", mount_po
 
 
 def parse_report(text: str, where: str = "the Lynis report") -> Report:
-    """The report data file of one run (``--report-file``); :class:`LynisError` when it is incomplete."""
+    """The report data file of one run (``--report-file``), and the process table that may follow it
+    (:data:`PROCESS_TABLE_MARKER`); :class:`LynisError` when the report is incomplete."""
+    text, _marker, table = text.partition(PROCESS_TABLE_MARKER + "\n")
+    processes = tuple(line.rstrip() for line in table.splitlines() if line.strip())
     scalars: dict[str, str] = {}
     lists: dict[str, list[str]] = {}
     for raw in text.splitlines():
@@ -218,7 +243,7 @@ def parse_report(text: str, where: str = "the Lynis report") -> Report:
     executed = scalars.get("tests_executed", "")
     skipped = tuple(t for t in scalars.get("tests_skipped", "").split("|") if t)
     return Report(int(index), tuple(findings), scalars.get("lynis_version", ""),
-                  len([t for t in executed.split("|") if t]), skipped)
+                  len([t for t in executed.split("|") if t]), skipped, processes)
 
 
 def _none_to_empty(value: str) -> str:
@@ -334,6 +359,19 @@ def _check_ids(findings: Iterable[Finding]) -> list[str]:
     return ids
 
 
+def _process_table(report: Report) -> str:
+    """What the process table held when the audit ended, for a finding of a test of :data:`PROCESS_TESTS`."""
+    if not report.processes:
+        return "; no process table was taken after the audit"
+    stuck = report.stuck_processes()
+    if stuck:
+        return (f"; when Lynis ended, {len(stuck)} process(es) were still in state Z, X or D "
+                f"({PROCESS_TABLE_COLUMNS.replace(',', ' ')}): " + " | ".join(stuck))
+    table = " | ".join(" ".join(row.split()) for row in report.processes[1:])
+    return ("; when Lynis ended, no process was in state Z, X or D: Lynis saw one that was gone moments later "
+            f"(the table then, {PROCESS_TABLE_COLUMNS.replace(',', ' ')}: {table[:1500]})")
+
+
 def judge(report: Report, waiver_set: Waivers, minimum: int) -> Verdict:
     """Pass when the hardening index reaches ``minimum`` and every finding is waived; name what is not."""
     if not isinstance(minimum, int) or isinstance(minimum, bool) or not 0 <= minimum <= 100:
@@ -352,12 +390,13 @@ def judge(report: Report, waiver_set: Waivers, minimum: int) -> Verdict:
         if index is not None:
             used.add(index)
         waiver = None if index is None else waivers[index].reason
+        seen = _process_table(report) if finding.test in PROCESS_TESTS else ""
         if waiver is None:
-            unwaived.append(f"{finding.kind} {finding.describe()}")
+            unwaived.append(f"{finding.kind} {finding.describe()}{seen}")
         checks.append({
             "id": check_id, "name": f"Lynis {finding.kind} {finding.describe()}",
             "passed": waiver is not None, "result": "waived" if waiver else "failed", "waiver": waiver,
-            "detail": finding.solution})
+            "detail": (finding.solution + seen).strip("; ")})
     for skip in waiver_set.skips:
         ran = skip.test not in report.tests_skipped and report.tests_skipped != ()
         checks.append({"id": f"lynis/{skip.test}", "name": f"Lynis test {skip.test} not run in the verify boot",

@@ -105,8 +105,35 @@ def test_units_are_fine_when_active_ran_once_skipped_by_a_condition_or_allowed()
     assert one[0]["state"] == "active (?, result -)"
     # An alias asked for is answered under the unit's own Id: the rows keep the names asked, by order.
     alias = unit_report(_show(**{"ssh.service": {"ActiveState": "active"}}), ["sshd.service"])
-    assert alias == [{"unit": "sshd.service", "state": "active (?, result -)", "skipped": False, "ok": True}]
+    assert alias == [{"unit": "sshd.service", "state": "active (?, result -)", "skipped": False, "ok": True,
+                      "settled": True, "since": "the boot"}]
     assert unit_report("", []) == []
+
+
+def test_a_unit_has_settled_when_it_is_not_changing_and_kept_its_state_for_the_settle_seconds():
+    def at(state, changed_us, sub="running"):
+        return {"ActiveState": state, "SubState": sub, "StateChangeTimestampMonotonic": str(changed_us)}
+    units = {
+        "munge.service": at("active", 97_000_000),              # active for 3 s
+        "ssh.service": at("active", 90_000_000),                # active for 10 s
+        "slurmd.service": at("activating", 50_000_000, "auto-restart"),  # a restart pending, however long
+        "late.service": at("failed", 99_500_000, "failed"),     # failed half a second ago
+        "gpu.service": at("inactive", 0, "dead"),               # never changed since the boot
+        "stop.service": at("deactivating", 10_000_000, "stop-sigterm"),
+    }
+    rows = unit_report(_show(**units), list(units), [], 5, 100.0)
+    assert [(row["unit"], row["settled"], row["since"]) for row in rows] == [
+        ("munge.service", False, "3.0 s"), ("ssh.service", True, "10.0 s"), ("slurmd.service", False, "50.0 s"),
+        ("late.service", False, "0.5 s"), ("gpu.service", True, "the boot"), ("stop.service", False, "90.0 s")]
+    # Five seconds later the active and the failed unit have settled (the failed one is then judged not ok);
+    # the units on their way somewhere else have not.
+    later = {row["unit"]: row for row in unit_report(_show(**units), list(units), [], "5", 105.0)}
+    assert [u for u, row in later.items() if not row["settled"]] == ["slurmd.service", "stop.service"]
+    assert later["late.service"]["ok"] is False and later["munge.service"]["ok"] is True
+    # Without settle seconds only the changing states count; by default the clock is this host's monotonic one.
+    assert [row["settled"] for row in unit_report(_show(**units), list(units))] == [True, True, False, True, True, False]
+    with pytest.raises(AnsibleFilterError, match="settle_seconds expects seconds .hpc_stateless_verify_settle_seconds"):
+        unit_report(_show(**units), list(units), [], "soon")
 
 
 def test_unit_show_command_reads_what_the_report_judges_and_refuses_no_unit():

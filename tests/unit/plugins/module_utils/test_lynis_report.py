@@ -171,10 +171,10 @@ def test_the_command_runs_from_the_bound_directory_with_the_profile():
 
 
 def test_the_boot_paths_are_under_run_and_the_workdir_is_the_bind():
-    paths = {name: lynis_filter.lynis_boot_path(name) for name in ("workdir", "profile", "report", "async_dir")}
-    assert all(path.startswith("/run/") for path in paths.values()) and len(set(paths.values())) == 4
+    paths = {name: lynis_filter.lynis_boot_path(name) for name in ("workdir", "profile", "report")}
+    assert all(path.startswith("/run/") for path in paths.values()) and len(set(paths.values())) == 3
     assert paths["workdir"] == lynis.MOUNT_POINT
-    with pytest.raises(AnsibleFilterError, match="unknown name 'log'.*async_dir, profile, report, workdir"):
+    with pytest.raises(AnsibleFilterError, match="unknown name 'log'.*profile, report, workdir"):
         lynis_filter.lynis_boot_path("log")
 
 
@@ -203,6 +203,60 @@ def test_print_report_hands_over_the_report_and_keeps_lyniss_exit_status(tmp_pat
         assert lynis.parse_report(proc.stdout).hardening_index == 82
     with pytest.raises(AnsibleFilterError, match="print_report expects true or false"):
         lynis_filter.lynis_argv("/run/r.dat", "", "", "yes")
+
+
+ZOMBIE_LYNIS = """\
+# Stands in for Lynis: leaves a real zombie behind (a sleep whose parent, exec'd into a longer sleep, never reaps
+# it) and reports PROC-3612 as Lynis does when its ps sees one.
+while [ $# -gt 0 ]; do [ "$1" = --report-file ] && report=$2; shift; done
+( sleep 0 & exec sleep 30 ) &
+echo $! > holder.pid
+sleep 1
+printf 'hardening_index=82\\nsuggestion[]=PROC-3612|Check the output of ps for dead or zombie processes|-|-|\\n' > "$report"
+"""
+
+
+def test_a_zombie_finding_brings_the_process_table_and_the_verdict_names_the_zombie(tmp_path):
+    import signal  # pylint: disable=import-outside-toplevel
+    import subprocess  # pylint: disable=import-outside-toplevel
+    (tmp_path / "lynis").write_text(ZOMBIE_LYNIS, encoding="utf-8")
+    argv = lynis.lynis_argv(str(tmp_path / "r.dat"), "", "", mount_point=str(tmp_path), print_report=True, timeout=60)
+    assert argv[:3] == ["timeout", "--kill-after=10", "60"]
+    try:
+        proc = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, check=False)
+    finally:
+        os.kill(int((tmp_path / "holder.pid").read_text()), signal.SIGKILL)
+    assert proc.returncode == 0, proc.stderr
+    report, marker, table = proc.stdout.partition(lynis.PROCESS_TABLE_MARKER + "\n")
+    header = ["PID", "PPID", "STAT", "COMMAND", "COMMAND"]
+    assert marker and report.startswith("hardening_index=82") and table.split()[:5] == header
+    parsed = lynis.parse_report(proc.stdout)
+    assert [f.test for f in parsed.findings] == ["PROC-3612"] and parsed.hardening_index == 82
+    zombies = [row for row in parsed.stuck_processes() if " sleep " in f" {row} " and " Z" in f" {row}"]
+    assert zombies, parsed.processes
+    verdict = lynis.judge(parsed, lynis.Waivers(), 80)
+    assert not verdict.passed and verdict.unwaived[0].startswith("suggestion PROC-3612: Check the output of ps")
+    assert "were still in state Z, X or D (pid ppid stat comm args): " in verdict.message
+    assert zombies[0] in verdict.message
+    assert zombies[0] in next(c for c in verdict.checks if c["id"] == "lynis/PROC-3612")["detail"]
+
+
+def test_a_zombie_gone_when_lynis_ended_is_named_as_such_and_no_table_without_a_process_finding():
+    report = ("hardening_index=82\nsuggestion[]=PROC-3612|Check the output of ps for dead or zombie processes|-|-|\n"
+              f"{lynis.PROCESS_TABLE_MARKER}\n  PID  PPID STAT COMMAND  COMMAND\n    1     0 Ss   systemd  /sbin/init\n")
+    verdict = lynis.judge(lynis.parse_report(report), lynis.Waivers(), 80)
+    assert "no process was in state Z, X or D: Lynis saw one that was gone moments later" in verdict.message
+    assert "1 0 Ss systemd /sbin/init" in verdict.message
+    plain = lynis.parse_report("hardening_index=82\nwarning[]=SSH-7408|Port|-|-|\n")
+    assert plain.processes == () and "process" not in lynis.judge(plain, lynis.Waivers(), 80).message
+
+
+def test_the_timeout_argument_is_whole_seconds():
+    assert lynis_filter.lynis_argv("/run/r.dat", "", "", True, "1800")[:3] == ["timeout", "--kill-after=10", "1800"]
+    assert lynis_filter.lynis_argv("/run/r.dat")[0] == "sh"
+    for bad in (-1, "soon", True):
+        with pytest.raises(AnsibleFilterError, match="timeout expects whole seconds.*hpc_stateless_verify_lynis_timeout"):
+            lynis_filter.lynis_argv("/run/r.dat", "", "", True, bad)
 
 
 def test_the_verdict_filter_reads_the_collection_file_then_the_sites(tmp_path):
