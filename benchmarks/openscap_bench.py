@@ -120,7 +120,7 @@ def scans(images: dict[str, str], work: Path) -> dict[str, dict[str, Any]]:
     (work / "inventory.yml").write_text(yaml.safe_dump(inventory), encoding="utf-8")
     env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"))
     proc = subprocess.run(["ansible-playbook", "-i", str(work / "inventory.yml"), str(work / "play.yml")],
-                          check=False, env=env, cwd=REPO, capture_output=True, text=True)
+                          check=False, env=env, cwd=REPO, capture_output=True, text=True, stdin=subprocess.DEVNULL)
     if proc.returncode != 0:
         raise SystemExit(f"openscap_bench: the OpenSCAP playbook failed (exit {proc.returncode}):\n"
                          + (proc.stdout + proc.stderr)[-4000:])
@@ -141,6 +141,52 @@ def scans(images: dict[str, str], work: Path) -> dict[str, dict[str, Any]]:
         log(f"{host}: {results[host]['passing']}/{results[host]['applicable']} ({results[host]['score']} %), "
             f"{results[host]['seconds']} s")
     return results
+
+
+LYNIS_TREE_PLAYBOOK = """\
+- name: Lynis with its default profile on each image's tree (directory mode, not booted)
+  hosts: all
+  gather_facts: false
+  serial: 1
+  vars:
+    ansible_connection: hpc.stateless.nspawn
+    ansible_nspawn_boot: false
+    ansible_python_interpreter: auto_silent
+    ansible_nspawn_extra_args: "{{ true | hpc.stateless.lynis_nspawn_args }}"
+  tasks:
+    - name: Lynis, default profile
+      ansible.builtin.command:
+        argv: "{{ '/run/hpc-stateless-lynis-tree.dat' | hpc.stateless.lynis_argv('', '', true) }}"
+        chdir: "{{ 'workdir' | hpc.stateless.lynis_boot_path }}"
+      register: _report
+      changed_when: false
+    - name: Keep the index
+      ansible.builtin.copy:
+        content: "{{ _report.stdout | regex_search('hardening_index=([0-9]+)', '\\\\1') | first }}"
+        dest: "%(out)s/{{ inventory_hostname }}.lynis"
+        mode: "0644"
+      delegate_to: localhost
+      vars:
+        ansible_connection: local
+        ansible_python_interpreter: "{{ ansible_playbook_python }}"
+    - name: Release the image
+      ansible.builtin.meta: reset_connection
+"""
+
+
+def lynis_tree(images: dict[str, str], work: Path) -> dict[str, int]:
+    """Lynis's hardening index with its default profile on each image's tree (nspawn directory mode, no boot): the
+    score a scan of the tree gives, beside verify's booted one with the collection's profile."""
+    (work / "lynis.yml").write_text(LYNIS_TREE_PLAYBOOK % {"out": work}, encoding="utf-8")
+    inventory = {"all": {"hosts": {name: {"ansible_nspawn_image": ref} for name, ref in images.items()}}}
+    (work / "lynis-inventory.yml").write_text(yaml.safe_dump(inventory), encoding="utf-8")
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"))
+    proc = subprocess.run(["ansible-playbook", "-i", str(work / "lynis-inventory.yml"), str(work / "lynis.yml")],
+                          check=False, env=env, cwd=REPO, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    if proc.returncode != 0:
+        raise SystemExit(f"openscap_bench: the Lynis playbook failed (exit {proc.returncode}):\n"
+                         + (proc.stdout + proc.stderr)[-4000:])
+    return {name: int((work / f"{name}.lynis").read_text(encoding="utf-8")) for name in images}
 
 
 def main() -> int:

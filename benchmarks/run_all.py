@@ -137,9 +137,11 @@ BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in (
     Benchmark("edit", "~4 min", lambda d: [], ["--runs", "1"], True, lambda d: [d.image_ref]),
     Benchmark("lynis", "~3 min (+5 min once for the plain image)", lambda d: ["--image", d.image_ref], ["--runs", "1"],
               True, lambda d: [d.image_ref]),
+    Benchmark("openscap", "~6 min (+5 min once for the plain image, shared with lynis)", lambda d: ["--image", d.image_ref],
+              [], True, lambda d: [d.image_ref]),
 )}
 RUN_ORDER = ["plan", "secret_scan", "deploy", "diff", "boot", "hwprofile", "nspawn", "connection", "rollout", "compliance",
-             "peer", "rootless", "edit", "lynis", "build", "pack"]
+             "peer", "rootless", "edit", "lynis", "openscap", "build", "pack"]
 
 
 @dataclass

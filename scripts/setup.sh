@@ -13,6 +13,7 @@ host_packages=(
   docker-registry graphviz pxelinux syslinux-common busybox-static ipxe-qemu
   xz-utils e2fsprogs fdisk parted iproute2 util-linux nodejs curl shellcheck
   strace openssl lighttpd default-jre-headless lynis apt-utils socat
+  openscap-scanner ssg-debian
 )
 
 step() { printf '==> %s\n' "$*"; }
