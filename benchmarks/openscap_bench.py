@@ -107,6 +107,17 @@ def log(message: str) -> None:
     print(f"[openscap_bench] {message}", file=sys.stderr, flush=True)
 
 
+def run_playbook(work: Path, name: str, inventory: dict[str, Any]) -> None:
+    """Run ``<work>/<name>.yml`` against ``inventory`` (written beside it); its output's tail when it fails."""
+    (work / f"{name}-inventory.yml").write_text(yaml.safe_dump(inventory), encoding="utf-8")
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"))
+    proc = subprocess.run(["ansible-playbook", "-i", str(work / f"{name}-inventory.yml"), str(work / f"{name}.yml")],
+                          check=False, env=env, cwd=REPO, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    if proc.returncode != 0:
+        raise SystemExit(f"openscap_bench: the playbook {name}.yml failed (exit {proc.returncode}):\n"
+                         + (proc.stdout + proc.stderr)[-4000:])
+
+
 def scans(images: dict[str, str], work: Path) -> dict[str, dict[str, Any]]:
     """One booted scan per image and profile (serially: the machine is small), judged by verify_openscap.yml."""
     key = work / "munge.key"
@@ -116,14 +127,7 @@ def scans(images: dict[str, str], work: Path) -> dict[str, dict[str, Any]]:
                                                "out": work}, encoding="utf-8")
     hosts = {f"{side}-{profile}": {"ansible_nspawn_image": ref, "hpc_stateless_verify_openscap_profile": profile}
              for side, ref in images.items() for profile in PROFILES}
-    inventory = {"all": {"hosts": hosts, "vars": {"munge_key": str(key)}}}
-    (work / "inventory.yml").write_text(yaml.safe_dump(inventory), encoding="utf-8")
-    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"))
-    proc = subprocess.run(["ansible-playbook", "-i", str(work / "inventory.yml"), str(work / "play.yml")],
-                          check=False, env=env, cwd=REPO, capture_output=True, text=True, stdin=subprocess.DEVNULL)
-    if proc.returncode != 0:
-        raise SystemExit(f"openscap_bench: the OpenSCAP playbook failed (exit {proc.returncode}):\n"
-                         + (proc.stdout + proc.stderr)[-4000:])
+    run_playbook(work, "play", {"all": {"hosts": hosts, "vars": {"munge_key": str(key)}}})
     results = {}
     for host in hosts:
         data = json.loads((work / f"{host}.json").read_text(encoding="utf-8"))
@@ -178,14 +182,7 @@ def lynis_tree(images: dict[str, str], work: Path) -> dict[str, int]:
     """Lynis's hardening index with its default profile on each image's tree (nspawn directory mode, no boot): the
     score a scan of the tree gives, beside verify's booted one with the collection's profile."""
     (work / "lynis.yml").write_text(LYNIS_TREE_PLAYBOOK % {"out": work}, encoding="utf-8")
-    inventory = {"all": {"hosts": {name: {"ansible_nspawn_image": ref} for name, ref in images.items()}}}
-    (work / "lynis-inventory.yml").write_text(yaml.safe_dump(inventory), encoding="utf-8")
-    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"))
-    proc = subprocess.run(["ansible-playbook", "-i", str(work / "lynis-inventory.yml"), str(work / "lynis.yml")],
-                          check=False, env=env, cwd=REPO, capture_output=True, text=True, stdin=subprocess.DEVNULL)
-    if proc.returncode != 0:
-        raise SystemExit(f"openscap_bench: the Lynis playbook failed (exit {proc.returncode}):\n"
-                         + (proc.stdout + proc.stderr)[-4000:])
+    run_playbook(work, "lynis", {"all": {"hosts": {name: {"ansible_nspawn_image": ref} for name, ref in images.items()}}})
     return {name: int((work / f"{name}.lynis").read_text(encoding="utf-8")) for name in images}
 
 

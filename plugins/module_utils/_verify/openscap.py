@@ -37,13 +37,13 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import stat
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 from ansible_collections.hpc.stateless.plugins.module_utils import _imagepath, _paths, _process
 from ansible_collections.hpc.stateless.plugins.module_utils._contract import names
+from ansible_collections.hpc.stateless.plugins.module_utils._verify import boot_files
 
 try:
     import yaml
@@ -547,14 +547,7 @@ def read_results(scan_dir: str) -> Results:
 
 def remove(path: str) -> bool:
     """Remove one scan's directory; whether it was there. Refuses a path that is no such directory."""
-    if not path.endswith(SUFFIX) or not os.path.isabs(path):
-        raise OpenscapError(f"path: {path!r} is not a directory of an OpenSCAP scan (an absolute path ending in "
-                            f"{SUFFIX}); nothing removed")
     try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return False
-    if not stat.S_ISDIR(st.st_mode):
-        raise OpenscapError(f"path: {path} is not a directory (a link or a file); nothing removed")
-    shutil.rmtree(path)
-    return True
+        return boot_files.remove_private_dir(path, SUFFIX, "an OpenSCAP scan")
+    except boot_files.BootFilesError as exc:
+        raise OpenscapError(str(exc)) from None
