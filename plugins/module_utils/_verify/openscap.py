@@ -346,7 +346,7 @@ def platform_note(content: str, image_release: str) -> str:
 def os_release_version(text: str) -> str:
     """VERSION_ID of an os-release file's text ('' when absent)."""
     for line in (text or "").splitlines():
-        key, _, value = line.partition("=")
+        key, _sep, value = line.partition("=")
         if key.strip() == "VERSION_ID":
             return value.strip().strip("\"'")
     return ""
