@@ -331,8 +331,8 @@ def verify_bench(runs: int) -> dict[str, Any]:
             with tempfile.TemporaryDirectory() as records:
                 argv = [str(REPO / ".venv" / "bin" / "ansible-playbook"), str(REPO / "playbooks" / "verify.yml"),
                         "-e", "hpc_stateless_verify_force=true", "-e", f"hpc_stateless_verify_suite={enabled}",
-                        # Lynis is benchmarks/lynis_bench.py's figure; here only the suite differs
-                        "-e", "hpc_stateless_verify_lynis=false",
+                        # Lynis and OpenSCAP are lynis_bench.py's and openscap_bench.py's figures; here only the suite differs
+                        "-e", "hpc_stateless_verify_lynis=false", "-e", "hpc_stateless_verify_openscap=false",
                         "-e", f"hpc_stateless_verify_record_dir={records}"]
                 started = time.monotonic()
                 subprocess_run(argv, env, cwd=str(REPO))

@@ -141,9 +141,11 @@ BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in (
               True, lambda d: [d.image_ref]),
     Benchmark("verify_stress", "~20 min (20 verify boots with every CPU busy)", lambda d: [], ["--quick"], True,
               lambda d: [d.image_ref]),
+    Benchmark("openscap", "~6 min (+5 min once for the plain image, shared with lynis)", lambda d: ["--image", d.image_ref],
+              [], True, lambda d: [d.image_ref]),
 )}
 RUN_ORDER = ["plan", "secret_scan", "deploy", "diff", "boot", "hwprofile", "nspawn", "connection", "rollout", "compliance",
-             "peer", "rootless", "edit", "lynis", "build", "pack"]
+             "peer", "storm", "rootless", "edit", "lynis", "verify_stress", "openscap", "build", "pack"]
 
 
 @dataclass

@@ -11,6 +11,7 @@ cd "$repo"
 image_packages=(
   buildah systemd-container mmdebstrap debootstrap squashfs-tools cpio zstd pigz xz-utils
   git gpg gpg-agent uidmap fuse-overlayfs pxelinux syslinux-common lynis python3-venv
+  openscap-scanner ssg-debian
 )
 # `setup.sh` (make test, make bench): the image set and what the test suites and benchmarks need on top.
 test_packages=(

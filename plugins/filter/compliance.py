@@ -20,11 +20,13 @@ from ansible_collections.hpc.stateless.plugins.module_utils._verify.suite import
 _COLLECTION_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 #: The collection's files a check's verdict depends on: the testinfra suite and the Lynis waivers.
 COLLECTION_SUITE_FILES = (os.path.join(_COLLECTION_ROOT, "molecule"),
-                          os.path.join(_COLLECTION_ROOT, "roles", "hpc_stateless", "files", "lynis-waivers.yml"))
+                          os.path.join(_COLLECTION_ROOT, "roles", "hpc_stateless", "files", "lynis-waivers.yml"),
+                          os.path.join(_COLLECTION_ROOT, "roles", "hpc_stateless", "files", "openscap-waivers.yml"),
+                          os.path.join(_COLLECTION_ROOT, "roles", "hpc_stateless", "files", "openscap"))
 
 
 def compliance_suite_digest(site_files: Any) -> str:
-    """sha256 of the collection's suite and Lynis waivers, then ``site_files`` (the site's test paths and waivers)."""
+    """sha256 of the collection's suite, Lynis and OpenSCAP waivers and tailoring, then ``site_files`` (the site's test paths and waivers)."""
     if site_files is None:
         site_files = []
     if not isinstance(site_files, (list, tuple)) or not all(isinstance(path, str) for path in site_files):

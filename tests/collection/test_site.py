@@ -119,6 +119,8 @@ def write_site(site: Path, collections: Path) -> None:
             # slurm role) and test_verify_lynis.py holds that verdict; what is the installed collection's
             # own, its waiver file, is read below (test_the_installed_collection_reads_its_own_lynis_waivers).
             "hpc_stateless_verify_lynis": False,
+            # The same for OpenSCAP (~15 s): test_verify_openscap.py holds the default image's verdict.
+            "hpc_stateless_verify_openscap": False,
         }),
         "roles/mysite_motd/defaults/main.yml": f"---\nmysite_motd_text: {MOTD!r}\n",
         "roles/mysite_motd/tasks/main.yml": SITE_ROLE_TASKS,

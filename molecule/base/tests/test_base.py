@@ -25,8 +25,10 @@ def debian(host):
 
 def test_base_packages_installed(host, base):
     wanted = ["chrony", "openssh-server", "tzdata", "ca-certificates"]
-    if base["base_log_forward_host"]:
+    if base["base_log_forward_host"] or base["base_syslog_enabled"]:
         wanted.append("rsyslog")
+    if base["base_syslog_enabled"]:
+        wanted.append("logrotate")
     missing = [name for name in wanted if not host.package(name).is_installed]
     assert not missing, f"packages not installed: {missing}"
 
@@ -90,7 +92,19 @@ def test_journald(host, base):
     lines = conf.content_string.splitlines()
     assert f"Storage={base['base_journald_storage']}" in lines
     assert f"RuntimeMaxUse={base['base_journald_runtime_max_use']}" in lines
-    assert ("ForwardToSyslog=yes" if base["base_log_forward_host"] else "ForwardToSyslog=no") in lines
+    syslog = base["base_log_forward_host"] or base["base_syslog_enabled"]
+    assert ("ForwardToSyslog=yes" if syslog else "ForwardToSyslog=no") in lines
+
+
+def test_syslog_daemon_and_daily_rotation(host, base):
+    """rsyslog runs as the node's syslog daemon, and logrotate.conf rotates daily with no other period: where the
+    SCAP Security Guide looks (package_rsyslog_installed, service_rsyslog_enabled, ensure_logrotate_activated)."""
+    if not base["base_syslog_enabled"]:
+        pytest.skip("base_syslog_enabled is false")
+    assert host.service("rsyslog").is_enabled
+    periods = [line.split()[0] for line in host.file("/etc/logrotate.conf").content_string.splitlines()
+               if line.split() and line.split()[0] in ("daily", "weekly", "monthly", "yearly")]
+    assert periods == ["daily"], periods
 
 
 def test_log_forwarding(host, base):
@@ -110,6 +124,32 @@ def test_sshd_dropin(host):
     dropin = host.file("/etc/ssh/sshd_config.d/10-hpc-stateless.conf")
     assert (dropin.user, dropin.group, dropin.mode) == ("root", "root", 0o600)
     assert "Include /etc/ssh/sshd_config.d/*.conf" in host.file("/etc/ssh/sshd_config").content_string
+
+
+def test_sshd_main_file_repeats_the_dropins(host, base):
+    """/etc/ssh/sshd_config holds the drop-ins' settings after its Include line, for audits that read it only."""
+    if not (base["base_hardening_sshd_enabled"] and base["base_hardening_sshd_main_file"]):
+        pytest.skip("base_hardening_sshd_main_file is off")
+    main = [line.split(None, 1) for line in host.file("/etc/ssh/sshd_config").content_string.splitlines()
+            if line.strip() and not line.lstrip().startswith("#")]
+    first = {}
+    for key, *value in main:
+        first.setdefault(key.lower(), " ".join(value).strip())
+    assert first["permitrootlogin"] == base["base_sshd_permit_root_login"]
+    assert first["permitemptypasswords"] == "no"
+    assert first["x11forwarding"] == ("yes" if base["base_sshd_x11_forwarding"] else "no")
+    for key, value in base["base_hardening_sshd_options"].items():
+        if key not in base["base_sshd_options"]:
+            assert first[key.lower()] == str(value), key
+
+
+def test_system_map_readable_by_root_only(at_rest, base):
+    if not base["base_hardening_system_map_mode"]:
+        pytest.skip("base_hardening_system_map_mode is empty")
+    maps = at_rest.check_output("find /boot -maxdepth 1 -name 'System.map*' -type f -printf '%m %u %p\\n'")
+    for line in maps.splitlines():
+        mode, user, path = line.split(" ", 2)
+        assert (mode, user) == (base["base_hardening_system_map_mode"].lstrip("0") or "0", "root"), line
 
 
 def test_sshd_effective_settings(sshd_settings, base):

@@ -81,9 +81,15 @@ def make(secrets: Iterable[str], files: Iterable[Mapping[str, Any]], parent: str
 
 def remove(path: str) -> bool:
     """Remove a directory of boot files; whether it was there. Refuses a path that is no such directory."""
-    if not path.endswith(SUFFIX) or not os.path.isabs(path):
-        raise BootFilesError(f"path: {path!r} is not a directory of verify boot files (an absolute path ending in "
-                             f"{SUFFIX}); nothing removed")
+    return remove_private_dir(path, SUFFIX, "verify boot files")
+
+
+def remove_private_dir(path: str, suffix: str, what: str) -> bool:
+    """Remove a private directory of the build host whose name ends in ``suffix`` (one boot's files, one scan's);
+    whether it was there. Refuses any other path, and a link or file by that name."""
+    if not path.endswith(suffix) or not os.path.isabs(path):
+        raise BootFilesError(f"path: {path!r} is not a directory of {what} (an absolute path ending in "
+                             f"{suffix}); nothing removed")
     try:
         st = os.lstat(path)
     except FileNotFoundError:

@@ -271,13 +271,13 @@ class Verdict:
         return entry
 
 
-#: Settings a record may hold more of than a request asks: a boot that also ran the suite or Lynis proves what a
-#: request without them asks (the suite's waivers and paths, Lynis's minimum and waivers matter only when asked).
+#: Settings a record may hold more of than a request asks: a boot that also ran the suite, Lynis or OpenSCAP proves what
+#: a request without them asks (the suite's waivers and paths, the audits' minimums and settings matter only when asked).
 _SUITE_KEYS = ("suite", "waivers", "suite_paths")
 
 
-def _lynis(settings: dict[str, Any]) -> dict[str, Any]:
-    value = settings.get("lynis")
+def _audit(settings: dict[str, Any], name: str) -> dict[str, Any]:
+    value = settings.get(name)
     return value if isinstance(value, dict) else {"enabled": False}
 
 
@@ -285,16 +285,22 @@ def uncovered_settings(recorded: dict[str, Any], wanted: dict[str, Any]) -> list
     """Keys of ``wanted`` verify settings a record made with ``recorded`` does not cover: exact equality, except
     that a record made with the compliance suite covers a request without it (whatever its waivers and paths),
     and one made with Lynis covers a request without Lynis, or with Lynis at the same or a lower minimum and the
-    same waivers. A record from before a setting existed did not run what it switches on."""
+    same waivers; the same for OpenSCAP (the same profile and content, a minimum share no higher; its waivers and
+    tailoring are in the suite digest). A record from before a setting existed did not run what it switches on."""
     keys = set(recorded) | set(wanted)
-    uncovered = {k for k in keys - set(_SUITE_KEYS) - {"lynis"} if recorded.get(k) != wanted.get(k)}
+    uncovered = {k for k in keys - set(_SUITE_KEYS) - {"lynis", "openscap"} if recorded.get(k) != wanted.get(k)}
     if wanted.get("suite"):
         uncovered |= {k for k in _SUITE_KEYS if recorded.get(k) != wanted.get(k)}
-    want, have = _lynis(wanted), _lynis(recorded)
+    want, have = _audit(wanted, "lynis"), _audit(recorded, "lynis")
     if want.get("enabled") and not (
             have.get("enabled") and have.get("waivers") == want.get("waivers")
             and _number(have.get("min_score")) >= _number(want.get("min_score"))):
         uncovered.add("lynis")
+    want, have = _audit(wanted, "openscap"), _audit(recorded, "openscap")
+    if want.get("enabled") and not (
+            have.get("enabled") and (have.get("profile"), have.get("content")) == (want.get("profile"), want.get("content"))
+            and _number(have.get("min_pass")) >= _number(want.get("min_pass"))):
+        uncovered.add("openscap")
     return sorted(uncovered)
 
 

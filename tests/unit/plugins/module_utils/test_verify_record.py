@@ -237,7 +237,8 @@ def test_a_check_with_an_id_is_named_by_it_and_keeps_its_words_in_the_detail():
 
 BASE_SETTINGS = {"allowed_failed_units": ["slurmd.service"], "inactive_units": [], "test_secrets": []}
 FULL = {**BASE_SETTINGS, "suite": True, "waivers": ["/w.yml"], "suite_paths": [],
-        "lynis": {"enabled": True, "min_score": 80, "waivers": []}}
+        "lynis": {"enabled": True, "min_score": 80, "waivers": []},
+        "openscap": {"enabled": True, "profile": "anssi_np_nt28_average", "min_pass": 80, "content": None}}
 
 
 @pytest.mark.parametrize("wanted, uncovered", [
@@ -247,6 +248,12 @@ FULL = {**BASE_SETTINGS, "suite": True, "waivers": ["/w.yml"], "suite_paths": []
     ({**FULL, "lynis": {"enabled": True, "min_score": 70, "waivers": []}}, []),
     ({**FULL, "lynis": {"enabled": True, "min_score": 90, "waivers": []}}, ["lynis"]),
     ({**FULL, "lynis": {"enabled": True, "min_score": 80, "waivers": ["/site.yml"]}}, ["lynis"]),
+    # the same for OpenSCAP: without it, or the same profile and content at a minimum share no higher
+    ({**FULL, "openscap": {"enabled": False}}, []),
+    ({**FULL, "openscap": {**FULL["openscap"], "min_pass": 70}}, []),
+    ({**FULL, "openscap": {**FULL["openscap"], "min_pass": 90}}, ["openscap"]),
+    ({**FULL, "openscap": {**FULL["openscap"], "profile": "standard"}}, ["openscap"]),
+    ({**FULL, "openscap": {**FULL["openscap"], "content": "/site/ssg-debian12-ds.xml"}}, ["openscap"]),
     # a request without the suite is covered whatever the suite's waivers and paths were
     ({**FULL, "suite": False, "waivers": [], "suite_paths": ["/x"]}, []),
     ({**FULL, "waivers": []}, ["waivers"]),
@@ -261,7 +268,7 @@ def test_a_record_made_with_more_checks_covers_a_request_for_fewer(wanted, uncov
 
 def test_a_record_from_before_the_suite_and_lynis_covers_only_requests_without_them():
     assert uncovered_settings(BASE_SETTINGS, {**BASE_SETTINGS, "suite": False, "lynis": {"enabled": False}}) == []
-    assert uncovered_settings(BASE_SETTINGS, FULL) == ["lynis", "suite", "suite_paths", "waivers"]
+    assert uncovered_settings(BASE_SETTINGS, FULL) == ["lynis", "openscap", "suite", "suite_paths", "waivers"]
 
 
 def test_judge_reuses_a_lynis_record_for_a_request_without_lynis(tmp_path):

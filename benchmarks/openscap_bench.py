@@ -1,0 +1,229 @@
+# Copyright (c) 2026 hpc.stateless developers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""OpenSCAP benchmark: the SCAP Security Guide's profiles on our default image beside a plain Debian image of the same
+package set, both booted under systemd-nspawn and scanned as verify scans them, and the seconds the scan adds to verify.
+
+  plain  the bootstrap image of the default chain's root layer plus ``apt-get install`` of every package the default
+         image marks as manually installed, no roles (lynis_bench.py builds it once and keeps it by key).
+  ours   the default image (``<prefix>/<leaf layer>:latest``, which ``site.yml`` builds).
+
+Each image is booted once per profile (ANSSI-BP-028 average, the default of hpc_stateless_verify_openscap_profile, and
+the standard profile) and scanned by playbooks/tasks/verify_openscap.yml exactly as verify.yml does: the build host's
+oscap bound in, the collection's tailoring, waivers and platform dictionary. Goal: ours passes >= 80 % of the applicable
+rules of both profiles (hpc_stateless_verify_openscap_min_pass) with every failed rule waived; the plain image's share is
+reported beside it. The seconds are the scan's part of verify: prepare, the scan in the boot, the verdict and the kept
+reports (the boot itself is verify's anyway).
+
+    python benchmarks/openscap_bench.py [--image REF] [--bootstrap REF] [--output FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+import comparisons  # noqa: E402  pylint: disable=wrong-import-position
+from lynis_bench import manual_packages, plain_image  # noqa: E402  pylint: disable=wrong-import-position
+from run_all import load_defaults  # noqa: E402  pylint: disable=wrong-import-position
+
+MIN_PASS = 80
+PROFILES = ("anssi_np_nt28_average", "standard")
+PLAYBOOK = """\
+- name: OpenSCAP on each booted image, judged as verify judges it
+  hosts: all
+  gather_facts: false
+  serial: 1
+  vars:
+    ansible_connection: hpc.stateless.nspawn
+    ansible_nspawn_boot: true
+    ansible_python_interpreter: auto_silent
+    ansible_nspawn_extra_args: "{{ ['--bind-ro=' ~ munge_key ~ ':/etc/munge/munge.key'] + (_openscap_scan.binds | default([])) }}"
+    hpc_stateless_verify_openscap_content: null
+    hpc_stateless_verify_openscap_tailoring: null
+    hpc_stateless_verify_openscap_waivers: []
+    hpc_stateless_verify_openscap_min_pass: %(min)d
+    hpc_stateless_verify_openscap_timeout: 600
+    hpc_stateless_verify_key: ""
+    _verify_checks: []
+  tasks:
+    - name: Scan and judge
+      block:
+        - name: Prepare the OpenSCAP scan, as verify.yml does
+          hpc.stateless.openscap:
+            profile: "{{ hpc_stateless_verify_openscap_profile }}"
+          register: _openscap_scan
+
+        - name: Boot the image (the first task in the container)
+          ansible.builtin.command: systemctl is-system-running
+          changed_when: false
+          failed_when: false
+
+        - name: Time the scan from here
+          ansible.builtin.set_fact:
+            _started: "{{ lookup('ansible.builtin.pipe', 'date +%%s.%%N') }}"
+
+        - name: The task file of verify.yml
+          ansible.builtin.import_tasks: %(tasks)s
+      rescue:
+        - name: A share below the minimum is a result here, not an error
+          ansible.builtin.assert:
+            that: _openscap_verdict.score is defined
+      always:
+        - name: Write the verdict and the scan's seconds
+          ansible.builtin.copy:
+            content: >-
+              {{ {'verdict': _openscap_verdict | default(none), 'run_seconds': _openscap_run.delta | default(none),
+                  'seconds': (lookup('ansible.builtin.pipe', 'date +%%s.%%N') | float) - (_started | default(0) | float)}
+                 | to_json }}
+            dest: "%(out)s/{{ inventory_hostname }}.json"
+            mode: "0644"
+          delegate_to: localhost
+          vars:
+            ansible_connection: local
+            ansible_python_interpreter: "{{ ansible_playbook_python }}"
+        - name: Stop the container
+          ansible.builtin.meta: reset_connection
+        - name: Remove the scan's directory
+          when: _openscap_scan.path is defined
+          hpc.stateless.openscap:
+            state: absent
+            path: "{{ _openscap_scan.path }}"
+"""
+
+
+def log(message: str) -> None:
+    print(f"[openscap_bench] {message}", file=sys.stderr, flush=True)
+
+
+def run_playbook(work: Path, name: str, inventory: dict[str, Any]) -> None:
+    """Run ``<work>/<name>.yml`` against ``inventory`` (written beside it); its output's tail when it fails."""
+    (work / f"{name}-inventory.yml").write_text(yaml.safe_dump(inventory), encoding="utf-8")
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"))
+    proc = subprocess.run(["ansible-playbook", "-i", str(work / f"{name}-inventory.yml"), str(work / f"{name}.yml")],
+                          check=False, env=env, cwd=REPO, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    if proc.returncode != 0:
+        raise SystemExit(f"openscap_bench: the playbook {name}.yml failed (exit {proc.returncode}):\n"
+                         + (proc.stdout + proc.stderr)[-4000:])
+
+
+def scans(images: dict[str, str], work: Path) -> dict[str, dict[str, Any]]:
+    """One booted scan per image and profile (serially: the machine is small), judged by verify_openscap.yml."""
+    key = work / "munge.key"
+    key.write_bytes(os.urandom(1024))
+    key.chmod(0o600)
+    (work / "play.yml").write_text(PLAYBOOK % {"min": MIN_PASS, "tasks": REPO / "playbooks/tasks/verify_openscap.yml",
+                                               "out": work}, encoding="utf-8")
+    hosts = {f"{side}-{profile}": {"ansible_nspawn_image": ref, "hpc_stateless_verify_openscap_profile": profile}
+             for side, ref in images.items() for profile in PROFILES}
+    run_playbook(work, "play", {"all": {"hosts": hosts, "vars": {"munge_key": str(key)}}})
+    results = {}
+    for host in hosts:
+        data = json.loads((work / f"{host}.json").read_text(encoding="utf-8"))
+        verdict = data["verdict"]
+        if not verdict or "score" not in verdict:
+            raise SystemExit(f"openscap_bench: no verdict for {host} (see the playbook's output)")
+        results[host] = {"image": hosts[host]["ansible_nspawn_image"], "score": verdict["score"],
+                         "passing": verdict["passing"], "applicable": verdict["applicable"],
+                         "passed": verdict["passed"], "unwaived": verdict["unwaived"],
+                         "failed": sorted(c["id"].split("/", 1)[1] for c in verdict["checks"]
+                                          if c["id"] != "openscap/score" and c.get("detail", "").split(" ")[0].rstrip(":")
+                                          in ("fail", "error", "unknown")),
+                         "tailored_out": verdict["tailored_out"], "message": verdict["message"],
+                         "seconds": round(data["seconds"], 2)}
+        log(f"{host}: {results[host]['passing']}/{results[host]['applicable']} ({results[host]['score']} %), "
+            f"{results[host]['seconds']} s")
+    return results
+
+
+LYNIS_TREE_PLAYBOOK = """\
+- name: Lynis with its default profile on each image's tree (directory mode, not booted)
+  hosts: all
+  gather_facts: false
+  serial: 1
+  vars:
+    ansible_connection: hpc.stateless.nspawn
+    ansible_nspawn_boot: false
+    ansible_python_interpreter: auto_silent
+    ansible_nspawn_extra_args: "{{ true | hpc.stateless.lynis_nspawn_args }}"
+  tasks:
+    - name: Lynis, default profile
+      ansible.builtin.command:
+        argv: "{{ '/run/hpc-stateless-lynis-tree.dat' | hpc.stateless.lynis_argv('', '', true) }}"
+        chdir: "{{ 'workdir' | hpc.stateless.lynis_boot_path }}"
+      register: _report
+      changed_when: false
+    - name: Keep the index
+      ansible.builtin.copy:
+        content: "{{ _report.stdout | regex_search('hardening_index=([0-9]+)', '\\\\1') | first }}"
+        dest: "%(out)s/{{ inventory_hostname }}.lynis"
+        mode: "0644"
+      delegate_to: localhost
+      vars:
+        ansible_connection: local
+        ansible_python_interpreter: "{{ ansible_playbook_python }}"
+    - name: Release the image
+      ansible.builtin.meta: reset_connection
+"""
+
+
+def lynis_tree(images: dict[str, str], work: Path) -> dict[str, int]:
+    """Lynis's hardening index with its default profile on each image's tree (nspawn directory mode, no boot): the
+    score a scan of the tree gives, beside verify's booted one with the collection's profile."""
+    (work / "lynis.yml").write_text(LYNIS_TREE_PLAYBOOK % {"out": work}, encoding="utf-8")
+    run_playbook(work, "lynis", {"all": {"hosts": {name: {"ansible_nspawn_image": ref} for name, ref in images.items()}}})
+    return {name: int((work / f"{name}.lynis").read_text(encoding="utf-8")) for name in images}
+
+
+def main() -> int:
+    defaults = load_defaults()
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
+    parser.add_argument("--image", default=defaults.image_ref, help="our image (default %(default)s)")
+    parser.add_argument("--bootstrap", default=f"{defaults.prefix}/bootstrap/{defaults.root_layer}:latest",
+                        help="the bootstrapped root the plain image starts from (default %(default)s)")
+    parser.add_argument("--output", default=str(REPO / "benchmarks" / "results" / "openscap.json"))
+    args = parser.parse_args()
+
+    packages = manual_packages(args.image)
+    plain = plain_image(args.bootstrap, packages)
+    with tempfile.TemporaryDirectory(prefix="openscap-bench.") as tmp:
+        result = scans({"plain": plain, "ours": args.image}, Path(tmp))
+    rows = []
+    for profile in PROFILES:
+        plain_r, ours_r = result[f"plain-{profile}"], result[f"ours-{profile}"]
+        rows.append(comparisons.comparison(
+            f"OpenSCAP {profile}: applicable rules passing, tailored, booted (plain Debian of the same packages vs ours)",
+            f"plain {plain_r['passing']}/{plain_r['applicable']}", plain_r["score"],
+            f"ours {ours_r['passing']}/{ours_r['applicable']}", ours_r["score"], "reported side by side", None,
+            unit="%", higher_is_better=True))
+        rows.append(comparisons.comparison(
+            f"OpenSCAP {profile}: the default image passes >= {MIN_PASS} % of the applicable rules", "minimum", MIN_PASS,
+            "hpc.stateless default image", ours_r["score"], f">= {MIN_PASS} %, every failed rule waived", 1.0,
+            kind=comparisons.BUDGET, unit="%", higher_is_better=True,
+            also={"every failed rule waived": not ours_r["unwaived"]}))
+    average = f"ours-{PROFILES[0]}"
+    rows.append(comparisons.comparison(
+        "seconds the OpenSCAP scan adds to verify (default profile: scan in the boot, verdict, kept reports)",
+        "plain image", result[f"plain-{PROFILES[0]}"]["seconds"], "default image", result[average]["seconds"],
+        "reported", None))
+    output = {"benchmark": "openscap", "packages": packages, "min_pass": MIN_PASS, "results": result,
+              "comparisons": rows}
+    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.output).write_text(json.dumps(output, indent=2) + "\n", encoding="utf-8")
+    print(comparisons.text_table(rows))
+    return 0 if all(row["met"] for row in rows if row["kind"] == comparisons.BUDGET) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
