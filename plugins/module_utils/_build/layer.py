@@ -162,8 +162,10 @@ class LayerBuilder:
         """
         result = LayerResult(container=self.container, image=self.image)
         try:
-            # A scratch container's tree is written from the host (a bootstrap): its root is host root's.
-            ranges = idshift.root_ranges() if userns and parent_image != "scratch" and not check_mode else None
+            # A scratch container's tree is written from the host (a bootstrap): its root is host root's. A rootless
+            # build's container root is the user already.
+            mapped = userns and parent_image != "scratch" and not check_mode and not rootless.is_rootless()
+            ranges = idshift.root_ranges() if mapped else None
         except idshift.IdShiftError as exc:
             raise LayerError(f"layer {self.name}: {exc}") from exc
         if fresh:

@@ -405,6 +405,7 @@ def test_a_root_layer_commits_its_apt_lists_parsed(host, tmp_path, monkeypatch, 
 def test_a_start_in_a_user_namespace_maps_roots_subordinate_range_and_a_scratch_start_does_not(host, monkeypatch):
     ranges = (idshift.IdRange(165536, 65536), idshift.IdRange(300000, 65536))
     monkeypatch.setattr(idshift, "root_ranges", lambda: ranges)
+    monkeypatch.setattr(layer.rootless, "is_rootless", lambda: False)
     host.replies = {
         (BUILDAH, "inspect", "--type", "image"): (1, "", "no such image"),
         (BUILDAH, "inspect", "--type", "image", "--format", "{{.FromImageID}}", "localhost/p/base:b"): (0, "x", ""),
@@ -418,12 +419,18 @@ def test_a_start_in_a_user_namespace_maps_roots_subordinate_range_and_a_scratch_
     host.calls.clear()
     builder().start("scratch", [], False, userns=True)
     assert not [c for c in host.calls if "--userns-uid-map" in c]
+    # A rootless build (buildah unshare): container root is the user already.
+    monkeypatch.setattr(layer.rootless, "is_rootless", lambda: True)
+    host.calls.clear()
+    builder().start("localhost/p/base:b", [], False, userns=True)
+    assert [c for c in host.calls if c[1] == "from"] and not [c for c in host.calls if "--userns-uid-map" in c]
 
 
 def test_root_without_a_subordinate_range_is_refused_naming_the_line(host, monkeypatch):
     def missing():
         raise idshift.IdShiftError("add the line 'root:165536:65536' to /etc/subuid")
     monkeypatch.setattr(idshift, "root_ranges", missing)
+    monkeypatch.setattr(layer.rootless, "is_rootless", lambda: False)
     with pytest.raises(LayerError, match="layer compute: add the line 'root:165536:65536' to /etc/subuid"):
         builder().start("localhost/p/base:b", [], False, userns=True)
     assert not [c for c in host.calls if c[1] == "from"]
