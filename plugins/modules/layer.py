@@ -67,7 +67,7 @@ options:
   userns:
     description:
       - With O(state=started), a new working container maps its ids 0..65535 to root's subordinate range (the line
-        of C(root) in C(/etc/subuid) and C(/etc/subgid)): the roles and package scripts run in it as an
+        of C(root) in C(/etc/subuid) and C(/etc/subgid)); the roles and package scripts run in it as an
         unprivileged host uid, and a second C(chroot) or a write through C(/proc/1/root) reaches only what that
         uid may. O(state=committed) maps the ids of the layer's changes back to the container's (owners, the
         setuid/setgid bits, file capabilities, POSIX ACLs) before C(buildah commit).
