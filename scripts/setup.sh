@@ -152,4 +152,18 @@ except rootless.RootlessError as exc:
   step "subordinate ids and newuidmap/newgidmap present for $(id -un)"
 fi
 
+# A root build in a user namespace (hpc_stateless_build_userns) maps container root to root's subordinate ids.
+if ((EUID == 0)); then
+  for file in /etc/subuid /etc/subgid; do
+    if ! grep -q '^root:' "$file" 2>/dev/null; then
+      line=$(PYTHONPATH="$repo/.collections" .venv/bin/python -c '
+import sys
+from ansible_collections.hpc.stateless.plugins.module_utils._build import rootless
+print(rootless.suggested_line(sys.argv[1], "root"))' "$file")
+      step "adding $line to $file (root builds in a user namespace)"
+      echo "$line" >> "$file"
+    fi
+  done
+fi
+
 step "set-up complete"

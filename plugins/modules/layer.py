@@ -64,6 +64,17 @@ options:
         the layer's build lock (M(hpc.stateless.layer_lock)); RV(removed) names them.
     type: bool
     default: false
+  userns:
+    description:
+      - With O(state=started), a new working container maps its ids 0..65535 to root's subordinate range (the line
+        of C(root) in C(/etc/subuid) and C(/etc/subgid)); the roles and package scripts run in it as an
+        unprivileged host uid, and a second C(chroot) or a write through C(/proc/1/root) reaches only what that
+        uid may. O(state=committed) maps the ids of the layer's changes back to the container's (owners, the
+        setuid/setgid bits, file capabilities, POSIX ACLs) before C(buildah commit).
+      - False runs them as host root; a parent of C(scratch) (a bootstrap written from the host) is never mapped,
+        nor a rootless build's container (its root is the unprivileged user already).
+    type: bool
+    default: false
   state:
     description: Desired state of the layer's working container.
     type: str

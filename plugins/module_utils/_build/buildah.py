@@ -206,9 +206,16 @@ class Buildah:
     def container_exists(self, name: str) -> bool:
         return name in self.container_names(name)
 
-    def from_image(self, image: str, name: str) -> str:
-        """Create a working container; ``image`` is a local ref or ``scratch``."""
-        return _last_line(self.run("from", "--pull=never", "--quiet", "--name", name, image).stdout) or name
+    def from_image(self, image: str, name: str, userns: tuple[str, str] | None = None) -> str:
+        """Create a working container; ``image`` is a local ref or ``scratch``. ``userns``: its ``(uid map, gid map)``
+        (``container:host:size``), which every ``buildah run`` in it then uses; None: the host's ids."""
+        maps = ["--userns-uid-map", userns[0], "--userns-gid-map", userns[1]] if userns else []
+        return _last_line(self.run("from", "--pull=never", "--quiet", *maps, "--name", name, image).stdout) or name
+
+    def id_mapping(self, container: str) -> dict[str, Any]:
+        """buildah's ``IDMappingOptions`` of ``container`` (``HostUIDMapping`` true: the host's ids)."""
+        data = json.loads(self.run("inspect", "--type", "container", container).stdout or "{}")
+        return data.get("IDMappingOptions") or {}
 
     def mount(self, container: str) -> str:
         """Mount ``container``; an unprivileged user must be in the namespace of ``buildah unshare``,

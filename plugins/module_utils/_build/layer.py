@@ -26,7 +26,14 @@ from typing import Any
 from ansible_collections.hpc.stateless.plugins.module_utils import _paths, _process
 # mounts_under: the mount points below a container's root, deepest first (the order to unmount them).
 from ansible_collections.hpc.stateless.plugins.module_utils._fs import mounts_below as mounts_under
-from ansible_collections.hpc.stateless.plugins.module_utils._build import aptconf, caches, records, rootless, seal_tree
+from ansible_collections.hpc.stateless.plugins.module_utils._build import (
+    aptconf,
+    caches,
+    idshift,
+    records,
+    rootless,
+    seal_tree,
+)
 from ansible_collections.hpc.stateless.plugins.module_utils._build.buildah import Buildah
 from ansible_collections.hpc.stateless.plugins.module_utils._contract.labels import (
     PARENT_LABEL,
@@ -124,8 +131,11 @@ class LayerBuilder:
             if not _process.run(["umount", target], check=False).ok:
                 _process.run(["umount", "-l", target])
 
-    def _bind_caches(self, mountpoint: str, package_caches: list[dict[str, str]]) -> list[str]:
-        """Bind a view of each host cache (seeded from it) over its in-image directory, where that exists."""
+    def _bind_caches(self, mountpoint: str, package_caches: list[dict[str, str]],
+                     owner: tuple[int, int] | None = None) -> list[str]:
+        """Bind a view of each host cache (seeded from it) over its in-image directory, where that exists.
+        ``owner``: the host ``(uid, gid)`` of a mapped container's root, which must write the view's directories
+        (its package files are the pool's, read only)."""
         bound = []
         already = set(mounts_under(mountpoint))
         for index, cache in enumerate(package_caches):
@@ -135,6 +145,10 @@ class LayerBuilder:
             pool = rootless.host_cache_path(cache["host_path"])
             os.makedirs(pool, mode=0o755, exist_ok=True)
             view = caches.open_view(views_cache_root(), self.container, index, pool, mountpoint)
+            if owner:
+                for top, dirs, _files in os.walk(view):
+                    for path in [top] + [os.path.join(top, d) for d in dirs]:
+                        os.chown(path, *owner, follow_symlinks=False)
             _process.run(["mount", "--bind", view, inside])
             bound.append(cache["path"])
         return bound
@@ -165,13 +179,22 @@ class LayerBuilder:
 
     # states -----------------------------------------------------------------
     def start(self, parent_image: str, caches: list[dict[str, str]], check_mode: bool,
-              fresh: bool = False) -> LayerResult:
+              fresh: bool = False, userns: bool = False) -> LayerResult:
         """Start (mount, bind the caches into) the working container of the layer's key from ``parent_image``.
 
         ``fresh`` first removes every working container of the layer (any key: the leftovers of a killed run,
         which the build must never build into), as :meth:`absent` does; the build holds the layer's build lock.
+        ``userns``: a new container maps its ids 0.. to root's subordinate range (_build/idshift.py), so the roles
+        and package scripts run as an unprivileged host uid; the commit maps the layer's files back.
         """
         result = LayerResult(container=self.container, image=self.image)
+        try:
+            # A scratch container's tree is written from the host (a bootstrap): its root is host root's. A rootless
+            # build's container root is the user already.
+            mapped = userns and parent_image != "scratch" and not check_mode and not rootless.is_rootless()
+            ranges = idshift.root_ranges() if mapped else None
+        except idshift.IdShiftError as exc:
+            raise LayerError(f"layer {self.name}: {exc}") from exc
         if fresh:
             result.removed = self._remove_containers(None, check_mode)
         if self.buildah.image_exists(self.image):
@@ -188,14 +211,16 @@ class LayerBuilder:
                     f"layer {self.name}: parent image {parent_image} is not in local containers-storage; "
                     "build the parent layer first (run site.yml) or pull it")
             try:
-                self.buildah.from_image(parent_image, self.container)
+                self.buildah.from_image(parent_image, self.container,
+                                        userns=idshift.map_args(*ranges) if ranges else None)
             except _process.ProcessError:
                 self.buildah.remove(self.container)
                 raise
             result.changed = True
         try:
             result.mountpoint = self.buildah.mount(self.container)
-            self._bind_caches(result.mountpoint, caches)
+            self._bind_caches(result.mountpoint, caches,
+                              (ranges[0].start, ranges[1].start) if ranges else None)
             aptconf.install(result.mountpoint)
         except (_process.ProcessError, OSError):
             self._remove(self.container)
@@ -260,6 +285,7 @@ class LayerBuilder:
                 self._remove(self.container)
                 raise LayerError(f"layer {self.name}: {exc}") from exc
             self.buildah.config_labels(self.container, labels)
+            self._shift_ids_back(mountpoint)
             result.image_id = self.buildah.commit(self.container, self.image, tmpdir=tmpdir)
             caches.merge_views(views_cache_root(), self.container, mountpoint)
             caches.remove_views(views_cache_root(), self.container)
@@ -274,6 +300,17 @@ class LayerBuilder:
         finally:
             shutil.rmtree(tmpdir, ignore_errors=True)
         return result
+
+    def _shift_ids_back(self, mountpoint: str) -> None:
+        """A container built in a user namespace: its changes carry the host ids of the range on disk, which
+        ``buildah commit`` would write into the layer; mapped back to the container's ids (_build/idshift.py)."""
+        try:
+            ranges = idshift.ranges_of(self.buildah.id_mapping(self.container))
+            if ranges:
+                idshift.shift_back(idshift.upper_dir(mountpoint), *ranges)
+        except idshift.IdShiftError as exc:
+            self._remove(self.container)
+            raise LayerError(f"layer {self.name}: {exc}; its container was removed, run the build again") from exc
 
     def _parse_apt_lists(self) -> None:
         """A root layer's apt lists parsed once, for every child (_build/aptconf.py). An apt that cannot parse them

@@ -43,6 +43,7 @@ ARGUMENT_SPEC: dict[str, Any] = dict(
     )),
     isolation=dict(type="str", choices=["chroot", "oci", "rootless"]),
     fresh=dict(type="bool", default=False),
+    userns=dict(type="bool", default=False),
 )
 REQUIRED_IF = [("state", "started", ["key"]), ("state", "committed", ["key"])]
 VALIDATION: dict[str, Any] = {"required_if": REQUIRED_IF}
@@ -58,7 +59,7 @@ def run(params: dict[str, Any], check_mode: bool, diff: bool = False,  # pylint:
         if params["state"] == "started":
             caches = params["package_caches"]
             result = builder.start(params["parent_image"], DEFAULT_PACKAGE_CACHES if caches is None else caches,
-                                   check_mode, fresh=params["fresh"])
+                                   check_mode, fresh=params["fresh"], userns=params["userns"])
         elif params["state"] == "committed":
             labels = layer_labels(params["name"], params["key"], params["parent"], params["parent_key"],
                                   params["git_commit"], params["labels"], params["inputs_key"])

@@ -13,7 +13,7 @@ import os
 import pytest
 
 from ansible_collections.hpc.stateless.plugins.module_utils import _process
-from ansible_collections.hpc.stateless.plugins.module_utils._build import layer
+from ansible_collections.hpc.stateless.plugins.module_utils._build import idshift, layer
 from ansible_collections.hpc.stateless.plugins.module_utils._build.buildah import Buildah, BuildahError
 from ansible_collections.hpc.stateless.plugins.module_utils._contract.labels import container_name, layer_labels
 from ansible_collections.hpc.stateless.plugins.module_utils._build.layer import (
@@ -35,10 +35,15 @@ class FakeHost:
         self.calls: list[list[str]] = []
         self.environ: list[dict[str, str]] = []
 
+    # A working container's inspection: the host's ids (no user namespace), unless a test replies otherwise.
+    DEFAULT_REPLIES = {(BUILDAH, "inspect", "--type", "container"): (0, "{}", "")}
+
     def __call__(self, argv, *, env, timeout, input, cwd, text):  # pylint: disable=redefined-builtin,unused-argument
         self.calls.append(list(argv))
         self.environ.append(env)
-        for prefix, (rc, out, err) in self.replies.items():
+        # The longest matching prefix answers.
+        replies = {**self.DEFAULT_REPLIES, **self.replies}
+        for prefix, (rc, out, err) in sorted(replies.items(), key=lambda item: -len(item[0])):
             if tuple(argv[: len(prefix)]) == prefix:
                 return _process.Result(argv, rc, out, err)
         return _process.Result(argv, 0, "", "")
@@ -424,3 +429,37 @@ def test_a_commit_tmpdir_another_user_made_first_is_refused_and_nothing_is_writt
     assert not any(call[1] == "commit" for call in host.calls)
     assert [BUILDAH, "rm", name] in host.calls  # the working container goes, as after any failed commit
     assert (planted / name / "keep").is_dir()  # nothing below another user's directory is removed
+
+
+def test_a_start_in_a_user_namespace_maps_roots_subordinate_range_and_a_scratch_start_does_not(host, monkeypatch):
+    ranges = (idshift.IdRange(165536, 65536), idshift.IdRange(300000, 65536))
+    monkeypatch.setattr(idshift, "root_ranges", lambda: ranges)
+    monkeypatch.setattr(layer.rootless, "is_rootless", lambda: False)
+    host.replies = {
+        (BUILDAH, "inspect", "--type", "image"): (1, "", "no such image"),
+        (BUILDAH, "inspect", "--type", "image", "--format", "{{.FromImageID}}", "localhost/p/base:b"): (0, "x", ""),
+        (BUILDAH, "containers"): (0, "[]", ""),
+        (BUILDAH, "mount"): (0, "/var/lib/containers/storage/overlay/x/merged\n", ""),
+    }
+    builder().start("localhost/p/base:b", [], False, userns=True)
+    assert [BUILDAH, "from", "--pull=never", "--quiet", "--userns-uid-map", "0:165536:65536", "--userns-gid-map",
+            "0:300000:65536", "--name", container_name("localhost/p", "compute", KEY), "localhost/p/base:b"] \
+        in host.calls
+    host.calls.clear()
+    builder().start("scratch", [], False, userns=True)
+    assert not [c for c in host.calls if "--userns-uid-map" in c]
+    # A rootless build (buildah unshare): container root is the user already.
+    monkeypatch.setattr(layer.rootless, "is_rootless", lambda: True)
+    host.calls.clear()
+    builder().start("localhost/p/base:b", [], False, userns=True)
+    assert [c for c in host.calls if c[1] == "from"] and not [c for c in host.calls if "--userns-uid-map" in c]
+
+
+def test_root_without_a_subordinate_range_is_refused_naming_the_line(host, monkeypatch):
+    def missing():
+        raise idshift.IdShiftError("add the line 'root:165536:65536' to /etc/subuid")
+    monkeypatch.setattr(idshift, "root_ranges", missing)
+    monkeypatch.setattr(layer.rootless, "is_rootless", lambda: False)
+    with pytest.raises(LayerError, match="layer compute: add the line 'root:165536:65536' to /etc/subuid"):
+        builder().start("localhost/p/base:b", [], False, userns=True)
+    assert not [c for c in host.calls if c[1] == "from"]
