@@ -48,7 +48,6 @@ import contextlib
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -150,7 +149,7 @@ class Net:
 
     def create(self, specs: list[tuple[str, float]]) -> None:
         """``specs``: (host name, link rate in Mbit/s); addresses are assigned in order."""
-        root = [f"netns add {self.switch}"] + [f"netns add {self.tag}{name}" for name, _ in specs]
+        root = [f"netns add {self.switch}"] + [f"netns add {self.tag}{name}" for name, _rate in specs]
         inside: dict[str, list[str]] = {self.switch: ["link add br0 type bridge", "link set br0 up", "link set lo up"]}
         shaping: dict[str, list[str]] = {self.switch: []}
         for index, (name, mbit) in enumerate(specs):
@@ -215,7 +214,7 @@ def percentile(values: list[float], q: float) -> float:
 def make_image(path: Path, mib: int) -> str:
     """An incompressible file of ``mib`` MiB (random: every call another one); its sha256."""
     with open(path, "wb") as handle:
-        for _ in range(mib):
+        for _block in range(mib):
             handle.write(os.urandom(MIB))
     return sha256_file(str(path))
 

@@ -79,7 +79,7 @@ def test_resumes_a_cut_transfer_from_the_next_server(tmp_path, image):
 
 
 def test_every_server_down_fails_after_the_rounds_leaving_nothing(tmp_path, image):
-    _, digest = image
+    _path, digest = image
     out = tmp_path / "root.squashfs"
     done = run(fetch_argv([dead_server(), dead_server()], digest, out, "-r", "2", "-w", "0", "-c", "1"))
     assert done.returncode == 4, done.stderr
@@ -88,7 +88,7 @@ def test_every_server_down_fails_after_the_rounds_leaving_nothing(tmp_path, imag
 
 
 def test_a_node_that_cannot_hold_the_image_stops_before_downloading(tmp_path, image):
-    _, digest = image
+    _path, digest = image
     out = tmp_path / "root.squashfs"
     with served(tmp_path / "nginx", tmp_path / "good") as nginx:
         done = run(fetch_argv([f"http://{nginx.listen}"], digest, out, "-m", str(1 << 30)))  # a 1 PiB reserve

@@ -8,6 +8,7 @@ import base64
 import json
 import os
 import subprocess
+import sys
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -178,7 +179,7 @@ printf '[Service]\nExecStartPre=/dev/shm/.x\n' > /run/systemd/system/ssh.service
 printf '[Service]\nExecStart=/tmp/job/miner\n' > /run/systemd/transient/run-u7.service
 # a service's run-time files and the documented exceptions: quiet
 echo 42 > /run/sshd.pid; : > /run/lock/node.lck; echo data > /tmp/job/output.dat; echo mail > /var/spool/mail/root
-python3 -c 'import socket, sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])' /run/app.sock
+"$PYTHON" -c 'import socket, sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])' /run/app.sock
 printf '[Scope]\n' > /run/systemd/transient/session-5.scope; printf '[Slice]\n' > /run/systemd/transient/user-0.slice
 exe /var/spool/slurmd/job00042/slurm_script; exe /tmp/ansible-tmp-17-42/AnsiballZ_command.py
 printf 'since\t%s\n' "$since"
@@ -191,8 +192,10 @@ def test_what_runs_from_a_run_time_place_is_reported_and_a_services_files_are_no
     own /run or /tmp is seen or touched); the search is drift.watch_command, as the node runs it after the search
     of the root."""
     command = WATCH_PLANT + drift.watch_command("/tmp")
+    # From /: the tmpfs mounts hide a checkout under /tmp, and the shell's working directory with it.
     proc = subprocess.run(["unshare", "--mount", "--propagation", "private", "bash", "-c", command],
-                          capture_output=True, text=True, check=False)
+                          capture_output=True, text=True, check=False, cwd="/",
+                          env={**os.environ, "PYTHON": sys.executable})
     assert proc.returncode == 0, proc.stderr
     _since, found = drift.parse_find(proc.stdout)
     assert [path for path, _ctime in found] == sorted([
