@@ -192,10 +192,11 @@ def test_what_runs_from_a_run_time_place_is_reported_and_a_services_files_are_no
     own /run or /tmp is seen or touched); the search is drift.watch_command, as the node runs it after the search
     of the root."""
     command = WATCH_PLANT + drift.watch_command("/tmp")
-    # From /: the tmpfs mounts hide a checkout under /tmp, and the shell's working directory with it.
+    # From /, with the interpreter's real file: the tmpfs mounts hide a checkout under /tmp (its venv too), and the
+    # shell's working directory with it.
     proc = subprocess.run(["unshare", "--mount", "--propagation", "private", "bash", "-c", command],
                           capture_output=True, text=True, check=False, cwd="/",
-                          env={**os.environ, "PYTHON": sys.executable})
+                          env={**os.environ, "PYTHON": os.path.realpath(sys.executable)})
     assert proc.returncode == 0, proc.stderr
     _since, found = drift.parse_find(proc.stdout)
     assert [path for path, _ctime in found] == sorted([
