@@ -150,7 +150,7 @@ def boot_servers(base: Path, count: int, disk_bytes: dict[str, int] | None = Non
             (server.base / "sshd_config").write_text(SSHD_CONFIG.format(address=server.address, base=server.base))
             server.sshd = subprocess.Popen(["ip", "netns", "exec", server.netns, "/usr/sbin/sshd", "-D", "-e", "-f",
                                             str(server.base / "sshd_config")],
-                                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
             _wait_port(server.address, 22, server.sshd, f"sshd of {server.name}")
         yield servers, key
     finally:

@@ -244,6 +244,18 @@ def read_from_image(ref: str, path: str) -> str:
         buildah("rm", name, check=False)
 
 
+@pytest.fixture(autouse=True)
+def blocking_standard_streams():
+    """Each test starts with blocking standard streams: ansible-playbook refuses to run with a non-blocking stdin,
+    and a program a test started (a qemu, a server) may have made the shared file description non-blocking."""
+    for fd in (0, 1, 2):
+        try:
+            os.set_blocking(fd, True)
+        except OSError:  # closed (CI runs without standard input)
+            pass
+    yield
+
+
 @pytest.fixture(scope="session")
 def image_prefix():
     """A prefix of our own, so the test builds everything for real and removes it after."""

@@ -159,7 +159,7 @@ def pxe_boot(boot_root: Path, mac: str, log: Path, bootfile: str = "pxelinux.0",
             "-device", f"e1000,netdev=n0,mac={mac}"]
     pending = dict.fromkeys(stamps or {}, -1.0)
     start = time.monotonic()
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         while proc.poll() is None and time.monotonic() - start < timeout:
             text = log.read_text(errors="replace") if log.exists() else ""

@@ -376,7 +376,8 @@ def _url_credentials(data: bytes, _private_key: KeyTest) -> str | None:
             break
         line_start = data.rfind(b"\n", 0, match.start()) + 1
         if not _SOURCE_LINE.match(data, line_start) or _placeholder(match.group("password")) \
-                or _placeholder(match.group("user")) and match.group("password").lower() == match.group("user").lower():
+                or _placeholder(match.group("user")) and match.group("password").lower() == match.group("user").lower() \
+                or _reserved_host(match.group("host")):
             continue
         host = match.group("host").decode("utf-8", "replace")
         return f"password in a package source or proxy URL (user@{host}) at byte {match.start()}"
@@ -422,6 +423,13 @@ def _mixed_case(value: bytes) -> bool:
     """Upper and lower case letters both: random text of 24 characters and more has them, words in capitals
     and hexadecimal digests do not."""
     return value.upper() != value and value.lower() != value
+
+
+def _reserved_host(host: bytes) -> bool:
+    """A host under a top-level name reserved for documentation and tests (RFC 6761: ``example``, ``invalid``),
+    as apt's own manual writes ``https://apt:debian@example.org`` (roff cuts the name at ``example``)."""
+    top = host.lower().rstrip(b".").rsplit(b".", 1)[-1]
+    return top in (b"example", b"invalid")
 
 
 def _placeholder(value: bytes) -> bool:
