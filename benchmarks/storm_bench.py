@@ -20,9 +20,10 @@ and deletes it. Scenarios:
   (rename). Every node's kernel and image must be the pair its script named: 0 mixed or corrupt.
 * ``cache``: one origin, an nginx cache per rack in front of it (proxy_cache_lock on); the nodes of
   a rack fetch from their cache, then the origin. The origin must send <= 1.1 copies per cache.
-* ``p2p``: aria2c on every node (hpc-fetch -t: the torrent is an artifact too), opentracker and an
-  aria2c seeder on the one server, whose upload is limited to a quarter of a node's rate; peers that stall fall
-  back to HTTP from the same server. p100 <= 0.5x the one-server HTTP bound, the server sends <= 3
+* ``p2p``: aria2c on every node, with hpc-fetch's own settings (hpc-fetch -t: the torrent is an artifact too;
+  a node that has the image keeps seeding while the others fetch), opentracker and an aria2c seeder on the one
+  server, which uploads at a node's rate and stops after SEED_RATIO copies; a node the swarm gives no byte for
+  30 s falls back to HTTP from the same server. p100 <= 0.5x the one-server HTTP bound, the server sends <= 3
   copies (seeder + HTTP), 100 % complete.
 
 Rates are scaled down so that the simulated wire, not the 2 shared cores, is the bottleneck and the
@@ -81,6 +82,7 @@ GOAL_P2P = 0.5
 GOAL_P2P_COPIES = 3.0
 BOOT_SCRIPT = "ipxe/images/storm.ipxe"  # the per-image boot script (the deploy's layout, docs/scale.md)
 TRACKER_PORT = 6969
+SEED_RATIO = 2.5  # copies of the image the server's seeder uploads before it stops (peer-to-peer)
 KERNEL_MIB = 1  # the "kernel" of the switch scenario: a second artifact named by the same script
 
 # What each simulated node runs: wait for the storm's start (a shared lock the benchmark holds), then
@@ -105,8 +107,14 @@ got=-
 [ -f "$OUT" ] && got=$(sha256sum "$OUT" | cut -d' ' -f1)
 gotk=-
 [ -f "$OUT.kernel" ] && gotk=$(sha256sum "$OUT.kernel" | cut -d' ' -f1)
-rm -rf "$OUT" "$OUT.kernel" "$OUT.part" "$OUT.p2p" "$OUT.torrent"
-echo "$rc $start $end $image $got $kernel $gotk" >"$RESULT"
+echo "$rc $start $end $image $got $kernel $gotk" >"$RESULT.tmp" && mv "$RESULT.tmp" "$RESULT"
+# A node that fetched peer-to-peer keeps seeding (hpc-fetch left aria2c running) while it "boots":
+# the benchmark ends the storm's seeders once every node has its result.
+if [ -f "$OUT.seeder" ]; then
+    pid=$(cat "$OUT.seeder")
+    while kill -0 "$pid" 2>/dev/null; do sleep 1; done
+fi
+rm -rf "$OUT" "$OUT.kernel" "$OUT.part" "$OUT.p2p" "$OUT.torrent" "$OUT.seeder"
 """
 
 
@@ -265,12 +273,13 @@ class Storm:
                        "IMAGE": image, "SERVERS": ",".join(order), "FETCH": str(FETCH_SCRIPT),
                        "OUT": str(out_dir / f"n{index}.img"), "LOG": str(out_dir / f"n{index}.log"),
                        "RESULT": str(out_dir / f"n{index}.result"), "EXTRA": extra,
-                       "SCRIPT_URL": script_url[index] if script_url else "",
-                       "HPC_FETCH_SEED_S": os.environ.get("HPC_FETCH_SEED_S", "0"),
-                       "HPC_FETCH_ARIA2_OPTS": os.environ.get("HPC_FETCH_ARIA2_OPTS", "")}
+                       "SCRIPT_URL": script_url[index] if script_url else ""}
+                # The first stage's own settings (hpc-fetch's defaults); HPC_FETCH_* from the caller's environment
+                # only to try other values by hand.
+                env.update({k: v for k, v in os.environ.items() if k.startswith("HPC_FETCH_")})
                 procs.append(subprocess.Popen(
                     ["ip", "netns", "exec", self.net.hosts[f"n{index}"].name, "sh", "-c", NODE_SCRIPT],
-                    env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+                    env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
             time.sleep(1.0)  # every node is blocked on the lock
             start = time.time()
             fcntl.flock(held, fcntl.LOCK_UN)
@@ -280,12 +289,14 @@ class Storm:
             timer.start()
             timers.append(timer)
         deadline = time.monotonic() + 20 * max(self.cfg.bound(1), 60)
-        for proc in procs:
-            try:
-                proc.wait(timeout=max(1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        results_at = [out_dir / f"n{index}.result" for index in range(len(orders))]
+        while time.monotonic() < deadline and not all(path.exists() for path in results_at):
+            time.sleep(0.5)
+        for proc in procs:  # what still runs is a node seeding after its fetch (or one past the deadline)
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, 9)
+            proc.wait()
         for timer in timers:
             timer.cancel()
         results = []
@@ -475,11 +486,12 @@ def bencode(value: Any) -> bytes:
 
 
 def make_torrent(image: Path, announce: str) -> tuple[bytes, str]:
-    """A single-file .torrent of ``image`` (at least 64 pieces, 16-256 KiB each), and its info hash (hex: Debian's
-    opentracker serves a whitelist)."""
+    """A single-file .torrent of ``image`` (at least 128 pieces, 16-256 KiB each: a piece is shared on only once it
+    is whole and checked, so small pieces spread sooner), and its info hash (hex: Debian's opentracker serves a
+    whitelist)."""
     import hashlib  # pylint: disable=import-outside-toplevel
 
-    piece = max(16 << 10, min(256 << 10, 1 << (max(1, image.stat().st_size // 64).bit_length() - 1)))
+    piece = max(16 << 10, min(256 << 10, 1 << (max(1, image.stat().st_size // 128).bit_length() - 1)))
     pieces = b""
     with open(image, "rb") as handle:
         for block in iter(lambda: handle.read(piece), b""):
@@ -509,17 +521,17 @@ def scenario_p2p(cfg: Config, work: Path, image: Path, digest: str) -> dict[str,
         seed_dir.mkdir()
         os.link(image, seed_dir / image.name)
         limit = int(cfg.seed_mbit * 1e6 / 8)
-        storm.spawn("s0", ["aria2c", f"--dir={seed_dir}", "--seed-ratio=0.0", "--bt-seed-unverified=true",
+        # The seeder sends at a node's rate and stops after SEED_RATIO copies: the swarm has every piece by then
+        # (its peers ask it for the pieces rarest among them), and the server's share stays bounded.
+        storm.spawn("s0", ["aria2c", f"--dir={seed_dir}", f"--seed-ratio={SEED_RATIO}", "--bt-seed-unverified=true",
                            "--check-integrity=false", f"--max-overall-upload-limit={limit}",
                            "--enable-dht=false", "--bt-enable-lpd=false", "--summary-interval=0",
                            "--bt-tracker-interval=2", "--bt-max-peers=200", str(torrent)],
                     storm.work / "seeder.log")
         time.sleep(2)
-        os.environ["HPC_FETCH_ARIA2_OPTS"] = "--bt-tracker-interval=2 --bt-max-peers=80 --bt-request-peer-speed-limit=10M"
-        try:
-            results = storm.run_nodes(orders_for(cfg.nodes, ["s0"], storm), digest, extra=f"-t {torrent_hex} -l 30")
-        finally:
-            os.environ.pop("HPC_FETCH_ARIA2_OPTS", None)
+        # hpc-fetch's own aria2c settings (the first stage's); -l: the swarm may give no byte for 30 s before a
+        # node falls back to HTTP
+        results = storm.run_nodes(orders_for(cfg.nodes, ["s0"], storm), digest, extra=f"-t {torrent_hex} -l 30")
         out = summary(cfg, results, storm, ["s0"], {digest})
         logs = "".join(p.read_text(errors="replace") for p in (storm.work / "nodes").glob("*.log"))
         out["fell_back_to_http"] = logs.count("fetching over HTTP")
@@ -645,7 +657,7 @@ def main() -> int:
     parser.add_argument("--image-mib", type=int, default=2)
     parser.add_argument("--node-mbit", type=float, default=4.0)
     parser.add_argument("--server-mbit", type=float, default=40.0)
-    parser.add_argument("--seed-mbit", type=float, help="upload limit of the server's seeder (default: node rate / 4)")
+    parser.add_argument("--seed-mbit", type=float, help="upload limit of the server's seeder (default: a node's rate)")
     parser.add_argument("--scenarios", default=",".join(SCENARIOS))
     parser.add_argument("--quick", action="store_true", help="24 nodes (a smoke run)")
     parser.add_argument("--report-only", action="store_true", help="only redraw the table and plot from --output")
@@ -670,7 +682,7 @@ def main() -> int:
     if missing or os.geteuid() != 0:
         print(f"needs root and {', '.join(missing) or 'nothing else'} (scripts/setup.sh)", file=sys.stderr)
         return 2
-    cfg = Config(args.nodes, args.image_mib, args.node_mbit, args.server_mbit, args.seed_mbit or args.node_mbit / 4)
+    cfg = Config(args.nodes, args.image_mib, args.node_mbit, args.server_mbit, args.seed_mbit or args.node_mbit)
     work = Path(tempfile.mkdtemp(prefix="storm-", dir=REPO / "build" if (REPO / "build").is_dir() else None))
     data: dict[str, Any] = {"config": {"nodes": cfg.nodes, "image_mib": cfg.image_mib, "node_mbit": cfg.node_mbit,
                                        "server_mbit": cfg.server_mbit, "seed_mbit": cfg.seed_mbit, "quick": args.quick,

@@ -5,7 +5,8 @@
 
 The same script the initramfs runs (and benchmarks/storm_bench.py runs on every simulated node):
 failover past a dead server, a wrong file refused by its hash, a cut transfer resumed, the memory
-check, bad arguments, and wget where curl is missing. A few seconds in all.
+check, bad arguments, wget where curl is missing, and a swarm that gives nothing left for HTTP. A few
+seconds in all.
 """
 
 from __future__ import annotations
@@ -13,10 +14,15 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from conftest import REPO
 from storm_support import ARTIFACT_DIR, FETCH_SCRIPT, fetch_argv, free_port, publish, served
+
+sys.path.insert(0, str(REPO / "benchmarks"))
+from storm_bench import make_torrent  # noqa: E402  pylint: disable=wrong-import-position,import-error
 
 pytestmark = pytest.mark.skipif(shutil.which("nginx") is None, reason="needs nginx (scripts/setup.sh)")
 
@@ -123,3 +129,22 @@ def test_wget_where_the_initramfs_has_no_curl(tmp_path, image):
                     "-i", digest, "-o", str(out), "-w", "0", "-c", "2"], env={"PATH": str(bin_dir)})
     assert done.returncode == 0, done.stderr
     assert out.read_bytes() == path.read_bytes()
+
+
+@pytest.mark.skipif(shutil.which("aria2c") is None, reason="needs aria2 (scripts/setup.sh)")
+def test_a_swarm_that_gives_no_byte_is_left_for_http_after_the_stall_time(tmp_path, image):
+    """The torrent's tracker does not answer: no peer, no byte. The node falls back on that lack of progress
+    (-l 3 s of it), not after a fixed time, and fetches over HTTP; nothing of the swarm is left behind."""
+    path, digest = image
+    torrent = tmp_path / "image.torrent"
+    torrent.write_bytes(make_torrent(path, f"http://127.0.0.1:{free_port()}/announce")[0])
+    torrent_hex = publish(tmp_path / "good", torrent)
+    out = tmp_path / "out" / "root.squashfs"
+    out.parent.mkdir()
+    with served(tmp_path / "nginx", tmp_path / "good") as nginx:
+        done = run(fetch_argv([f"http://{nginx.listen}"], digest, out, "-t", torrent_hex, "-l", "3"))
+    assert done.returncode == 0, done.stderr
+    assert "the swarm gave no byte for 3 s (0 KiB of the image held): fetching over HTTP" in done.stderr, done.stderr
+    assert f"fetched sha256:{digest} from http://{nginx.listen}/" in done.stderr, done.stderr
+    assert out.read_bytes() == path.read_bytes()
+    assert sorted(p.name for p in out.parent.iterdir()) == ["root.squashfs"]

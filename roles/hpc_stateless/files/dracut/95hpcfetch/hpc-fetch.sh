@@ -19,7 +19,8 @@
 # With -t and aria2c present the image is first fetched peer-to-peer (the .torrent is an artifact
 # too, verified like the image); peers that stall fall back to HTTP from the same servers.
 # This is the first stage of the initramfs (dracut module hpcfetch) and what the boot-storm
-# benchmark runs on each simulated node: POSIX sh, curl (or wget), sha256sum.
+# benchmark runs on each simulated node: POSIX sh, curl (or wget), sha256sum; peer-to-peer also aria2c,
+# du, chmod, ln.
 #
 # Exit status: 0 fetched and verified (OUT holds it); 2 bad arguments; 3 the node cannot hold the
 # image (memory or space); 4 no server delivered the image after every round.
@@ -154,9 +155,26 @@ accept() {
     return 1
 }
 
+# Bytes of FILE held on disk (allocated blocks: aria2c writes pieces at their offsets, so the file's
+# length says nothing about how much of it is there).
+held_kib() {
+    # shellcheck disable=SC2046  # du's "<KiB> <path>" split into words on purpose
+    set -- $(du -k "$1" 2>/dev/null)
+    echo "${1:-0}"
+}
+
 # Peer-to-peer first when a torrent is named and aria2c is here: the .torrent comes from the servers
 # (verified), aria2c fetches the pieces from peers (each piece checked against the torrent), and an
-# image that is still incomplete after the swarm stalls is left to the HTTP loop below.
+# image that is still incomplete when the swarm stops making progress is left to the HTTP loop below.
+# The swarm's own pace decides, not a wall clock: hpc-fetch watches the bytes aria2c holds and gives
+# up on the swarm only after STALL seconds in which no byte arrived (a large swarm takes a while to
+# reach a node: peers unchoke newcomers in rounds). The finished node keeps seeding for
+# HPC_FETCH_SEED_S seconds (default 120) in the background while it boots, so that the nodes still
+# fetching find peers: the image is a hard link of the seeded file (same tmpfs), and aria2c's
+# process id is in OUT.seeder (the caller may wait for it).
+# aria2c: no DHT and no local peer discovery (a closed network: the tracker on the boot server
+# names the peers); ask the tracker every HPC_FETCH_TRACKER_S seconds (default 5; opentracker
+# would say 30 min) so a node learns of the peers that joined after it; up to 80 peers.
 fetch_p2p() {
     command -v aria2c >/dev/null 2>&1 || { log "no aria2c here: fetching over HTTP"; return 1; }
     tfile="$out.torrent"
@@ -173,25 +191,60 @@ fetch_p2p() {
     [ -s "$tfile" ] || { log "no server gave the torrent: fetching over HTTP"; return 1; }
     # The torrent names the file; aria2c writes it into a directory of its own.
     p2p="$out.p2p"
+    rm -rf "$p2p"
     mkdir -p "$p2p"
+    # aria2c runs this once every piece is in and checked, before it seeds: the image is complete.
+    printf '#!/bin/sh\n: >"%s/.complete"\n' "$p2p" >"$p2p/.on-complete"
+    chmod 0755 "$p2p/.on-complete"
+    seed_mmin=$(( ${HPC_FETCH_SEED_S:-120} * 1000 / 60 ))  # aria2c takes (fractional) minutes
     # HPC_FETCH_ARIA2_OPTS: extra aria2c options, split into words on purpose.
     # shellcheck disable=SC2086
-    aria2c -q --dir="$p2p" --seed-time="${HPC_FETCH_SEED_S:-0}" --bt-stop-timeout="$stall_s" \
-        --file-allocation=none --bt-enable-lpd=false --enable-dht=false --check-integrity=false \
-        --summary-interval=0 --console-log-level=error ${HPC_FETCH_ARIA2_OPTS:-} "$tfile" >&2
-    rc=$?
+    aria2c -q --dir="$p2p" --seed-time="$((seed_mmin / 1000)).$(printf %03d $((seed_mmin % 1000)))" \
+        --seed-ratio=0.0 --bt-stop-timeout=0 \
+        --file-allocation=none --bt-enable-lpd=false --enable-dht=false --enable-dht6=false \
+        --check-integrity=false --bt-tracker-interval="${HPC_FETCH_TRACKER_S:-5}" --bt-max-peers=80 \
+        --bt-request-peer-speed-limit=100M --summary-interval=0 --console-log-level=error \
+        --on-bt-download-complete="$p2p/.on-complete" \
+        ${HPC_FETCH_ARIA2_OPTS:-} "$tfile" >&2 &
+    apid=$!
+    got=
+    last=0
+    quiet=0
+    while kill -0 "$apid" 2>/dev/null && [ ! -e "$p2p/.complete" ]; do
+        for f in "$p2p"/*; do
+            [ -f "$f" ] && case $f in *.aria2) ;; *) got=$f ;; esac
+        done
+        now=$(held_kib "${got:-/nonexistent}")
+        now=${now:-0}
+        if [ "$now" -gt "$last" ]; then
+            last=$now
+            quiet=0
+        else
+            quiet=$((quiet + 1))
+            if [ "$quiet" -ge $((stall_s * 2)) ]; then
+                log "the swarm gave no byte for ${stall_s} s (${last} KiB of the image held): fetching over HTTP"
+                break
+            fi
+        fi
+        sleep 0.5
+    done
     rm -f "$tfile"
     for f in "$p2p"/*; do
         [ -f "$f" ] && case $f in *.aria2) ;; *) got=$f ;; esac
     done
-    if [ "$rc" -eq 0 ] && [ -n "${got:-}" ]; then
-        mv -f "$got" "$part"
-        rm -rf "$p2p"
-        accept "the swarm" && { log "fetched sha256:$hex peer-to-peer"; exit 0; }
-        return 1
+    if [ -e "$p2p/.complete" ] && [ -n "$got" ] && ln -f "$got" "$part" 2>/dev/null; then
+        if accept "the swarm"; then
+            log "fetched sha256:$hex peer-to-peer"
+            if kill -0 "$apid" 2>/dev/null; then
+                echo "$apid" >"$out.seeder"
+            fi
+            exit 0
+        fi
     fi
-    log "the swarm did not deliver the image (aria2c exit $rc): fetching over HTTP"
-    rm -rf "$p2p"
+    kill "$apid" 2>/dev/null
+    wait "$apid" 2>/dev/null
+    log "the swarm did not deliver the image: fetching over HTTP"
+    rm -rf "$p2p" "$part"
     return 1
 }
 

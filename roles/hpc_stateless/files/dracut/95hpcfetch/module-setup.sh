@@ -26,7 +26,7 @@ depends() {
 # called by dracut
 install() {
     inst_multiple sha256sum df wc tr dirname mv rm mkdir sleep mount
-    inst_multiple -o curl wget aria2c mountpoint
+    inst_multiple -o curl wget aria2c mountpoint du chmod ln
     inst_script "$moddir/hpc-fetch.sh" /sbin/hpc-fetch
     inst_script "$moddir/hpcfetchroot.sh" /sbin/hpcfetchroot
     inst_hook cmdline 28 "$moddir/parse-hpcfetch.sh"
