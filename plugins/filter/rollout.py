@@ -113,17 +113,22 @@ def roll_failure(task_name: Any, result: Any, probe: Any = None) -> str:
     return rollout.node_failure(str(task_name), _mapping(result, "roll_failure", "the failed task's result"), probe_result)
 
 
-def roll_canary(batch: Any, hostvars: Any, rollback: Any = None) -> dict[str, Any]:
-    """The failed nodes of a canary batch, the images whose links roll back, and the message that stops the roll."""
+def roll_canary(batch: Any, hostvars: Any, rollback: Any = None, servers: Any = None) -> dict[str, Any]:
+    """The failed nodes of a canary batch, the images whose links roll back, and the message that stops the roll.
+
+    ``rollback``: the registered result of the rollback loop, or a list of them (one per boot server in ``servers``).
+    """
     names = _names(batch, "roll_canary")
     variables = _mapping(hostvars, "roll_canary", "hostvars as its argument")
     failures = {node: str(_fact(variables, node, FAILURE_FACT)) for node in names
                 if _fact(variables, node, FAILURE_FACT) is not None}
     failed = [node for node in names if node in failures]
     images = list(dict.fromkeys((_fact(variables, node, NODE_FACT) or {}).get("image", "") for node in failed))
-    results = (rollback or {}).get("results", []) if isinstance(rollback, Mapping) else []
+    registered = [rollback] if isinstance(rollback, Mapping) else list(rollback or []) \
+        if isinstance(rollback, Iterable) and not isinstance(rollback, (str, bytes)) else []
+    results = [result for one in registered if isinstance(one, Mapping) for result in one.get("results", [])]
     return {"failed": failed, "images": [image for image in images if image],
-            "msg": rollout.canary_report(names, failures, results)}
+            "msg": rollout.canary_report(names, failures, results, _names(servers or [], "roll_canary"))}
 
 
 class FilterModule:

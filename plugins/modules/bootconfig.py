@@ -235,6 +235,12 @@ unchanged:
   description: Files whose content was already right.
   returned: always
   type: int
+fence_lifted:
+  description:
+    - Whether the render removed the boot root's switch fence (C(.hpc-stateless-switch), written by C(deploy.yml) on
+      every boot server before the switch; while it exists the server's nginx answers 503 for C(ipxe/)).
+  returned: always
+  type: bool
 nodes:
   description: Number of nodes rendered.
   returned: always

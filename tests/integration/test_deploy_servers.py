@@ -137,6 +137,61 @@ def test_a_full_disk_on_one_server_switches_neither(cluster):
         assert not (server.root / ".incoming").exists()
 
 
+def script_hashes(pack) -> set[str]:
+    return {hashlib.sha256((pack / name).read_bytes()).hexdigest() for name in ("vmlinuz", f"{IMAGE}.cpio.zst")}
+
+
+def test_a_rollback_switches_every_server_back_script_and_link_together(cluster):
+    servers, packs = cluster["servers"], cluster["packs"]
+    start = time.monotonic()
+    proc = run_site(inventory=cluster["inventory"], playbook="playbooks/rollback.yml")
+    cluster["times"]["rollback"] = round(time.monotonic() - start, 1)
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
+    for server in servers:
+        # the script nodes read names v1's kernel and initrd, and the served link moved with it
+        line = served(server)
+        assert line.startswith(f"{IMAGE} v1 ") and all(h in line for h in script_hashes(packs["v1"])), (server.name, line)
+        assert os.readlink(server.root / IMAGE) == f"images/{IMAGE}/v1"
+        assert os.readlink(server.root / "images" / IMAGE / "previous") == "v2"
+        assert not (server.root / ".hpc-stateless-switch").exists()
+        for digest in script_hashes(packs["v1"]):
+            assert server.http_get(f"/sha256/{digest}")[0] == 200, server.name
+
+
+def test_a_server_that_misses_its_switch_refuses_its_scripts_until_a_deploy_levels_it(cluster):
+    """bs2 fails between the fence every server gets before the switch and its own switch (its image script's path
+    is made a directory, so its render fails: it stands in for a server lost at that moment). bs1 switches; bs2 keeps
+    its old script but answers 503 for ipxe/, so nodes take their scripts from bs1; the next deploy levels bs2."""
+    servers, packs = cluster["servers"], cluster["packs"]
+    bs1, bs2 = servers
+    # room on bs2 for a staging of the release again (the full-disk test left it at 3.5 releases)
+    release = sum(p.stat().st_size for p in packs["v1"].iterdir())
+    subprocess.run(["mount", "-o", f"remount,size={release * 6}", str(bs2.root)], check=True)
+    obstacle = bs2.root / "ipxe" / "images" / f"{IMAGE}.ipxe"
+    obstacle.unlink()
+    (obstacle / "in-the-way").mkdir(parents=True)
+    try:
+        proc = deploy(cluster["inventory"], "v2")
+        assert proc.returncode != 0 and re.search(r"fatal: \[bs2\].*Render pxelinux", proc.stdout + proc.stderr, re.S) \
+            or "bs2" in proc.stdout, proc.stdout[-5000:]
+        assert served(bs1).startswith(f"{IMAGE} v2 ")
+        assert not (bs1.root / ".hpc-stateless-switch").exists()
+        assert (bs2.root / ".hpc-stateless-switch").exists()
+        for path in ("/ipxe/boot.ipxe", f"/ipxe/images/{IMAGE}.ipxe"):
+            assert bs2.http_get(path)[0] == 503, path  # fenced: no old script reaches a node
+            assert bs1.http_get(path)[0] == 200, path
+        for digest in script_hashes(packs["v2"]):  # the release itself is there (staged before the fence)
+            assert bs2.http_get(f"/sha256/{digest}")[0] == 200
+    finally:
+        shutil.rmtree(obstacle)
+    proc = deploy(cluster["inventory"], "v2")
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
+    for server in servers:
+        assert served(server).startswith(f"{IMAGE} v2 ")
+        assert not (server.root / ".hpc-stateless-switch").exists()
+    subprocess.run(["mount", "-o", f"remount,size={int(release * 3.5) + 2**20}", str(bs2.root)], check=True)
+
+
 def test_bad_server_input_is_refused_before_anything_changes(cluster):
     servers = cluster["servers"]
     before = [served(server) for server in servers]
@@ -154,7 +209,12 @@ def test_bad_server_input_is_refused_before_anything_changes(cluster):
     servers[1].stop_sshd()
     proc = deploy(cluster["inventory"], "v3")
     assert proc.returncode != 0 and re.search(r"fatal: \[bs2\]: UNREACHABLE!", proc.stdout), proc.stdout[-3000:]
+    assert re.search(r"boot server\(s\) bs2 not reachable .*no boot server was staged or switched\. Bring bs2 back",
+                     proc.stdout, re.S), proc.stdout[-3000:]
     assert "Copy each image's release to the server" not in proc.stdout
+    # a rollback refuses the same way, before it checks or switches anything
+    proc = run_site(inventory=cluster["inventory"], playbook="playbooks/rollback.yml")
+    assert proc.returncode != 0 and "boot server(s) bs2 not reachable" in proc.stdout, proc.stdout[-3000:]
     assert [served(server) for server in servers] == before
     assert not any((server.root / ".incoming").exists() for server in servers)
 

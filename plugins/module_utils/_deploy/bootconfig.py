@@ -648,6 +648,10 @@ _STALE_PATTERNS = ((PXE_DIR, re.compile(r"^01-[0-9a-f]{2}(-[0-9a-f]{2}){5}$")),
 
 
 STATE_FILE = ".hpc-stateless-bootconfig.state"
+# While it exists, the boot server's nginx answers 503 for ipxe/ (role boot_server): deploy.yml writes it on every
+# server before any switches, and the render that switches a server removes it (a server that missed its switch
+# refuses to serve its old scripts until a deploy brings it level; docs/scale.md).
+SWITCH_FENCE = ".hpc-stateless-switch"
 #: The PXE boot loader copied from the boot host into the boot root (option loader_dirs): the first of each found.
 LOADER_FILES = ("pxelinux.0", "ldlinux.c32")
 # The temp name write_atomic gives a file before renaming it into place (``.<name>.new-<8 hex>``;
@@ -878,6 +882,7 @@ def render(params: Mapping[str, Any], check_mode: bool = False,
     files = plan_files(nodes, boots, default_image, options, servers, releases)
     diff_limit = int(params.get("diff_limit") or 0)
     loader_dirs = [str(d) for d in params.get("loader_dirs") or []]
+    fence_lifted = False
     if check_mode:
         synced = sync_files(root, files, True, bool(params.get("remove_stale", True)), diff_limit)
         loaders, loaders_written = sync_loaders(root, loader_dirs, True)
@@ -887,6 +892,7 @@ def render(params: Mapping[str, Any], check_mode: bool = False,
         with deploy_lock(root, float(params.get("lock_timeout") or 0), "bootconfig render", on_wait):
             synced = sync_files(root, files, False, bool(params.get("remove_stale", True)), diff_limit)
             loaders, loaders_written = sync_loaders(root, loader_dirs, False)
+            fence_lifted = _lift_fence(root)
     written = loaders_written + synced.written
     return {
         "changed": bool(written or synced.removed),
@@ -898,11 +904,21 @@ def render(params: Mapping[str, Any], check_mode: bool = False,
         "removed": synced.removed[:REPORT_LIMIT],
         "removed_count": len(synced.removed),
         "unchanged": synced.unchanged,
+        "fence_lifted": fence_lifted,
         "nodes": len(nodes),
         "images": {name: {"format": boot.format, "ramdisk_size": boot.ramdisk_kib,
                           "kernel_args": boot.pxe_args()} for name, boot in boots.items()},
         "diff": synced.diffs,
     }
+
+
+def _lift_fence(root: str) -> bool:
+    """Remove the switch fence of the boot root (the entries it held back are written); True when there was one."""
+    try:
+        os.unlink(os.path.join(root, SWITCH_FENCE))
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def unified(diff: Mapping[str, str]) -> str:

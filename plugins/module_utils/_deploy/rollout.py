@@ -337,28 +337,32 @@ def node_failure(task: str, result: Mapping[str, Any], probe: Mapping[str, Any] 
     return f"{task}: {message or str(result.get('stderr') or 'failed').strip()}"
 
 
-def _rollback_text(results: Iterable[Mapping[str, Any]]) -> str:
+def _rollback_text(results: Iterable[Mapping[str, Any]], servers: Sequence[str] = ()) -> str:
     ran = [result for result in results if not result.get("skipped")]
     if not ran:
         return "boot links left as they are (hpc_stateless_roll_rollback is false)"
     parts = []
     for result in ran:
+        image = result.get("item") or result.get("rollback_image") or result.get("image")
         if result.get("current") is None:
-            parts.append(f"{result.get('item')} ROLLBACK FAILED ({result.get('msg') or 'no result'})")
+            parts.append(f"{image} ROLLBACK FAILED ({result.get('msg') or 'no result'})")
         else:
-            parts.append(f"{result.get('item')} {result.get('old_current')} -> {result.get('current')}")
-    return "boot links rolled back: " + ", ".join(parts)
+            parts.append(f"{image} {result.get('old_current')} -> {result.get('current')}")
+    # Every boot server rolls back as one: the same change on each is said once.
+    where = f" on {', '.join(servers)}" if len(servers) > 1 else ""
+    return f"boot links rolled back{where}: " + ", ".join(dict.fromkeys(parts))
 
 
-def canary_report(batch: Sequence[str], failures: Mapping[str, str], rollback_results: Iterable[Mapping[str, Any]] | None
-                  ) -> str:
+def canary_report(batch: Sequence[str], failures: Mapping[str, str], rollback_results: Iterable[Mapping[str, Any]] | None,
+                  servers: Sequence[str] = ()) -> str:
     """The message that stops the roll after a failed canary; empty when no node of ``batch`` failed.
 
     ``failures`` maps a failed node to :func:`node_failure`; ``rollback_results`` are the ``bootlink
-    state=rollback`` results (skipped or none when the links were left alone).
+    state=rollback`` results of every boot server (skipped or none when the links were left alone), ``servers``
+    the boot servers they ran on.
     """
     failed = [f"{node}: {failures[node]}" for node in batch if node in failures]
     if not failed:
         return ""
-    return (f"canary failed - {'; '.join(failed)}; {_rollback_text(rollback_results or [])}; roll stopped, "
+    return (f"canary failed - {'; '.join(failed)}; {_rollback_text(rollback_results or [], servers)}; roll stopped, "
             "no further node rebooted")

@@ -334,6 +334,12 @@ def test_a_failed_canary_stops_the_roll_and_says_what_the_links_did():
     assert "canary failed - n1: a; n2: b; " in canary_report(["n1", "n2"], {"n1": "a", "n2": "b"}, refused)
 
 
+def test_a_rollback_of_several_servers_names_them_and_says_the_change_once():
+    rolled = [{"rollback_image": "compute", "image": "compute", "old_current": "v2", "current": "v1"}] * 2
+    assert "; boot links rolled back on bs1, bs2: compute v2 -> v1; roll stopped" in \
+        canary_report(["n1"], {"n1": "x"}, rolled, ["bs1", "bs2"])
+
+
 def test_links_left_alone_are_said_so_and_a_canary_without_failures_says_nothing():
     skipped = [{"item": "compute", "skipped": True, "changed": False}]
     for results in (None, [], skipped):
