@@ -98,27 +98,64 @@ def cluster():
     shutil.rmtree(base, ignore_errors=True)
 
 
+def script_hashes(pack) -> set[str]:
+    return {hashlib.sha256((pack / name).read_bytes()).hexdigest() for name in ("vmlinuz", f"{IMAGE}.cpio.zst")}
+
+
 def test_a_release_is_staged_on_both_servers_then_both_switch(cluster):
     servers, times = cluster["servers"], cluster["times"]
-    for version in ("v1", "v2"):
-        start = time.monotonic()
-        proc = deploy(cluster["inventory"], version)
-        times[f"deploy {version}"] = round(time.monotonic() - start, 1)
-        assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
-        for server in servers:
-            assert served(server).startswith(f"{IMAGE} {version} "), (server.name, served(server))
-    pack = cluster["packs"]["v2"]
+    start = time.monotonic()
+    proc = deploy(cluster["inventory"], "v1")
+    times["deploy v1"] = round(time.monotonic() - start, 1)
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
     line = served(servers[0])
-    assert line == served(servers[1])  # the same release, named by the same hashes, on both
-    for name in ("vmlinuz", f"{IMAGE}.cpio.zst"):
-        digest = hashlib.sha256((pack / name).read_bytes()).hexdigest()
+    assert line.startswith(f"{IMAGE} v1 ") and line == served(servers[1])  # the same release, by the same hashes
+    for digest in script_hashes(cluster["packs"]["v1"]):
         assert digest in line
         for server in servers:
             status, body = server.http_get(f"/sha256/{digest}")
             assert status == 200 and hashlib.sha256(body).hexdigest() == digest, server.name
     for server in servers:
         assert not (server.root / ".incoming").exists()  # the staged copy is gone
+        assert not (server.root / ".hpc-stateless-switch").exists()  # every server switched: no fence left
         assert server.http_get("/.hpc-stateless.lock")[0] == 404  # dot files are not served
+
+
+def test_a_server_that_misses_its_switch_refuses_its_scripts_until_a_deploy_levels_it(cluster):
+    """bs2 fails between the fence every server gets before the switch and its own switch (its image script's path
+    is made a directory, so its render fails: it stands in for a server lost at that moment). bs1 switches to v2;
+    bs2 keeps its v1 script but answers 503 for ipxe/, so nodes take their scripts from bs1; the next deploy levels
+    bs2."""
+    servers, packs = cluster["servers"], cluster["packs"]
+    bs1, bs2 = servers
+    obstacle = bs2.root / "ipxe" / "images" / f"{IMAGE}.ipxe"
+    obstacle.unlink()
+    (obstacle / "in-the-way").mkdir(parents=True)
+    try:
+        proc = deploy(cluster["inventory"], "v2")
+        assert proc.returncode != 0 and re.search(r"TASK \[Render pxelinux and iPXE entries\].*fatal: \[bs2\]",
+                                                  proc.stdout, re.S), proc.stdout[-5000:]
+        assert served(bs1).startswith(f"{IMAGE} v2 ")
+        assert not (bs1.root / ".hpc-stateless-switch").exists()
+        assert (bs2.root / ".hpc-stateless-switch").exists()
+        for path in ("/ipxe/boot.ipxe", f"/ipxe/images/{IMAGE}.ipxe"):
+            assert bs2.http_get(path)[0] == 503, path  # fenced: no old script reaches a node
+            assert bs1.http_get(path)[0] == 200, path
+        for digest in script_hashes(packs["v2"]):  # the release itself is there (published before the fence)
+            assert bs2.http_get(f"/sha256/{digest}")[0] == 200
+    finally:
+        shutil.rmtree(obstacle)
+    # room on bs2 to stage the release again (its disk holds 3.5 releases: v1 and v2 are published there now)
+    release = sum(p.stat().st_size for p in packs["v1"].iterdir())
+    subprocess.run(["mount", "-o", f"remount,size={release * 6}", str(bs2.root)], check=True)
+    start = time.monotonic()
+    proc = deploy(cluster["inventory"], "v2")
+    cluster["times"]["deploy v2"] = round(time.monotonic() - start, 1)
+    subprocess.run(["mount", "-o", f"remount,size={int(release * 3.5) + 2**20}", str(bs2.root)], check=True)
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
+    for server in servers:
+        assert served(server).startswith(f"{IMAGE} v2 ") and server.http_get("/ipxe/boot.ipxe")[0] == 200
+        assert not (server.root / ".hpc-stateless-switch").exists()
 
 
 def test_a_full_disk_on_one_server_switches_neither(cluster):
@@ -137,59 +174,22 @@ def test_a_full_disk_on_one_server_switches_neither(cluster):
         assert not (server.root / ".incoming").exists()
 
 
-def script_hashes(pack) -> set[str]:
-    return {hashlib.sha256((pack / name).read_bytes()).hexdigest() for name in ("vmlinuz", f"{IMAGE}.cpio.zst")}
-
-
 def test_a_rollback_switches_every_server_back_script_and_link_together(cluster):
     servers, packs = cluster["servers"], cluster["packs"]
-    start = time.monotonic()
-    proc = run_site(inventory=cluster["inventory"], playbook="playbooks/rollback.yml")
-    cluster["times"]["rollback"] = round(time.monotonic() - start, 1)
-    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
-    for server in servers:
-        # the script nodes read names v1's kernel and initrd, and the served link moved with it
-        line = served(server)
-        assert line.startswith(f"{IMAGE} v1 ") and all(h in line for h in script_hashes(packs["v1"])), (server.name, line)
-        assert os.readlink(server.root / IMAGE) == f"images/{IMAGE}/v1"
-        assert os.readlink(server.root / "images" / IMAGE / "previous") == "v2"
-        assert not (server.root / ".hpc-stateless-switch").exists()
-        for digest in script_hashes(packs["v1"]):
-            assert server.http_get(f"/sha256/{digest}")[0] == 200, server.name
-
-
-def test_a_server_that_misses_its_switch_refuses_its_scripts_until_a_deploy_levels_it(cluster):
-    """bs2 fails between the fence every server gets before the switch and its own switch (its image script's path
-    is made a directory, so its render fails: it stands in for a server lost at that moment). bs1 switches; bs2 keeps
-    its old script but answers 503 for ipxe/, so nodes take their scripts from bs1; the next deploy levels bs2."""
-    servers, packs = cluster["servers"], cluster["packs"]
-    bs1, bs2 = servers
-    # room on bs2 for a staging of the release again (the full-disk test left it at 3.5 releases)
-    release = sum(p.stat().st_size for p in packs["v1"].iterdir())
-    subprocess.run(["mount", "-o", f"remount,size={release * 6}", str(bs2.root)], check=True)
-    obstacle = bs2.root / "ipxe" / "images" / f"{IMAGE}.ipxe"
-    obstacle.unlink()
-    (obstacle / "in-the-way").mkdir(parents=True)
-    try:
-        proc = deploy(cluster["inventory"], "v2")
-        assert proc.returncode != 0 and re.search(r"fatal: \[bs2\].*Render pxelinux", proc.stdout + proc.stderr, re.S) \
-            or "bs2" in proc.stdout, proc.stdout[-5000:]
-        assert served(bs1).startswith(f"{IMAGE} v2 ")
-        assert not (bs1.root / ".hpc-stateless-switch").exists()
-        assert (bs2.root / ".hpc-stateless-switch").exists()
-        for path in ("/ipxe/boot.ipxe", f"/ipxe/images/{IMAGE}.ipxe"):
-            assert bs2.http_get(path)[0] == 503, path  # fenced: no old script reaches a node
-            assert bs1.http_get(path)[0] == 200, path
-        for digest in script_hashes(packs["v2"]):  # the release itself is there (staged before the fence)
-            assert bs2.http_get(f"/sha256/{digest}")[0] == 200
-    finally:
-        shutil.rmtree(obstacle)
-    proc = deploy(cluster["inventory"], "v2")
-    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
-    for server in servers:
-        assert served(server).startswith(f"{IMAGE} v2 ")
-        assert not (server.root / ".hpc-stateless-switch").exists()
-    subprocess.run(["mount", "-o", f"remount,size={int(release * 3.5) + 2**20}", str(bs2.root)], check=True)
+    # the second rollback flips back to v2 (what the node test below boots)
+    for back, forth in (("v1", "v2"), ("v2", "v1")):
+        start = time.monotonic()
+        proc = run_site(inventory=cluster["inventory"], playbook="playbooks/rollback.yml")
+        cluster["times"][f"rollback to {back}"] = round(time.monotonic() - start, 1)
+        assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
+        for server in servers:
+            # the script nodes read names the kernel and initrd of the version the served link moved to
+            line = served(server)
+            assert line.startswith(f"{IMAGE} {back} ") and all(h in line for h in script_hashes(packs[back])), \
+                (server.name, line)
+            assert os.readlink(server.root / IMAGE) == f"images/{IMAGE}/{back}"
+            assert os.readlink(server.root / "images" / IMAGE / "previous") == forth
+            assert not (server.root / ".hpc-stateless-switch").exists()
 
 
 def test_bad_server_input_is_refused_before_anything_changes(cluster):
