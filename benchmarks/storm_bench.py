@@ -22,8 +22,8 @@ and deletes it. Scenarios:
   a rack fetch from their cache, then the origin. The origin must send <= 1.1 copies per cache.
 * ``p2p``: aria2c on every node, with hpc-fetch's own settings (hpc-fetch -t: the torrent is an artifact too;
   a node that has the image keeps seeding while the others fetch), opentracker and an aria2c seeder on the one
-  server, which uploads at a node's rate and stops after SEED_RATIO copies; a node the swarm gives no byte for
-  30 s falls back to HTTP from the same server. p100 <= 0.5x the one-server HTTP bound, the server sends <= 3
+  server, whose upload is limited to a quarter of a node's rate; a node the swarm gives no byte for 30 s falls
+  back to HTTP from the same server. p100 <= 0.5x the one-server HTTP bound, the server sends <= 3
   copies (seeder + HTTP), 100 % complete.
 
 Rates are scaled down so that the simulated wire, not the 2 shared cores, is the bottleneck and the
@@ -82,7 +82,6 @@ GOAL_P2P = 0.5
 GOAL_P2P_COPIES = 3.0
 BOOT_SCRIPT = "ipxe/images/storm.ipxe"  # the per-image boot script (the deploy's layout, docs/scale.md)
 TRACKER_PORT = 6969
-SEED_RATIO = 2.5  # copies of the image the server's seeder uploads before it stops (peer-to-peer)
 KERNEL_MIB = 1  # the "kernel" of the switch scenario: a second artifact named by the same script
 
 # What each simulated node runs: wait for the storm's start (a shared lock the benchmark holds), then
@@ -209,6 +208,30 @@ class Config:
     def node_seconds(self) -> float:
         """One node alone: image / node rate (no storm is faster than this)."""
         return self.image_bytes * 8 / (self.node_mbit * 1e6)
+
+
+NEIGH_SYSCTL = Path("/proc/sys/net/ipv4/neigh/default")
+
+
+@contextlib.contextmanager
+def neighbour_room(nodes: int) -> Iterator[None]:
+    """Room in the kernel's ARP table for the storm, restored afterwards. The table is one for every network
+    namespace (its limits are the host's, gc_thresh3 1024 by default): peer-to-peer, where every node talks to up
+    to 80 peers, needs an entry per node and peer, and an overflowing table drops the nodes' connections ("neighbor
+    table overflow!" in the kernel log; nodes time out connecting even to the server)."""
+    wanted = {"gc_thresh1": nodes * 32, "gc_thresh2": nodes * 64, "gc_thresh3": nodes * 128}
+    before = {}
+    try:
+        for name, value in wanted.items():
+            path = NEIGH_SYSCTL / name
+            before[name] = path.read_text().strip()
+            if int(before[name]) < value:
+                path.write_text(f"{value}\n")
+        yield
+    finally:
+        for name, value in reversed(list(before.items())):
+            with contextlib.suppress(OSError):
+                (NEIGH_SYSCTL / name).write_text(f"{value}\n")
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -501,7 +524,7 @@ def make_torrent(image: Path, announce: str) -> tuple[bytes, str]:
 
 
 def scenario_p2p(cfg: Config, work: Path, image: Path, digest: str) -> dict[str, Any]:
-    with world(cfg, work, "p2p", [("s0", cfg.server_mbit)]) as storm:
+    with neighbour_room(cfg.nodes), world(cfg, work, "p2p", [("s0", cfg.server_mbit)]) as storm:
         root = storm.work / "root"
         publish(root, image)
         address = storm.net.hosts["s0"].address
@@ -521,9 +544,10 @@ def scenario_p2p(cfg: Config, work: Path, image: Path, digest: str) -> dict[str,
         seed_dir.mkdir()
         os.link(image, seed_dir / image.name)
         limit = int(cfg.seed_mbit * 1e6 / 8)
-        # The seeder sends at a node's rate and stops after SEED_RATIO copies: the swarm has every piece by then
-        # (its peers ask it for the pieces rarest among them), and the server's share stays bounded.
-        storm.spawn("s0", ["aria2c", f"--dir={seed_dir}", f"--seed-ratio={SEED_RATIO}", "--bt-seed-unverified=true",
+        # The seeder seeds as long as the storm lasts; its upload limit bounds the server's share (a quarter of a
+        # node's rate: 3 copies of the image take 12 node-times). Capping its copies instead (--seed-ratio) left
+        # pieces no node had when it stopped: every peer then stalled at the same bytes.
+        storm.spawn("s0", ["aria2c", f"--dir={seed_dir}", "--seed-ratio=0.0", "--bt-seed-unverified=true",
                            "--check-integrity=false", f"--max-overall-upload-limit={limit}",
                            "--enable-dht=false", "--bt-enable-lpd=false", "--summary-interval=0",
                            "--bt-tracker-interval=2", "--bt-max-peers=200", str(torrent)],
@@ -657,7 +681,7 @@ def main() -> int:
     parser.add_argument("--image-mib", type=int, default=2)
     parser.add_argument("--node-mbit", type=float, default=4.0)
     parser.add_argument("--server-mbit", type=float, default=40.0)
-    parser.add_argument("--seed-mbit", type=float, help="upload limit of the server's seeder (default: a node's rate)")
+    parser.add_argument("--seed-mbit", type=float, help="upload limit of the server's seeder (default: node rate / 4)")
     parser.add_argument("--scenarios", default=",".join(SCENARIOS))
     parser.add_argument("--quick", action="store_true", help="24 nodes (a smoke run)")
     parser.add_argument("--report-only", action="store_true", help="only redraw the table and plot from --output")
@@ -682,7 +706,7 @@ def main() -> int:
     if missing or os.geteuid() != 0:
         print(f"needs root and {', '.join(missing) or 'nothing else'} (scripts/setup.sh)", file=sys.stderr)
         return 2
-    cfg = Config(args.nodes, args.image_mib, args.node_mbit, args.server_mbit, args.seed_mbit or args.node_mbit)
+    cfg = Config(args.nodes, args.image_mib, args.node_mbit, args.server_mbit, args.seed_mbit or args.node_mbit / 4)
     work = Path(tempfile.mkdtemp(prefix="storm-", dir=REPO / "build" if (REPO / "build").is_dir() else None))
     data: dict[str, Any] = {"config": {"nodes": cfg.nodes, "image_mib": cfg.image_mib, "node_mbit": cfg.node_mbit,
                                        "server_mbit": cfg.server_mbit, "seed_mbit": cfg.seed_mbit, "quick": args.quick,
