@@ -108,8 +108,12 @@ MAX_RELEASE_BYTES = 10_000_000
 #: Seconds a whole archive view may spend on the network while it holds the cache's lock (below LOCK_TIMEOUT).
 DEFAULT_DEADLINE = 300.0
 #: Seconds to wait before each new try of a request that got no answer, doubling as apt's
-#: Acquire::Retries::Delay does: about 15 s in all, longer than the resolver outages seen on build hosts.
-RETRY_DELAYS = (1.0, 2.0, 4.0, 8.0)
+#: Acquire::Retries::Delay does (apt caps one delay at 30 s): about a minute in all. The build hosts' resolver
+#: outages mostly last about 10 s, some over 15 s.
+RETRY_DELAYS = (1.0, 2.0, 4.0, 8.0, 15.0, 30.0)
+#: How often apt (mmdebstrap's, a debootstrap root's, a layer's roles' while it builds) tries a download that got
+#: no answer again: as many tries as :data:`RETRY_DELAYS`, with apt's own doubling delay (1, 2, 4, 8, 16, 30 s).
+APT_RETRY_COUNT = len(RETRY_DELAYS)
 _CHUNK = 1 << 16
 _TRANSIENT_HTTP = (408, 429, 500, 502, 503, 504)
 

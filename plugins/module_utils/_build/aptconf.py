@@ -20,8 +20,9 @@ first of every role's apt tasks) starts from it. ``pkgcache.bin`` is stale in an
 so it leaves with the layer's commit. Packs never carry either (_pack/tree.py).
 
 * :func:`install` - at ``started``, :data:`CONF_NAME` in the tree's ``/etc/apt/apt.conf.d`` (only where that
-  directory exists): no translations are fetched (``Acquire::Languages``), and dpkg unpacks without an fsync per
-  file (``--force-unsafe-io``: the tree is committed from the host after the build, a build that crashes is built
+  directory exists): no translations are fetched (``Acquire::Languages``), a download that got no answer is
+  tried again as the bootstrap's are (``Acquire::Retries``: a resolver outage passes), and dpkg unpacks without
+  an fsync per file (``--force-unsafe-io``: the tree is committed from the host after the build, a build that crashes is built
   again). Packages, InRelease files and so what the suites carry (security updates included) and the repository
   labels (_build/records.py) are as before.
 * :func:`remove` - at ``committed``, before the tree is recorded: that file, and ``pkgcache.bin`` (apt makes it
@@ -42,14 +43,16 @@ import os
 import stat
 
 from ansible_collections.hpc.stateless.plugins.module_utils import _imagepath
+from ansible_collections.hpc.stateless.plugins.module_utils._archive.index import APT_RETRY_COUNT
 from ansible_collections.hpc.stateless.plugins.module_utils._build.records import APT_LISTS
 
 CONF_DIR = "etc/apt/apt.conf.d"
 #: Sorted first among apt's configuration files: a role's own file may still say otherwise.
 CONF_NAME = "00hpc-stateless-build"
-CONF_TEXT = """\
+CONF_TEXT = f"""\
 // Written by hpc.stateless while this layer builds; removed before the layer is committed (_build/aptconf.py).
 Acquire::Languages "none";
+Acquire::Retries "{APT_RETRY_COUNT}";
 DPkg::Options:: "--force-unsafe-io";
 """
 APT_CACHE_DIR = "var/cache/apt"

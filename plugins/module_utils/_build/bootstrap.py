@@ -33,6 +33,7 @@ from typing import Any, NoReturn
 from ansible_collections.hpc.stateless.plugins.module_utils._process import INITIAL_ID_MAP, parse_id_map
 from ansible_collections.hpc.stateless.plugins.module_utils import _process
 from ansible_collections.hpc.stateless.plugins.module_utils._archive.index import (
+    APT_RETRY_COUNT,
     FetchFailed,
     fetch_url,
     fetch_with_retries,
@@ -316,10 +317,6 @@ def debootstrap_argv(spec: BootstrapSpec, binary: str = "debootstrap") -> list[s
     return argv
 
 
-#: How often apt (driven by mmdebstrap, or inside a debootstrap root for its upgrade) tries a download that got no
-#: answer again, with its doubling delay (1, 2, 4, 8, 16 s): a resolver outage of the ~10 s seen on build hosts
-#: passes instead of failing the bootstrap.
-APT_RETRY_COUNT = 5
 APT_RETRIES = f'--aptopt=Acquire::Retries "{APT_RETRY_COUNT}"'
 
 
