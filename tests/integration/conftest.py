@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import uuid
 from pathlib import Path
@@ -264,6 +265,19 @@ def image_prefix():
     refs = list(layer_images(prefix))
     if refs:
         buildah("rmi", "--force", *refs, check=False)
+
+
+@pytest.fixture(scope="session")
+def live_pack(tmp_path_factory):
+    """The squashfs live image of pack_dracut_inventory, built (cached) and packed once per worker: its version
+    directory and the seconds of its build and pack. test_pack_live and test_pack_two_stage boot it (both in the
+    qemu group, so on one worker); they read it and change only copies."""
+    from pack_support import pack_live_image  # pylint: disable=import-outside-toplevel
+
+    output = tmp_path_factory.mktemp("live-pack")
+    times: dict[str, float] = {}
+    yield pack_live_image(output, times), times
+    shutil.rmtree(output, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
