@@ -33,7 +33,7 @@ BUILDAH_ENV = {**os.environ, "BUILDAH_ISOLATION": os.environ.get("BUILDAH_ISOLAT
 #: state that builds share by design (apt caches, buildah storage, verify records: their locks are the product's).
 WORKER_GROUPS = {
     "cluster": ("test_cluster_jobs.py", "test_cluster_rollout.py", "test_compliance_drift.py",
-                "test_compliance_live.py", "test_nspawn_slurm.py"),
+                "test_compliance_live.py", "test_compliance_openscap.py", "test_nspawn_slurm.py"),
     "qemu-and-build-user": ("test_pack.py", "test_pack_live.py", "test_pack_two_stage.py", "test_pack_capabilities.py",
                             "test_pack_hwprofile.py",
                             "test_deploy_pxe.py", "test_deploy_http.py", "test_rootless.py", "test_rootfs_rpm.py"),
