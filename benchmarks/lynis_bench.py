@@ -32,65 +32,36 @@ import time
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 import comparisons  # noqa: E402  pylint: disable=wrong-import-position
+from booted_play import booted_play, munge_key, run_playbook  # noqa: E402  pylint: disable=wrong-import-position
 from run_all import load_defaults  # noqa: E402  pylint: disable=wrong-import-position
 
 MIN_SCORE = 80
 PLAIN_REPO = "localhost/hpc-stateless-lynisbench/plain"
-PLAYBOOK = """\
-- name: Lynis on each booted image, judged as verify judges it
-  hosts: all
-  gather_facts: false
-  serial: 1
-  vars:
-    ansible_connection: hpc.stateless.nspawn
-    ansible_nspawn_boot: true
-    ansible_python_interpreter: auto_silent
-    ansible_nspawn_extra_args: >-
-      {{ ['--bind-ro=' ~ munge_key ~ ':/etc/munge/munge.key'] + (_boot_files.binds | default([]))
-         + (true | hpc.stateless.lynis_nspawn_args) }}
-    hpc_stateless_verify_lynis_waivers: []
-    hpc_stateless_verify_lynis_min_score: %(min)d
-    hpc_stateless_verify_lynis_timeout: 1800
-    _verify_checks: []
-  tasks:
-    - name: Run and judge Lynis
-      block:
-        - name: This boot's Lynis profile, as verify.yml writes it
-          hpc.stateless.verify_boot_files:
-            files: [{path: "{{ 'profile' | hpc.stateless.lynis_boot_path }}",
-                     content: "{{ hpc_stateless_verify_lynis_waivers | hpc.stateless.lynis_profile }}"}]
-          register: _boot_files
 
-        - name: The Lynis task file of verify.yml (boots the image, runs Lynis, judges its report)
-          ansible.builtin.import_tasks: %(tasks)s
-      rescue:
-        - name: A score below the minimum is a result here, not an error
-          ansible.builtin.assert:
-            that: _lynis_verdict is defined
-      always:
-        - name: Write the verdict and Lynis's seconds
-          ansible.builtin.copy:
-            content: "{{ {'verdict': _lynis_verdict | default(none), 'seconds': _lynis_run.delta | default(none)} | to_json }}"
-            dest: "%(out)s/{{ inventory_hostname }}.json"
-            mode: "0644"
-          delegate_to: localhost
-          vars:
-            ansible_connection: local
-            ansible_python_interpreter: "{{ ansible_playbook_python }}"
-        - name: Stop the container
-          ansible.builtin.meta: reset_connection
-        - name: Remove the boot's files
-          when: _boot_files.path is defined
-          hpc.stateless.verify_boot_files:
-            state: absent
-            path: "{{ _boot_files.path }}"
-"""
+
+def playbook(out: Path) -> str:
+    """Lynis on each booted image, as verify.yml runs it: this boot's profile bound in, then verify_lynis.yml."""
+    return booted_play(
+        "Lynis on each booted image, judged as verify judges it",
+        binds="(_boot_files.binds | default([])) + (true | hpc.stateless.lynis_nspawn_args)",
+        variables={"hpc_stateless_verify_lynis_waivers": [], "hpc_stateless_verify_lynis_min_score": MIN_SCORE,
+                   "hpc_stateless_verify_lynis_timeout": 1800},
+        block=[{"name": "This boot's Lynis profile, as verify.yml writes it",
+                "hpc.stateless.verify_boot_files": {
+                    "files": [{"path": "{{ 'profile' | hpc.stateless.lynis_boot_path }}",
+                               "content": "{{ hpc_stateless_verify_lynis_waivers | hpc.stateless.lynis_profile }}"}]},
+                "register": "_boot_files"},
+               {"name": "The Lynis task file of verify.yml (boots the image, runs Lynis, judges its report)",
+                "ansible.builtin.import_tasks": str(REPO / "playbooks/tasks/verify_lynis.yml")}],
+        rescue_name="A score below the minimum is a result here, not an error", rescue_that="_lynis_verdict is defined",
+        result="{'verdict': _lynis_verdict | default(none), 'seconds': _lynis_run.delta | default(none)}",
+        cleanup={"name": "Remove the boot's files", "when": "_boot_files.path is defined",
+                 "hpc.stateless.verify_boot_files": {"state": "absent", "path": "{{ _boot_files.path }}"}},
+        out=out)
 
 
 def log(message: str) -> None:
@@ -138,21 +109,9 @@ def plain_image(bootstrap: str, packages: list[str]) -> str:
 def lynis_runs(images: dict[str, str], work: Path, extra_vars: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
     """One booted Lynis run per image (serially: the machine is small), judged by verify_lynis.yml;
     ``extra_vars`` go into the inventory (e.g. ansible_nspawn_runtime_dir)."""
-    key = work / "munge.key"
-    key.write_bytes(os.urandom(1024))
-    key.chmod(0o600)
-    (work / "play.yml").write_text(PLAYBOOK % {"min": MIN_SCORE,
-                                               "tasks": REPO / "playbooks/tasks/verify_lynis.yml", "out": work},
-                                   encoding="utf-8")
     inventory = {"all": {"hosts": {name: {"ansible_nspawn_image": ref} for name, ref in images.items()},
-                         "vars": {"munge_key": str(key), **(extra_vars or {})}}}
-    (work / "inventory.yml").write_text(yaml.safe_dump(inventory), encoding="utf-8")
-    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"))
-    proc = subprocess.run(["ansible-playbook", "-i", str(work / "inventory.yml"), str(work / "play.yml")],
-                          check=False, env=env, cwd=REPO, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise SystemExit(f"lynis_bench: the Lynis playbook failed (exit {proc.returncode}):\n"
-                         + (proc.stdout + proc.stderr)[-4000:])
+                         "vars": {"munge_key": str(munge_key(work)), **(extra_vars or {})}}}
+    run_playbook(work, "play", playbook(work), inventory, "lynis_bench")
     results = {}
     for name in images:
         data = json.loads((work / f"{name}.json").read_text(encoding="utf-8"))
@@ -166,14 +125,21 @@ def lynis_runs(images: dict[str, str], work: Path, extra_vars: dict[str, Any] | 
     return results
 
 
-def main() -> int:
+def image_arguments(doc: str, output: str) -> argparse.ArgumentParser:
+    """The options of a benchmark of our image beside the plain one: --image, --bootstrap, --output (``output``
+    under benchmarks/results by default)."""
     defaults = load_defaults()
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
+    parser = argparse.ArgumentParser(description=doc.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--image", default=defaults.image_ref, help="our image (default %(default)s)")
     parser.add_argument("--bootstrap", default=f"{defaults.prefix}/bootstrap/{defaults.root_layer}:latest",
                         help="the bootstrapped root the plain image starts from (default %(default)s)")
+    parser.add_argument("--output", default=str(REPO / "benchmarks" / "results" / output))
+    return parser
+
+
+def main() -> int:
+    parser = image_arguments(__doc__, "lynis.json")
     parser.add_argument("--runs", type=int, default=1, help="Lynis runs per image (the index does not vary)")
-    parser.add_argument("--output", default=str(REPO / "benchmarks" / "results" / "lynis.json"))
     args = parser.parse_args()
 
     packages = manual_packages(args.image)
@@ -206,10 +172,7 @@ def main() -> int:
     ]
     output = {"benchmark": "lynis", "packages": packages, "plain": samples["plain"], "ours": samples["ours"],
               "min_score": MIN_SCORE, "comparisons": rows}
-    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.output).write_text(json.dumps(output, indent=2) + "\n", encoding="utf-8")
-    print(comparisons.text_table(rows))
-    return 0 if rows[1]["met"] else 1
+    return comparisons.write_results(output, Path(args.output))
 
 
 if __name__ == "__main__":

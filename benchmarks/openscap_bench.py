@@ -20,114 +20,61 @@ reports (the boot itself is verify's anyway).
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 import comparisons  # noqa: E402  pylint: disable=wrong-import-position
-from lynis_bench import manual_packages, plain_image  # noqa: E402  pylint: disable=wrong-import-position
-from run_all import load_defaults  # noqa: E402  pylint: disable=wrong-import-position
+from booted_play import booted_play, munge_key, run_playbook  # noqa: E402  pylint: disable=wrong-import-position
+from lynis_bench import image_arguments, manual_packages, plain_image  # noqa: E402  pylint: disable=wrong-import-position
 
 MIN_PASS = 80
 PROFILES = ("anssi_np_nt28_average", "standard")
-PLAYBOOK = """\
-- name: OpenSCAP on each booted image, judged as verify judges it
-  hosts: all
-  gather_facts: false
-  serial: 1
-  vars:
-    ansible_connection: hpc.stateless.nspawn
-    ansible_nspawn_boot: true
-    ansible_python_interpreter: auto_silent
-    ansible_nspawn_extra_args: "{{ ['--bind-ro=' ~ munge_key ~ ':/etc/munge/munge.key'] + (_openscap_scan.binds | default([])) }}"
-    hpc_stateless_verify_openscap_content: null
-    hpc_stateless_verify_openscap_tailoring: null
-    hpc_stateless_verify_openscap_waivers: []
-    hpc_stateless_verify_openscap_min_pass: %(min)d
-    hpc_stateless_verify_openscap_timeout: 600
-    hpc_stateless_verify_key: ""
-    _verify_checks: []
-  tasks:
-    - name: Scan and judge
-      block:
-        - name: Prepare the OpenSCAP scan, as verify.yml does
-          hpc.stateless.openscap:
-            profile: "{{ hpc_stateless_verify_openscap_profile }}"
-          register: _openscap_scan
 
-        - name: Boot the image (the first task in the container)
-          ansible.builtin.command: systemctl is-system-running
-          changed_when: false
-          failed_when: false
 
-        - name: Time the scan from here
-          ansible.builtin.set_fact:
-            _started: "{{ lookup('ansible.builtin.pipe', 'date +%%s.%%N') }}"
-
-        - name: The task file of verify.yml
-          ansible.builtin.import_tasks: %(tasks)s
-      rescue:
-        - name: A share below the minimum is a result here, not an error
-          ansible.builtin.assert:
-            that: _openscap_verdict.score is defined
-      always:
-        - name: Write the verdict and the scan's seconds
-          ansible.builtin.copy:
-            content: >-
-              {{ {'verdict': _openscap_verdict | default(none), 'run_seconds': _openscap_run.delta | default(none),
-                  'seconds': (lookup('ansible.builtin.pipe', 'date +%%s.%%N') | float) - (_started | default(0) | float)}
-                 | to_json }}
-            dest: "%(out)s/{{ inventory_hostname }}.json"
-            mode: "0644"
-          delegate_to: localhost
-          vars:
-            ansible_connection: local
-            ansible_python_interpreter: "{{ ansible_playbook_python }}"
-        - name: Stop the container
-          ansible.builtin.meta: reset_connection
-        - name: Remove the scan's directory
-          when: _openscap_scan.path is defined
-          hpc.stateless.openscap:
-            state: absent
-            path: "{{ _openscap_scan.path }}"
-"""
+def playbook(out: Path) -> str:
+    """OpenSCAP on each booted image, as verify.yml runs it: the scan prepared, then verify_openscap.yml; the seconds
+    from the boot's first answer to the kept reports."""
+    now = "(lookup('ansible.builtin.pipe', 'date +%s.%N') | float)"
+    return booted_play(
+        "OpenSCAP on each booted image, judged as verify judges it",
+        binds="(_openscap_scan.binds | default([]))",
+        variables={"hpc_stateless_verify_openscap_content": None, "hpc_stateless_verify_openscap_tailoring": None,
+                   "hpc_stateless_verify_openscap_waivers": [], "hpc_stateless_verify_openscap_min_pass": MIN_PASS,
+                   "hpc_stateless_verify_openscap_timeout": 600, "hpc_stateless_verify_key": ""},
+        block=[{"name": "Prepare the OpenSCAP scan, as verify.yml does",
+                "hpc.stateless.openscap": {"profile": "{{ hpc_stateless_verify_openscap_profile }}"},
+                "register": "_openscap_scan"},
+               {"name": "Boot the image (the first task in the container)",
+                "ansible.builtin.command": "systemctl is-system-running", "changed_when": False, "failed_when": False},
+               {"name": "Time the scan from here",
+                "ansible.builtin.set_fact": {"_started": "{{ lookup('ansible.builtin.pipe', 'date +%s.%N') }}"}},
+               {"name": "The task file of verify.yml",
+                "ansible.builtin.import_tasks": str(REPO / "playbooks/tasks/verify_openscap.yml")}],
+        rescue_name="A share below the minimum is a result here, not an error",
+        rescue_that="_openscap_verdict.score is defined",
+        result="{'verdict': _openscap_verdict | default(none), 'run_seconds': _openscap_run.delta | default(none), "
+               f"'seconds': {now} - (_started | default(0) | float)}}",
+        cleanup={"name": "Remove the scan's directory", "when": "_openscap_scan.path is defined",
+                 "hpc.stateless.openscap": {"state": "absent", "path": "{{ _openscap_scan.path }}"}},
+        out=out)
 
 
 def log(message: str) -> None:
     print(f"[openscap_bench] {message}", file=sys.stderr, flush=True)
 
 
-def run_playbook(work: Path, name: str, inventory: dict[str, Any]) -> None:
-    """Run ``<work>/<name>.yml`` against ``inventory`` (written beside it); its output's tail when it fails."""
-    (work / f"{name}-inventory.yml").write_text(yaml.safe_dump(inventory), encoding="utf-8")
-    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"))
-    proc = subprocess.run(["ansible-playbook", "-i", str(work / f"{name}-inventory.yml"), str(work / f"{name}.yml")],
-                          check=False, env=env, cwd=REPO, capture_output=True, text=True, stdin=subprocess.DEVNULL)
-    if proc.returncode != 0:
-        raise SystemExit(f"openscap_bench: the playbook {name}.yml failed (exit {proc.returncode}):\n"
-                         + (proc.stdout + proc.stderr)[-4000:])
-
-
 def scans(images: dict[str, str], work: Path) -> dict[str, dict[str, Any]]:
     """One booted scan per image and profile (serially: the machine is small), judged by verify_openscap.yml."""
-    key = work / "munge.key"
-    key.write_bytes(os.urandom(1024))
-    key.chmod(0o600)
-    (work / "play.yml").write_text(PLAYBOOK % {"min": MIN_PASS, "tasks": REPO / "playbooks/tasks/verify_openscap.yml",
-                                               "out": work}, encoding="utf-8")
     hosts = {f"{side}-{profile}": {"ansible_nspawn_image": ref, "hpc_stateless_verify_openscap_profile": profile}
              for side, ref in images.items() for profile in PROFILES}
-    run_playbook(work, "play", {"all": {"hosts": hosts, "vars": {"munge_key": str(key)}}})
+    run_playbook(work, "play", playbook(work), {"all": {"hosts": hosts, "vars": {"munge_key": str(munge_key(work))}}},
+                 "openscap_bench")
     results = {}
     for host in hosts:
         data = json.loads((work / f"{host}.json").read_text(encoding="utf-8"))
@@ -181,19 +128,13 @@ LYNIS_TREE_PLAYBOOK = """\
 def lynis_tree(images: dict[str, str], work: Path) -> dict[str, int]:
     """Lynis's hardening index with its default profile on each image's tree (nspawn directory mode, no boot): the
     score a scan of the tree gives, beside verify's booted one with the collection's profile."""
-    (work / "lynis.yml").write_text(LYNIS_TREE_PLAYBOOK % {"out": work}, encoding="utf-8")
-    run_playbook(work, "lynis", {"all": {"hosts": {name: {"ansible_nspawn_image": ref} for name, ref in images.items()}}})
+    run_playbook(work, "lynis", LYNIS_TREE_PLAYBOOK % {"out": work},
+                 {"all": {"hosts": {name: {"ansible_nspawn_image": ref} for name, ref in images.items()}}}, "openscap_bench")
     return {name: int((work / f"{name}.lynis").read_text(encoding="utf-8")) for name in images}
 
 
 def main() -> int:
-    defaults = load_defaults()
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
-    parser.add_argument("--image", default=defaults.image_ref, help="our image (default %(default)s)")
-    parser.add_argument("--bootstrap", default=f"{defaults.prefix}/bootstrap/{defaults.root_layer}:latest",
-                        help="the bootstrapped root the plain image starts from (default %(default)s)")
-    parser.add_argument("--output", default=str(REPO / "benchmarks" / "results" / "openscap.json"))
-    args = parser.parse_args()
+    args = image_arguments(__doc__, "openscap.json").parse_args()
 
     packages = manual_packages(args.image)
     plain = plain_image(args.bootstrap, packages)
@@ -219,10 +160,7 @@ def main() -> int:
         "reported", None))
     output = {"benchmark": "openscap", "packages": packages, "min_pass": MIN_PASS, "results": result,
               "comparisons": rows}
-    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.output).write_text(json.dumps(output, indent=2) + "\n", encoding="utf-8")
-    print(comparisons.text_table(rows))
-    return 0 if all(row["met"] for row in rows if row["kind"] == comparisons.BUDGET) else 1
+    return comparisons.write_results(output, Path(args.output))
 
 
 if __name__ == "__main__":

@@ -125,10 +125,7 @@ def main() -> int:
     output = {"benchmark": "verify_stress", "image": "the default inventory's leaf layer", "repo": str(repo),
               "boots": boots, "busy_cpus": args.busy, "same_verdict": same, "runs": runs,
               "median_seconds": statistics.median(seconds), "comparisons": rows}
-    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.output).write_text(json.dumps(output, indent=2) + "\n", encoding="utf-8")
-    print(comparisons.text_table(rows))
-    return 0 if rows[0]["met"] else 1
+    return comparisons.write_results(output, Path(args.output))
 
 
 if __name__ == "__main__":

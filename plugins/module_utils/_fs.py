@@ -4,8 +4,10 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """What the build host's file systems say, and how the stages take turns on them.
 
-* :func:`mounts_below` - the mount points strictly below a directory, deepest first: what a wipe must
-  not cross and what a teardown unmounts, in that order.
+* :func:`mount_table` - the mounts of our mount namespace (/proc/self/mounts, escapes decoded), the one reader of it;
+  :func:`mounts_below` - the mount points strictly below a directory, deepest first: what a wipe must not cross and
+  what a teardown unmounts, in that order; :func:`mount_option` - an option of the mount at a point (an overlay's
+  ``upperdir``).
 * :class:`Flock` - an exclusive ``flock(2)`` on a file or a directory: a package cache, the boot root,
   a runtime directory. A lock file may record who holds it (pid, what for, since when); a waiter is
   told once who it waits for (:func:`wait_message`), and one that gives up after its timeout raises
@@ -26,6 +28,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional, Union
 
@@ -49,16 +52,47 @@ HOLDER_STOP_TIMEOUT = 10.0
 _HOLDER_NOTE = re.compile(r"pid (\d+) ")
 
 
+@dataclass(frozen=True)
+class Mount:
+    """One line of /proc/self/mounts: the source, the mount point, the file system type and the options."""
+
+    source: str
+    point: str
+    fstype: str
+    options: tuple[str, ...]
+
+
+def _unescaped(field: str) -> str:
+    return _MOUNT_ESCAPE.sub(lambda m: chr(int(m.group(1), 8)), field)
+
+
+def mount_table(mounts_file: str = MOUNTS_FILE) -> list[Mount]:
+    """The mounts of our mount namespace in the kernel's order (a later mount on the same point covers an earlier).
+
+    Raises OSError when ``mounts_file`` cannot be read: an unknown answer is no answer for a wipe.
+    """
+    with open(mounts_file, encoding="utf-8", errors="surrogateescape") as handle:
+        return [Mount(_unescaped(fields[0]), _unescaped(fields[1]), fields[2] if len(fields) > 2 else "",
+                      tuple(_unescaped(fields[3]).split(",")) if len(fields) > 3 else ())
+                for fields in (line.split() for line in handle) if len(fields) > 1]
+
+
 def mounts_below(path: str, mounts_file: str = MOUNTS_FILE) -> list[str]:
     """Mount points strictly below ``path`` (resolved) in our mount namespace, each once, deepest first.
 
     Raises OSError when ``mounts_file`` cannot be read: an unknown answer is no answer for a wipe.
     """
     prefix = os.path.realpath(path).rstrip("/") + "/"
-    with open(mounts_file, encoding="utf-8", errors="surrogateescape") as handle:
-        points = {_MOUNT_ESCAPE.sub(lambda m: chr(int(m.group(1), 8)), fields[1])
-                  for fields in (line.split() for line in handle) if len(fields) > 1}
+    points = {mount.point for mount in mount_table(mounts_file)}
     return sorted((point for point in points if point.startswith(prefix)), key=lambda p: (-len(p), p))
+
+
+def mount_option(point: str, fstype: str, name: str, mounts_file: str = MOUNTS_FILE) -> Optional[str]:
+    """The value of option ``name`` (``upperdir``) of the topmost ``fstype`` mount at ``point``; None without one."""
+    for mount in reversed(mount_table(mounts_file)):
+        if mount.point == point and mount.fstype == fstype:
+            return next((o.split("=", 1)[1] for o in mount.options if o.startswith(name + "=")), None)
+    return None
 
 
 def wait_message(what: str, holder: str) -> str:

@@ -19,6 +19,10 @@ description:
   - With O(state=prepare) (before the boot), checks the settings and makes one private directory on the build host
     (its name ending in C(.verify-openscap)) whose C(out) directory the boot writes the outputs into; returns RV(binds),
     the C(systemd-nspawn) arguments, and RV(argv) with RV(environment), the command the boot runs.
+  - With O(state=bundle), does the same for live nodes (C(playbooks/compliance.yml)). The private directory holds
+    RV(archive), the scanner (only the libraries it links), its schemas and XSLT, the content, the tailoring and the
+    platform dictionary laid out as a verify boot sees them under RV(mount_point); each node unpacks it there (its
+    C(/run), a tmpfs), runs the same RV(argv) and is cleaned, and its outputs are fetched into C(<path>/<node>/out).
   - With O(state=judge) (after the scan), reads the XCCDF results (no link followed), judges them (the share of passing
     applicable rules against O(minimum), every failed rule waived) and copies the ARF, the XCCDF results and the HTML
     report into C(<record_dir>/<name>.openscap/) under their final names in one rename.
@@ -43,7 +47,7 @@ options:
   state:
     description: Prepare a scan, judge it, or remove its directory.
     type: str
-    choices: [prepare, judge, absent]
+    choices: [prepare, bundle, judge, absent]
     default: prepare
   profile:
     description: The SSG profile, by its short name (C(anssi_np_nt28_average), C(standard)) or its full id.
@@ -82,6 +86,25 @@ options:
     description: With O(state=judge), the layer image's content key; without one (a packed tree) nothing is kept.
     type: str
     default: ""
+  keep_dir:
+    description: With O(state=judge), the directory to keep the outputs in instead of O(record_dir) (a live node's).
+    type: path
+  report:
+    description:
+      - With O(state=judge), a live node's compliance report (filter P(hpc.stateless.compliance_drift#filter)); RV(report)
+        is that report with one check per rule and the score after its own checks.
+      - The collection's C(openscap-live-waivers.yml) is read after O(waivers) then (rules that fail on a node for a
+        reason of the serving, such as the System.map pack leaves out of the served image).
+    type: dict
+  error:
+    description:
+      - With O(state=judge), the failed task result of a live node's scan that did not run or left nothing to judge;
+        no results are read and the one check C(openscap/run) is an error (never a pass).
+    type: raw
+  failed_task:
+    description: With O(error), the name of the task that failed.
+    type: str
+    default: ""
 """
 
 EXAMPLES = r"""
@@ -106,31 +129,47 @@ EXAMPLES = r"""
     layer: compute
     key: 0123abcd
   register: verdict
+
+- name: Prepare the scanner for live nodes (on the controller)
+  hpc.stateless.openscap:
+    state: bundle
+  register: live_scan
+  delegate_to: localhost
+  run_once: true
 """
 
 RETURN = r"""
 path:
   description: The scan's private directory on the build host.
-  returned: state is prepare
+  returned: state is prepare or bundle
   type: str
   sample: /tmp/tmpk3x9d2a1.verify-openscap
+archive:
+  description: The gzip'd tar a live node unpacks into RV(mount_point).
+  returned: state is bundle
+  type: str
+mount_point:
+  description: Where the scan's files are on the node.
+  returned: state is bundle
+  type: str
+  sample: /run/hpc-stateless-openscap
 binds:
   description: The C(systemd-nspawn) arguments that show the scanner, the content, the tailoring and the outputs' directory in the boot.
-  returned: state is prepare
+  returned: state is prepare or bundle
   type: list
   elements: str
 argv:
   description: The command the boot runs.
-  returned: state is prepare
+  returned: state is prepare or bundle
   type: list
   elements: str
 environment:
   description: The environment of that command (the scanner's schemas and XSLT in the boot).
-  returned: state is prepare
+  returned: state is prepare or bundle
   type: dict
 profile:
   description: The id of the profile evaluated (the tailored one when the tailoring extends O(profile)).
-  returned: state is prepare
+  returned: state is prepare or bundle
   type: str
 passed:
   description: Whether the scan reached O(minimum) with every failed rule waived.
@@ -166,4 +205,8 @@ message:
   description: The verdict in words.
   returned: state is judge
   type: str
+report:
+  description: O(report) with the checks of this scan after its own; C(passed) only when every check passed.
+  returned: state is judge and O(report) is given
+  type: dict
 """

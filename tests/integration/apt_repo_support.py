@@ -144,9 +144,10 @@ class AptRepo:
         self.key.close()
 
 
-def apt_policy(root: Path, source_line: str, package: str) -> subprocess.CompletedProcess:
+def apt_policy(root: Path, source_line: str, package: str, *options: str) -> subprocess.CompletedProcess:
     """``apt-get update`` then ``apt-cache policy <package>`` with only ``source_line`` as source, in a private
-    apt state directory under ``root`` (the host's apt configuration and lists are not touched)."""
+    apt state directory under ``root`` (the host's apt configuration and lists are not touched; its settings apply,
+    ``options`` - ``-o`` pairs - after them)."""
     for sub in ("etc/apt/sources.list.d", "etc/apt/preferences.d", "etc/apt/apt.conf.d", "etc/apt/trusted.gpg.d",
                 "var/lib/apt/lists/partial", "var/cache/apt/archives/partial", "var/lib/dpkg"):
         (root / sub).mkdir(parents=True, exist_ok=True)
@@ -154,7 +155,7 @@ def apt_policy(root: Path, source_line: str, package: str) -> subprocess.Complet
     (root / "etc/apt/sources.list").write_text(source_line, encoding="utf-8")
     options = ["-o", f"Dir={root}", "-o", f"Dir::State::status={root}/var/lib/dpkg/status",
                "-o", "Dir::Etc::trusted=/dev/null", "-o", f"Dir::Etc::TrustedParts={root}/etc/apt/trusted.gpg.d",
-               "-o", "APT::Sandbox::User=root", "-o", "Debug::NoLocking=1"]
+               "-o", "APT::Sandbox::User=root", "-o", "Debug::NoLocking=1", *options]
     update = subprocess.run(["apt-get", *options, "update"], capture_output=True, text=True, check=False)
     if update.returncode != 0 or "W: " in update.stderr or "E: " in update.stderr:
         return update

@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import uuid
 from pathlib import Path
@@ -32,7 +33,7 @@ BUILDAH_ENV = {**os.environ, "BUILDAH_ISOLATION": os.environ.get("BUILDAH_ISOLAT
 #: state that builds share by design (apt caches, buildah storage, verify records: their locks are the product's).
 WORKER_GROUPS = {
     "cluster": ("test_cluster_jobs.py", "test_cluster_rollout.py", "test_compliance_drift.py",
-                "test_compliance_live.py", "test_nspawn_slurm.py"),
+                "test_compliance_live.py", "test_compliance_openscap.py", "test_nspawn_slurm.py"),
     "qemu-and-build-user": ("test_pack.py", "test_pack_live.py", "test_pack_two_stage.py", "test_pack_capabilities.py",
                             "test_pack_hwprofile.py",
                             "test_deploy_pxe.py", "test_deploy_http.py", "test_rootless.py", "test_rootfs_rpm.py"),
@@ -264,6 +265,19 @@ def image_prefix():
     refs = list(layer_images(prefix))
     if refs:
         buildah("rmi", "--force", *refs, check=False)
+
+
+@pytest.fixture(scope="session")
+def live_pack(tmp_path_factory):
+    """The squashfs live image of pack_dracut_inventory, built (cached) and packed once per worker: its version
+    directory and the seconds of its build and pack. test_pack_live and test_pack_two_stage boot it (both in the
+    qemu group, so on one worker); they read it and change only copies."""
+    from pack_support import pack_live_image  # pylint: disable=import-outside-toplevel
+
+    output = tmp_path_factory.mktemp("live-pack")
+    times: dict[str, float] = {}
+    yield pack_live_image(output, times), times
+    shutil.rmtree(output, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

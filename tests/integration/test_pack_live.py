@@ -24,7 +24,7 @@ import time
 
 import pytest
 from deploy_support import GUEST_HOST_ADDRESS, access_log, http_server
-from pack_support import HEADLESS, IMAGE_RELEASE_TO_CONSOLE, MULTI_USER, boot_qemu, keep_boot_logs, pack_live_image
+from pack_support import HEADLESS, IMAGE_RELEASE_TO_CONSOLE, MULTI_USER, boot_qemu, keep_boot_logs
 
 URL_PLACEHOLDER = "<URL of the squashfs>"
 PROBE = "/root/hpc-overlay-probe"
@@ -65,9 +65,9 @@ def mount_holding(path: str, mounts: list[tuple[str, str, str, str]]) -> tuple[s
     return best
 
 
-def test_dracut_initrd_boots_the_squashfs_over_http_with_writes_in_ram(tmp_path):
-    times: dict[str, float] = {}
-    version_dir = pack_live_image(tmp_path, times)
+def test_dracut_initrd_boots_the_squashfs_over_http_with_writes_in_ram(tmp_path, live_pack):
+    version_dir, pack_times = live_pack
+    times = dict(pack_times)
     manifest = json.loads((version_dir / "manifest.json").read_text())
     assert manifest["initrd"]["generator"] == "dracut", manifest["initrd"]
     args = manifest["initrd"]["kernel_args"]
@@ -87,7 +87,6 @@ def test_dracut_initrd_boots_the_squashfs_over_http_with_writes_in_ram(tmp_path)
         served = access_log(tmp_path / "lighttpd", [(f"/{squashfs.name}", "200")])
     times["boot"] = round(time.monotonic() - start, 1)
     keep_boot_logs("pack-live", "squashfs live boot", times, console)
-    shutil.rmtree(version_dir, ignore_errors=True)
 
     # The release file exists only in the squashfs: printing it proves the switch to that root.
     assert "IMAGE=packlive" in console and f"VERSION={manifest['version']}" in console, console[-4000:]

@@ -3,13 +3,13 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """An image beyond 4 GiB: refused as a cpio initramfs, booted in two stages from a server list whose first is dead.
 
-The squashfs live DAG of test_pack_live (pack_dracut_inventory; cached layers) is packed by pack.yml: its
-initrd carries the first stage (dracut module hpcfetch). Its tree gets a 4.25 GiB file (sparse on the
-build host, zeros in the image: the squashfs stays small) and a marker of random bytes, and is packed
-again from that directory by the real module: as cpio it is refused, naming squashfs two-stage boot; as
-squashfs it is packed with the first pack's kernel and initrd. nginx (Debian's) serves that squashfs under
-``/sha256/<its hash>``; the guest (qemu TCG, user networking) boots with
-``hpc.servers=<a port nothing listens on>,<nginx>`` and ``hpc.image=<hash>``; a oneshot prints the big
+The squashfs live image test_pack_live boots (pack_dracut_inventory, packed once by pack.yml for both: the
+session fixture live_pack): its initrd carries the first stage (dracut module hpcfetch). Its tree gets a
+4.25 GiB file (sparse on the build host, zeros in the image: the squashfs stays small) and a marker of
+random bytes, and is packed again from that directory by the real module: as cpio it is refused, naming
+squashfs two-stage boot; as squashfs it is packed with the first pack's kernel and initrd. nginx
+(Debian's) serves that squashfs under ``/sha256/<its hash>``; the guest (qemu TCG, user networking) boots
+with ``hpc.servers=<a port nothing listens on>,<nginx>`` and ``hpc.image=<hash>``; a oneshot prints the big
 file's size and the marker from the booted root.
 """
 
@@ -24,8 +24,7 @@ import time
 
 import pytest
 from deploy_support import GUEST_HOST_ADDRESS
-from pack_support import (HEADLESS, IMAGE_RELEASE_TO_CONSOLE, MULTI_USER, boot_qemu, keep_boot_logs, pack_live_image,
-                          pack_module)
+from pack_support import HEADLESS, IMAGE_RELEASE_TO_CONSOLE, MULTI_USER, boot_qemu, keep_boot_logs, pack_module
 from storm_support import ARTIFACT_DIR, free_port, publish, served
 
 BIG = 4 * 2**30 + 2**28  # 4.25 GiB: beyond newc's 32-bit size field and the kernel's 4 GB initramfs
@@ -37,9 +36,9 @@ pytestmark = pytest.mark.skipif(shutil.which("qemu-system-x86_64") is None or sh
                                 reason="needs qemu-system-x86, nginx and squashfs-tools (scripts/setup.sh)")
 
 
-def test_image_beyond_4gib_is_refused_as_cpio_and_boots_in_two_stages_past_a_dead_server(tmp_path):
-    times: dict[str, float] = {}
-    live = pack_live_image(tmp_path / "live", times)
+def test_image_beyond_4gib_is_refused_as_cpio_and_boots_in_two_stages_past_a_dead_server(tmp_path, live_pack):
+    live, pack_times = live_pack
+    times = dict(pack_times)
     first_stage = json.loads((live / "manifest.json").read_text())["initrd"].get("first_stage")
     assert first_stage and first_stage["module"] == "hpcfetch", first_stage
     assert "root=hpcfetch" in first_stage["kernel_args"], first_stage

@@ -48,6 +48,9 @@ from ansible_collections.hpc.stateless.plugins.module_utils._time import iso_utc
 POLICIES = ("any", "security", "never")
 #: Seconds within which a source checked before is taken as it was (no network).
 DEFAULT_MAX_AGE = 300.0
+#: How far a Release file's Date may lie ahead of this host's clock (seconds): apt's Acquire::Max-FutureTime
+#: default. Beyond it the file is "not valid yet", as apt says, and refused.
+MAX_FUTURE = 10.0
 #: Seconds a single request may take.
 DEFAULT_TIMEOUT = 30.0
 #: Sources read at the same time.
@@ -253,7 +256,7 @@ def _held_date(record: dict | None) -> float | None:
 
 
 def release_problem(suite: str, fields: Mapping[str, object], held_date: float | None = None,
-                    require_date: bool = True) -> str | None:
+                    require_date: bool = True, now: float | None = None) -> str | None:
     """Why a verified Release file (``fields``, :func:`parse_release`) cannot stand for ``suite``, or None.
 
     As apt judges a Release file: its ``Suite`` or ``Codename`` names the suite asked for (for an old-style
@@ -261,6 +264,8 @@ def release_problem(suite: str, fields: Mapping[str, object], held_date: float |
     match), and its ``Date`` is not older than that of the file already held (``held_date``): a mirror or a
     man in the middle cannot pass the signed ``bookworm`` file off as ``bookworm-security``, nor replay an
     old signed file to hide the updates published since. (apt only warns about the first; here it is refused.)
+    With ``now``, a ``Date`` more than :data:`MAX_FUTURE` seconds after it is refused as apt refuses it (``not
+    valid yet``): signed ahead of time, it would outrank every file published until then.
     """
     if not suite.endswith("/"):
         names = {str(fields.get(k, "")).strip() for k in ("Suite", "Codename")} - {""}
@@ -270,6 +275,9 @@ def release_problem(suite: str, fields: Mapping[str, object], held_date: float |
     date = _release_time(fields.get("Date"))
     if date is None and require_date:
         return f"its Release file has no valid Date ({str(fields.get('Date', '')) or 'none'}): it cannot be ordered"
+    if date is not None and now is not None and date > now + MAX_FUTURE:
+        return (f"its Release file is dated {iso_utc(date)}, {date - now:.0f} s ahead of this host's clock "
+                f"({iso_utc(now)}; at most {MAX_FUTURE:.0f} s of clock skew): not valid yet")
     if date is not None and held_date is not None and date < held_date:
         return (f"its Release file is dated {iso_utc(date)}, older than the one already checked ({iso_utc(held_date)}): "
                 "a replayed or rolled-back Release file")
@@ -669,9 +677,13 @@ class _Loader:
         """The Release file's Date once it is the suite asked for and not older than the one ``held``; a
         mislabelled or replayed Release file is an ArchiveError (the record held stays)."""
         # A trusted tree the site builds itself may carry no Date; a signed one must, or it could be replayed forever.
-        problem = release_problem(source.suite, fields, _held_date(held), require_date=not self._trusted(source))
+        problem = release_problem(source.suite, fields, _held_date(held), require_date=not self._trusted(source),
+                                  now=self.now)
         if problem is None:
             return _release_time(fields.get("Date"))
+        if problem.endswith("not valid yet"):
+            raise ArchiveError(problem, source, "check this host's clock (timedatectl, chrony) and the mirror's; a "
+                               "Release file from the future is refused until its Date has come")
         raise ArchiveError(problem, source, "the mirror serves another suite or an older state of it (a replay, or "
                            "a mirror behind the one read before): check the URI and suite, or use a current mirror; "
                            f"only when going back is meant, remove {self._record_path(source)}")

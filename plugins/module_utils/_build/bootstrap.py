@@ -318,6 +318,11 @@ def debootstrap_argv(spec: BootstrapSpec, binary: str = "debootstrap") -> list[s
 
 
 APT_RETRIES = f'--aptopt=Acquire::Retries "{APT_RETRY_COUNT}"'
+#: debootstrap downloads with wget, which gives up at once when the mirror's name does not resolve or the connection
+#: is refused (its own retries then fail in the same instant). Its configuration for the run (``WGETRC``, a file of the
+#: run's private directory, read after the host's /etc/wgetrc) makes those transient and waits 1, 2, ... 8 s between
+#: tries (``waitretry``): the resolver outage apt rides out (APT_RETRY_COUNT) passes for debootstrap too.
+WGETRC_TEXT = "tries = 6\nwaitretry = 8\nretry_on_host_error = on\nretry_connrefused = on\n"
 
 
 def mmdebstrap_argv(spec: BootstrapSpec, binary: str = "mmdebstrap") -> list[str]:
@@ -990,8 +995,14 @@ class RootfsBootstrap:
         return lock
 
     def environment(self, home: str) -> dict[str, str]:
-        """Return the environment for the tools: C locale, no initramfs; for rpm tools a private HOME with our rpm macros."""
+        """Return the environment for the tools: C locale, no initramfs; for debootstrap the wget configuration of
+        WGETRC_TEXT; for rpm tools a private HOME with our rpm macros (``home``: the run's private directory)."""
         environ = {**C_LOCALE, **NO_INITRD_ENV}
+        if self.spec.tool == "debootstrap":
+            wgetrc = os.path.join(home, "wgetrc")
+            with open(wgetrc, "w", encoding="utf-8") as handle:
+                handle.write(WGETRC_TEXT)
+            environ["WGETRC"] = wgetrc
         if self.spec.family != "debootstrap":
             # rpm reads ~/.rpmmacros: this pins %_dbpath without touching the host's /etc/rpm.
             with open(os.path.join(home, ".rpmmacros"), "w", encoding="utf-8") as handle:

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ansible_collections.hpc.stateless.plugins.module_utils import _fs
 from ansible_collections.hpc.stateless.plugins.module_utils._build import rootless
 
 #: The user whose subordinate ranges a root build maps container root to.
@@ -178,16 +179,10 @@ def _raise(exc: OSError) -> None:
     raise IdShiftError(f"cannot read the layer's changes: {exc}") from exc
 
 
-def upper_dir(mountpoint: str, mountinfo: str = "/proc/self/mountinfo") -> str:
+def upper_dir(mountpoint: str, mounts_file: str = _fs.MOUNTS_FILE) -> str:
     """The overlay upper directory of the container mounted at ``mountpoint`` (its own changes)."""
-    with open(mountinfo, encoding="utf-8") as handle:
-        for line in handle:
-            fields = line.split()
-            if len(fields) < 5 or fields[4] != mountpoint or " - overlay " not in line:
-                continue
-            options = line.split(" - ", 1)[1].split()[-1]
-            for option in options.split(","):
-                if option.startswith("upperdir="):
-                    return option[len("upperdir="):]
+    upper = _fs.mount_option(mountpoint, "overlay", "upperdir", mounts_file)
+    if upper:
+        return upper
     raise IdShiftError(f"no overlay mount with an upper directory at {mountpoint}: a layer built in a user "
                        "namespace needs containers-storage's overlay driver")

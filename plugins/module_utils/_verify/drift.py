@@ -374,6 +374,19 @@ def with_suite(report: Mapping[str, Any], checks: Sequence[Mapping[str, Any]], s
     return merged
 
 
+def with_checks(report: Mapping[str, Any], checks: Sequence[Mapping[str, Any]], what: str, summary: str
+                ) -> dict[str, Any]:
+    """The node's report with the checks of ``what`` (another judge's record checks: ``{name, passed, result, waiver,
+    detail}``, ``id`` naming the check where given, as in a verify record) after its own; ``passed`` only when every
+    check of both passed; ``summary`` (the judge's verdict in a line) kept under ``what`` lowercased."""
+    added = [Check.from_dict(f"{what} checks", dict(c)).to_dict() for c in checks]
+    merged = dict(report)
+    merged["checks"] = [*report.get("checks", []), *added]
+    merged["passed"] = bool(report.get("passed", True)) and all(c["passed"] for c in added)
+    merged[what.lower()] = summary
+    return merged
+
+
 def report_line(report: Mapping[str, Any]) -> str:
     """One node's report in a line: passed or FAILED, the checks that failed, the suite's counts and time, the
     version the node booted and the one it is served."""

@@ -73,6 +73,8 @@ NOT_APPLICABLE = ("notapplicable", "notchecked", "informational")
 _WAIVER_KEYS = {"rule", "reason"}
 #: The record's check that holds the score; each rule's check is ``openscap/<rule>``.
 SCORE_CHECK = "openscap/score"
+#: The check of a live node whose scan did not run or left no results (an error, never a pass).
+RUN_CHECK = "openscap/run"
 
 
 class OpenscapError(ValueError):
@@ -98,12 +100,14 @@ def profile_id(name: str) -> str:
 
 @dataclass(frozen=True)
 class Scanner:
-    """The build host's oscap: the binary, its dynamic loader, the directories of its libraries, its share dir."""
+    """The build host's oscap: the binary, its dynamic loader, the directories of its libraries, its share dir, and
+    the libraries it links (the name the loader looks for, the file found)."""
 
     oscap: str
     interpreter: str
     libdirs: tuple[str, ...]
     share: str
+    libraries: tuple[tuple[str, str], ...] = ()
 
 
 def parse_ldd(text: str) -> tuple[str, list[str]]:
@@ -126,6 +130,16 @@ def parse_ldd(text: str) -> tuple[str, list[str]]:
     return interpreter, dirs
 
 
+def ldd_libraries(text: str) -> list[tuple[str, str]]:
+    """(name the dynamic loader looks for, the file it found) of each library in ``ldd``'s output."""
+    found = []
+    for line in text.splitlines():
+        match = re.match(r"^\s*(\S+) => (/\S+) \(", line)
+        if match:
+            found.append((match.group(1), os.path.realpath(match.group(2))))
+    return found
+
+
 def host_scanner(share_candidates: Iterable[str] = _HOST_SHARE) -> Scanner:
     """The build host's oscap, ready to bind into a boot; a clear error when it is not installed."""
     hint = ("hpc_stateless_verify_openscap is true but OpenSCAP is not installed on the build host: "
@@ -139,7 +153,7 @@ def host_scanner(share_candidates: Iterable[str] = _HOST_SHARE) -> Scanner:
         raise OpenscapError(f"{hint} (no schemas directory in {', '.join(share_candidates)})")
     ldd = _process.run([_process.which("ldd"), oscap], hint="ldd could not read the build host's oscap")
     interpreter, libdirs = parse_ldd(ldd.stdout)
-    return Scanner(oscap, interpreter, tuple(libdirs), share)
+    return Scanner(oscap, interpreter, tuple(libdirs), share, tuple(ldd_libraries(ldd.stdout)))
 
 
 def newest_content(content_dir: str = CONTENT_DIR, distro: str = "debian") -> str:
@@ -481,8 +495,10 @@ def read_tailoring(path: str) -> dict[str, TailoredProfile]:
 
 
 def prepare(profile: str, tailoring: str, platform_dir: str, content: str | None = None,
-            scanner: Scanner | None = None, parent: str | None = None) -> Scan:
-    """Check the settings and make one scan's private directory (its ``out`` directory is bound into the boot)."""
+            scanner: Scanner | None = None, parent: str | None = None, live: bool = False) -> Scan:
+    """Check the settings and make one scan's private directory: for a verify boot, its ``out`` directory is bound into
+    the boot (``binds``); for live nodes (``live``), it holds the archive :data:`BUNDLE_NAME` that each node unpacks
+    into MOUNT_POINT (``binds`` empty) and, later, each node's outputs under ``<node>/out``."""
     import tempfile  # pylint: disable=import-outside-toplevel
 
     content = content or newest_content()
@@ -494,11 +510,95 @@ def prepare(profile: str, tailoring: str, platform_dir: str, content: str | None
     evaluated, tailored = resolve_profile(profile, read_tailoring(tailoring))
     scanner = scanner or host_scanner()
     argv = scan_argv(scanner, content, platform_dir, evaluated)
+    members = bundle_members(scanner, content, tailoring, platform_dir) if live else []
     directory = tempfile.mkdtemp(suffix=SUFFIX, dir=parent)
-    out = os.path.join(directory, "out")
-    os.mkdir(out, 0o700)
-    return Scan(directory, nspawn_binds(scanner, content, tailoring, platform_dir, out), argv,
-                scan_environment(content, platform_dir), evaluated, tailored is not None, content)
+    try:
+        if live:
+            write_bundle(members, os.path.join(directory, BUNDLE_NAME))
+            binds = []
+        else:
+            out = os.path.join(directory, "out")
+            os.mkdir(out, 0o700)
+            binds = nspawn_binds(scanner, content, tailoring, platform_dir, out)
+    except BaseException:
+        shutil.rmtree(directory, ignore_errors=True)
+        raise
+    return Scan(directory, binds, argv, scan_environment(content, platform_dir), evaluated, tailored is not None,
+                content)
+
+
+#: The archive of a live node's scan: the files :func:`nspawn_binds` shows a verify boot, laid out as they appear under
+#: MOUNT_POINT there. A node unpacks it into its /run (a tmpfs: nothing of the scanner enters the image or outlives the
+#: run), scans and is cleaned; the scan is the same command with the same content, tailoring and platform dictionary.
+BUNDLE_NAME = "scanner.tar.gz"
+
+
+def bundle_members(scanner: Scanner, content: str, tailoring: str, platform_dir: str) -> list[tuple[str, str]]:
+    """(file on the controller, its path under MOUNT_POINT) of everything a live node's scan reads: the layout of
+    :func:`nspawn_binds`, with the libraries oscap links (named as the loader looks for them) instead of their whole
+    directories."""
+    index = {directory: i for i, directory in enumerate(scanner.libdirs)}
+
+    def library(name: str, path: str) -> tuple[str, str]:
+        directory = os.path.dirname(path)
+        if directory not in index or "/" in name:
+            raise OpenscapError(f"oscap's library {name} ({path}) is in none of its library directories "
+                                f"({', '.join(scanner.libdirs)}); reinstall openscap-scanner")
+        return path, f"lib/{index[directory]}/{name}"
+
+    members = [(scanner.oscap, "bin/oscap")]
+    members += [library(name, path) for name, path in scanner.libraries]
+    members.append(library(os.path.basename(scanner.interpreter), scanner.interpreter))
+    for top, dirs, files in os.walk(scanner.share):
+        dirs.sort()
+        for name in sorted(files):
+            path = os.path.realpath(os.path.join(top, name))
+            if os.path.isfile(path):
+                members.append((path, "share/" + os.path.relpath(os.path.join(top, name), scanner.share)))
+    start = len(MOUNT_POINT) + 1
+    paths = {kind: where[start:] for kind, where in boot_paths(content, platform_dir).items()}
+    members += [(content, paths["content"]), (tailoring, paths["tailoring"])]
+    for name in sorted(os.listdir(platform_dir)):
+        path = os.path.join(platform_dir, name)
+        if os.path.isfile(path):
+            members.append((path, f"{paths['platform']}/{name}"))
+    return members
+
+
+def write_bundle(members: Iterable[tuple[str, str]], archive: str) -> None:
+    """The gzip'd tar of ``members`` (root's regular files, 0755 where executable, else 0644) and the empty ``out``
+    directory (0700) at ``archive``, written under a temporary name and renamed into place."""
+    import tarfile  # pylint: disable=import-outside-toplevel
+
+    with _paths.replacing(archive, sync=False) as staged, tarfile.open(staged, "w:gz", compresslevel=1) as tar:
+        out = tarfile.TarInfo("out")
+        out.type, out.mode = tarfile.DIRTYPE, 0o700
+        tar.addfile(out)
+        for path, name in members:
+            info = tar.gettarinfo(path, name)
+            if not info.isfile():
+                raise OpenscapError(f"{path} is no regular file; it cannot go into the live scan's archive")
+            info.uid = info.gid = 0
+            info.uname = info.gname = "root"
+            info.mode = 0o755 if info.mode & 0o111 else 0o644
+            with open(path, "rb") as handle:
+                tar.addfile(info, handle)
+
+
+def failure_text(task: str, result: Any) -> str:
+    """What failed of a live node's scan, in a line: the task and its result's message, else the end of its error
+    output, and the exit status."""
+    if not isinstance(result, Mapping):
+        return f"{task}: {result}" if task else str(result)
+    text = str(result.get("msg") or "").strip()
+    stderr = str(result.get("stderr") or "").strip()
+    if stderr:
+        text = f"{text}; {stderr[-500:]}" if text else stderr[-500:]
+    if result.get("rc") is not None:
+        text = f"{text} (exit status {result['rc']})" if text else f"exit status {result['rc']}"
+    if result.get("unreachable"):
+        text = f"the node is unreachable: {text}"
+    return f"{task}: {text or 'failed'}" if task else (text or "failed")
 
 
 def kept_path(record_dir: str, layer: str, key: str) -> str:

@@ -96,9 +96,13 @@ def _date(text: str, when: str) -> str:
     return re.sub(r"^Date: .*$", f"Date: {when}", text, count=1, flags=re.MULTILINE)
 
 
-def _apt_update(root: Path, line: str) -> subprocess.CompletedProcess:
+def _apt_update(root: Path, line: str, *options: str) -> subprocess.CompletedProcess:
     """apt's verdict on the same repository: ``apt-get update`` (+ ``apt-cache policy``) in a private state dir."""
-    return apt_policy(root, line, "openssl")
+    return apt_policy(root, line, "openssl", *options)
+
+
+#: apt's default, stated: a host's apt configuration may turn the date checks off (a snapshot mirror's set-up does).
+APT_CHECKS_DATES = ("-o", "Acquire::Check-Date=true")
 
 
 # -- finding 4: the signing key's state ----------------------------------------------------------------------
@@ -226,6 +230,39 @@ def test_an_older_signed_release_file_does_not_replace_a_newer_one(tmp_path):
             apt = _apt_update(tmp_path / "apt", line)
         # apt does not let the older file replace its newer one either (it keeps the newer, silently; the view says so).
         assert apt.returncode == 0 and "Candidate: 3.0.22-1" in apt.stdout, apt.stdout + apt.stderr
+    finally:
+        repo.close()
+
+
+def _http_date(epoch: float) -> str:
+    return time.strftime("%a, %d %b %Y %H:%M:%S UTC", time.gmtime(epoch))
+
+
+def test_a_release_file_dated_in_the_future_is_not_valid_yet_as_apt_says(tmp_path):
+    """Signed ahead of time (or by a mirror whose clock runs fast), a Release file would outrank every one published
+    until its Date: refused beyond apt's 10 s of clock skew, as apt refuses it; a few seconds ahead pass, as in apt."""
+    repo = AptRepo(tmp_path / "repo", suites=("bookworm-security",))
+    try:
+        repo.add_package("openssl", "3.0.22-1")
+        repo.publish()
+        with repo.serve() as uri:
+            line = repo.source_line(str(repo.keyring))
+            source = [Source("security", uri, "bookworm-security", ("main",), str(repo.keyring), "base")]
+            ahead = time.time() + 3600
+            _resign(repo, "bookworm-security", lambda t: _date(t, _http_date(ahead)))
+            with pytest.raises(ArchiveError, match=rf"^base: apt source {uri} bookworm-security: its Release file is "
+                                                   r"dated \S+, 3[56]\d\d s ahead of this host's clock \(.*\): not "
+                                                   r"valid yet - check this host's clock"):
+                ArchiveView.load(source, arch=ARCH, cache_dir=str(tmp_path / "cache"), max_age=0)
+            refused = _apt_update(tmp_path / "apt-ahead", line, *APT_CHECKS_DATES)
+            _resign(repo, "bookworm-security", lambda t: _date(t, _http_date(time.time() + 3)))
+            view = ArchiveView.load(source, arch=ARCH, cache_dir=str(tmp_path / "cache"), max_age=0)
+            assert view.candidate("openssl")[0] == "3.0.22-1"
+            skewed = _apt_update(tmp_path / "apt-skew", line, *APT_CHECKS_DATES)
+        assert "not valid yet" in refused.stderr, refused.stdout + refused.stderr
+        assert skewed.returncode == 0 and "Candidate: 3.0.22-1" in skewed.stdout, skewed.stdout + skewed.stderr
+        assert archive.release_problem("bookworm", {"Codename": "bookworm", "Date": _http_date(1000.0 + 10)},
+                                       now=1000.0) is None  # the skew allowed, to the second
     finally:
         repo.close()
 

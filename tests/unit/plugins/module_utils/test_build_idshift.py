@@ -106,12 +106,12 @@ def test_shift_back_owners_bits_capability_acl_and_links(tmp_path):
     assert os.lstat(upper).st_uid == 0 and os.lstat(upper / "usr/bin").st_gid == 0
 
 
-def test_upper_dir_read_from_mountinfo(tmp_path):
-    mountinfo = tmp_path / "mountinfo"
-    mountinfo.write_text(
-        "29 1 8:1 / / rw - ext4 /dev/sda1 rw\n"
-        "299 45 0:69 / /s/overlay/abc/merged rw,relatime - overlay overlay "
-        "rw,lowerdir=/s/overlay/abc/mapped/0/l/X,upperdir=/s/overlay/abc/diff,workdir=/s/overlay/abc/work\n")
-    assert idshift.upper_dir("/s/overlay/abc/merged", str(mountinfo)) == "/s/overlay/abc/diff"
+def test_upper_dir_read_from_the_mount_table(tmp_path):
+    mounts = tmp_path / "mounts"
+    mounts.write_text(
+        "/dev/sda1 / ext4 rw 0 0\n"
+        "overlay /s/overlay/abc/merged overlay "
+        "rw,relatime,lowerdir=/s/overlay/abc/mapped/0/l/X,upperdir=/s/overlay/abc/diff,workdir=/s/overlay/abc/work 0 0\n")
+    assert idshift.upper_dir("/s/overlay/abc/merged", str(mounts)) == "/s/overlay/abc/diff"
     with pytest.raises(idshift.IdShiftError, match="/s/other"):
-        idshift.upper_dir("/s/other", str(mountinfo))
+        idshift.upper_dir("/s/other", str(mounts))

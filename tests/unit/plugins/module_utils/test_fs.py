@@ -198,3 +198,15 @@ def test_a_lock_that_cannot_be_created_raises_oserror(tmp_path):
     finally:
         lock.release()
     lock.release()  # a second release is nothing
+
+
+def test_an_option_of_the_topmost_mount_at_a_point(tmp_path):
+    """The overlay upper directory of a container's root (what a layer built in a user namespace shifts back)."""
+    mounts = tmp_path / "mounts"
+    mounts.write_text(MOUNTS + "overlay /m/merged overlay rw,lowerdir=/l/1:/l/2,upperdir=/u/with\\040space/diff,"
+                               "workdir=/u/work 0 0\n")
+    assert _fs.mount_option("/m/merged", "overlay", "upperdir", str(mounts)) == "/u/with space/diff"
+    assert _fs.mount_option("/m/merged", "overlay", "lowerdir", str(mounts)) == "/l/1:/l/2"
+    assert _fs.mount_option("/m/merged", "tmpfs", "upperdir", str(mounts)) is None
+    assert _fs.mount_option("/m/merged/var", "ext4", "upperdir", str(mounts)) is None
+    assert [m.fstype for m in _fs.mount_table(str(mounts)) if m.point == "/m/merged"] == ["overlay", "overlay"]

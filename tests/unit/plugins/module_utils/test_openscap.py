@@ -89,6 +89,8 @@ def test_the_collection_waivers_each_have_a_reason():
     assert set(waivers) == {"sshd_disable_root_login", "sysctl_fs_protected_symlinks", "sshd_set_keepalive_0",
                             "sshd_set_idle_timeout"}
     assert all(len(reason) > 40 for reason in waivers.values())
+    live = openscap.load_waivers([str(WAIVERS.parent / "openscap-live-waivers.yml")])
+    assert set(live) == {"file_permissions_systemmap"} and all(len(reason) > 40 for reason in live.values())
 
 
 @pytest.mark.parametrize("data", [{"waivers": [{"rule": "x"}]}, {"waivers": [{"rule": "x", "reason": " "}]},
@@ -241,3 +243,95 @@ def test_outputs_are_kept_beside_the_record_and_links_the_container_planted_are_
     assert openscap.remove(str(scan)) and not scan.exists()
     with pytest.raises(openscap.OpenscapError, match="nothing removed"):
         openscap.remove(str(tmp_path / "verify"))
+
+
+def test_ldd_names_each_library_as_the_loader_looks_for_it():
+    assert openscap.ldd_libraries(LDD) == [
+        ("libopenscap.so.25", os.path.realpath("/lib/x86_64-linux-gnu/libopenscap.so.25")),
+        ("libopendbx.so.1", os.path.realpath("/lib/libopendbx.so.1")),
+        ("libc.so.6", os.path.realpath("/lib/x86_64-linux-gnu/libc.so.6"))]
+
+
+def _fake_scanner(tmp_path: Path) -> tuple[openscap.Scanner, Path, Path, Path]:
+    """A scanner laid out like the host's (files of a few bytes): a library whose file name is not its soname, a
+    share directory with a link to a file, content, tailoring and platform dictionary."""
+    lib, other = tmp_path / "lib", tmp_path / "usr-lib"
+    for directory in (lib, other, tmp_path / "bin", tmp_path / "share/schemas", tmp_path / "files/openscap"):
+        directory.mkdir(parents=True)
+    (tmp_path / "bin/oscap").write_bytes(b"oscap")
+    (tmp_path / "bin/oscap").chmod(0o750)
+    (lib / "libopenscap.so.25.0.1").write_bytes(b"libopenscap")
+    (lib / "ld-linux-x86-64.so.2").write_bytes(b"loader")
+    (lib / "ld-linux-x86-64.so.2").chmod(0o755)
+    (other / "libxml2.so.2").write_bytes(b"libxml2")
+    (tmp_path / "share/schemas/a.xsd").write_text("<xsd/>")
+    (tmp_path / "share/schemas/b.xsd").symlink_to("a.xsd")
+    (tmp_path / "files/openscap/cpe-dictionary.xml").write_text("<cpe/>")
+    content, tailoring = tmp_path / "ssg-debian11-ds.xml", tmp_path / "tailoring.xml"
+    content.write_text("<ds/>")
+    tailoring.write_text("<t/>")
+    libraries = (("libopenscap.so.25", str(lib / "libopenscap.so.25.0.1")), ("libxml2.so.2", str(other / "libxml2.so.2")))
+    scanner = openscap.Scanner(str(tmp_path / "bin/oscap"), str(lib / "ld-linux-x86-64.so.2"), (str(lib), str(other)),
+                               str(tmp_path / "share"), libraries)
+    return scanner, content, tailoring, tmp_path / "files/openscap"
+
+
+def test_a_live_node_gets_the_layout_a_verify_boot_sees_with_only_the_linked_libraries(tmp_path):
+    import tarfile  # pylint: disable=import-outside-toplevel
+
+    scanner, content, tailoring, platform = _fake_scanner(tmp_path)
+    listed = openscap.bundle_members(scanner, str(content), str(tailoring), str(platform))
+    members = {name: path for path, name in listed}
+    argv = openscap.scan_argv(scanner, str(content), str(platform), "xccdf_t_profile_avg")
+    # every file the scan's command names is in the archive at that place under the mount point
+    named = [a[len(openscap.MOUNT_POINT) + 1:] for a in argv if a.startswith(openscap.MOUNT_POINT + "/")]
+    named = [n for n in named if not n.startswith("out/") and ":" not in n]
+    assert set(named) - {"lib/0", "lib/1"} <= set(members), (named, sorted(members))
+    assert members["lib/0/libopenscap.so.25"].endswith("libopenscap.so.25.0.1")  # the loader's name, the file's bytes
+    assert members["lib/1/libxml2.so.2"].endswith("usr-lib/libxml2.so.2")
+    assert members["share/schemas/b.xsd"].endswith("share/schemas/a.xsd")  # a link is packed as the file it names
+
+    archive = tmp_path / "out" / openscap.BUNDLE_NAME
+    archive.parent.mkdir()
+    openscap.write_bundle(openscap.bundle_members(scanner, str(content), str(tailoring), str(platform)), str(archive))
+    assert os.listdir(archive.parent) == [openscap.BUNDLE_NAME]  # nothing staged left beside it
+    with tarfile.open(archive) as tar:
+        infos = {info.name: info for info in tar.getmembers()}
+    assert infos["out"].isdir() and infos["out"].mode == 0o700
+    assert all(i.isfile() and i.uid == 0 and i.uname == "root" for n, i in infos.items() if n != "out")
+    assert infos["bin/oscap"].mode == 0o755 and infos["platform/openscap/cpe-dictionary.xml"].mode == 0o644
+
+
+def test_a_library_outside_the_scanner_s_directories_is_refused(tmp_path):
+    scanner, content, tailoring, platform = _fake_scanner(tmp_path)
+    stray = openscap.Scanner(scanner.oscap, scanner.interpreter, scanner.libdirs[:1], scanner.share, scanner.libraries)
+    with pytest.raises(openscap.OpenscapError, match="libxml2.so.2 .* in none of its library directories"):
+        openscap.bundle_members(stray, str(content), str(tailoring), str(platform))
+
+
+@pytest.mark.parametrize("result, text", [
+    ({"msg": "non-zero return code", "rc": 1, "stderr": "oscap: no such profile"},
+     "Run OpenSCAP on the node: non-zero return code; oscap: no such profile (exit status 1)"),
+    ({"unreachable": True, "msg": "ssh: connect to host n1 port 22: No route to host"},
+     "Run OpenSCAP on the node: the node is unreachable: ssh: connect to host n1 port 22: No route to host"),
+    ({}, "Run OpenSCAP on the node: failed"),
+])
+def test_a_live_scan_that_failed_is_said_in_a_line(result, text):
+    assert openscap.failure_text("Run OpenSCAP on the node", result) == text
+
+
+def test_a_node_report_takes_the_rules_as_checks_and_fails_with_a_failed_rule():
+    from ansible_collections.hpc.stateless.plugins.module_utils._verify import drift  # pylint: disable=import-outside-toplevel
+
+    report = {"node": "n1", "passed": True, "checks": [{"name": "drift::packages", "passed": True, "result": "passed",
+                                                       "detail": ""}]}
+    rules = [{"id": "openscap/a", "name": "OpenSCAP rule A", "passed": True, "result": "passed", "waiver": "",
+              "detail": "pass"},
+             {"id": "openscap/b", "name": "OpenSCAP rule B", "passed": False, "result": "failed", "waiver": "",
+              "detail": "fail: B"}]
+    merged = drift.with_checks(report, rules, "OpenSCAP", "OpenSCAP x: 1/2")
+    assert [c["name"] for c in merged["checks"]] == ["drift::packages", "openscap/a", "openscap/b"]
+    assert merged["checks"][2]["detail"] == "OpenSCAP rule B: fail: B"
+    assert merged["passed"] is False and merged["openscap"] == "OpenSCAP x: 1/2"
+    assert report["passed"] is True and len(report["checks"]) == 1  # the given report is left as it was
+    assert drift.with_checks(report, rules[:1], "OpenSCAP", "ok")["passed"] is True

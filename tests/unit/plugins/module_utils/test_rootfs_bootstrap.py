@@ -502,3 +502,34 @@ def test_mmdebstraps_hooks_leave_the_shared_cache_unchanged_by_the_bootstraps_wr
     assert (view / "upper" / "b_1_all.deb").read_bytes() == b"downloaded"  # merged only once the lists vouch for it
     caches.remove_tree(str(view))
     assert not view.exists() and not os.path.ismount(archives)
+
+
+def _wget(tmp_path: Path, environ: dict[str, str]) -> subprocess.CompletedProcess:
+    """The host's wget, as debootstrap runs it, at a name that never resolves (RFC 2606 .invalid): two tries at most
+    (a command-line -e overrides the configuration), so the test takes a second."""
+    return subprocess.run(["wget", "-e", "tries=2", "-e", "waitretry=1", "-O", str(tmp_path / "got"),
+                           "http://hpc-stateless-mirror.invalid/debian/dists/bookworm/InRelease"],
+                          env={**os.environ, **environ, "LC_ALL": "C"}, capture_output=True, text=True, check=False)
+
+
+def test_debootstrap_s_wget_tries_again_when_the_mirror_s_name_does_not_resolve(tmp_path):
+    """debootstrap's own downloads ride out a resolver outage as apt's do: its wget (the host's, really run) takes a
+    name-resolution failure as transient and tries again, where by default it gives up at once."""
+    keys = {key: None for key in BOOTSTRAP_KEYS}
+    keys.update(distro="debian", release="bookworm", tool="debootstrap")
+    job = RootfsBootstrap(RootfsRequest(path=str(tmp_path / "root"), bootstrap=keys, cache_dir=str(tmp_path / "c"),
+                                        layer="base"), mode="root")
+    home = tmp_path / "home"
+    home.mkdir()
+    environ = job.environment(str(home))
+    assert environ["WGETRC"] == str(home / "wgetrc") and "retry_on_host_error = on" in (home / "wgetrc").read_text()
+    (tmp_path / "empty").write_text("")
+    plain = _wget(tmp_path, {"WGETRC": str(tmp_path / "empty")})
+    retried = _wget(tmp_path, environ)
+    assert plain.returncode == 4 and "Retrying" not in plain.stderr, plain.stderr  # 4: network failure
+    assert retried.returncode == 4 and "Retrying" in retried.stderr, retried.stderr
+    assert "hpc-stateless-mirror.invalid" in retried.stderr
+    keys.update(tool="mmdebstrap")  # apt's own retries (APT_RETRIES) serve mmdebstrap
+    assert "WGETRC" not in RootfsBootstrap(RootfsRequest(path=str(tmp_path / "root"), bootstrap=keys,
+                                                         cache_dir=str(tmp_path / "c"), layer="base"),
+                                           mode="root").environment(str(home))
