@@ -320,9 +320,10 @@ def debootstrap_argv(spec: BootstrapSpec, binary: str = "debootstrap") -> list[s
 APT_RETRIES = f'--aptopt=Acquire::Retries "{APT_RETRY_COUNT}"'
 #: debootstrap downloads with wget, which gives up at once when the mirror's name does not resolve or the connection
 #: is refused (its own retries then fail in the same instant). Its configuration for the run (``WGETRC``, a file of the
-#: run's private directory, read after the host's /etc/wgetrc) makes those transient and waits 1, 2, ... 8 s between
-#: tries (``waitretry``): the resolver outage apt rides out (APT_RETRY_COUNT) passes for debootstrap too.
-WGETRC_TEXT = "tries = 6\nwaitretry = 8\nretry_on_host_error = on\nretry_connrefused = on\n"
+#: run's private directory, read after the host's /etc/wgetrc) makes those transient and waits 1, 2, ... 10 s between
+#: tries (``waitretry``), about a minute in all as RETRY_DELAYS: the resolver outage apt rides out (APT_RETRY_COUNT)
+#: passes for debootstrap too.
+WGETRC_TEXT = "tries = 12\nwaitretry = 10\nretry_on_host_error = on\nretry_connrefused = on\n"
 
 
 def mmdebstrap_argv(spec: BootstrapSpec, binary: str = "mmdebstrap") -> list[str]:
