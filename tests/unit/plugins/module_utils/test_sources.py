@@ -14,6 +14,7 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.hpc.stateless.plugins.filter.layer_apt_sources import layer_apt_sources
+from ansible_collections.hpc.stateless.plugins.module_utils._archive.index import APT_RETRY_COUNT
 from ansible_collections.hpc.stateless.plugins.module_utils._build.bootstrap import (
     BootstrapSpec,
     debootstrap_upgrade_argv,
@@ -192,8 +193,8 @@ def test_rpm_updates_repository_is_enabled_and_checked():
 def test_debootstrap_upgrades_to_the_other_suites_only_when_there_are_any():
     spec = BootstrapSpec(path="/r", distro="debian", release="bookworm", mirror=DEBIAN, tool="debootstrap")
     argv = debootstrap_upgrade_argv(spec)
-    assert argv[:2] == ["chroot", "/r"] and "apt-get -o Acquire::Retries=5 -y dist-upgrade" in argv[-1]
-    assert "apt-get -o Acquire::Retries=5 update &&" in argv[-1]  # a resolver outage of ~10 s passes
+    assert argv[:2] == ["chroot", "/r"] and f"apt-get -o Acquire::Retries={APT_RETRY_COUNT} -y dist-upgrade" in argv[-1]
+    assert f"apt-get -o Acquire::Retries={APT_RETRY_COUNT} update &&" in argv[-1]  # a resolver outage of ~10 s passes
     assert debootstrap_upgrade_argv(BootstrapSpec(path="/r", distro="debian", release="bookworm", mirror=DEBIAN,
                                                   tool="debootstrap", updates=False, security=False)) is None
 
