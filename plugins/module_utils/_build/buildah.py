@@ -21,6 +21,7 @@ from typing import Any, Mapping, Sequence
 
 from ansible_collections.hpc.stateless.plugins.module_utils._process import ProcessError, Result, ToolRunner
 from ansible_collections.hpc.stateless.plugins.module_utils._build import rootless
+from ansible_collections.hpc.stateless.plugins.module_utils._contract.arch import oci_arch
 from ansible_collections.hpc.stateless.plugins.module_utils._contract.labels import CONTAINER_PREFIX, LAYER_LABEL
 
 DEFAULT_ISOLATION = "chroot"
@@ -251,6 +252,11 @@ class Buildah:
             args += ["--label", f"{name}={labels[name]}"]
         if args:
             self.run("config", *args, container)
+
+    def config_arch(self, container: str, arch: str) -> None:
+        """Set the OCI architecture (and variant) of the image ``container`` commits to Debian architecture ``arch``."""
+        architecture, variant = oci_arch(arch)
+        self.run("config", "--arch", architecture, *(["--variant", variant] if variant else []), container)
 
     def commit(self, container: str, ref: str, tmpdir: str | None = None) -> str:
         """Commit ``container`` as ``ref``; buildah's temporary files go to ``tmpdir`` (its TMPDIR) when given."""
