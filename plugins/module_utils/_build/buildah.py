@@ -289,3 +289,18 @@ class Buildah:
     def push(self, ref: str, remote: str, tls_verify: bool = True, authfile: str | None = None) -> None:
         """``buildah push`` local ``ref`` to ``remote`` (``host/repo:tag``)."""
         self.run("push", "--quiet", *self._registry_args(tls_verify, authfile), ref, f"docker://{remote}")
+
+    def push_manifest_list(self, name: str, refs: Sequence[str], remote: str, tls_verify: bool = True,
+                           authfile: str | None = None) -> None:
+        """Push local images ``refs`` (one per architecture, each with its config's architecture) to ``remote`` as
+        ONE manifest list, through the local list ``name``, which is removed again (made afresh each time)."""
+        if self.run("manifest", "exists", name, check=False).rc == 0:
+            self.run("manifest", "rm", name)
+        self.run("manifest", "create", name)
+        try:
+            for ref in refs:
+                self.run("manifest", "add", name, f"containers-storage:{ref}")
+            self.run("manifest", "push", "--all", "--quiet", *self._registry_args(tls_verify, authfile), name,
+                     f"docker://{remote}")
+        finally:
+            self.run("manifest", "rm", name, check=False)
