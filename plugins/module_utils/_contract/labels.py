@@ -27,7 +27,6 @@ import re
 import zlib
 from typing import Mapping, Protocol
 
-from ansible_collections.hpc.stateless.plugins.module_utils._contract.arch import host_arch
 from ansible_collections.hpc.stateless.plugins.module_utils._process import ProcessError
 
 #: The start of every label (and annotation) we write.
@@ -81,11 +80,11 @@ def layer_labels(name: str, key: str, parent: str | None, parent_key: str | None
                  git_commit: str | None, extra: dict[str, str] | None = None,
                  inputs_key: str | None = None, arch: str | None = None) -> dict[str, str]:
     """The labels every layer image carries (a root layer's parent and parent key are empty; the inputs key is
-    the key itself unless the plan gave another; the architecture is the layer's, _contract/arch.py)."""
+    the key itself unless the plan gave another; the architecture, when given, is the layer's, _contract/arch.py)."""
     labels = {
         LAYER_LABEL: name,
         KEY_LABEL: key,
-        ARCH_LABEL: arch or host_arch(),
+        **({ARCH_LABEL: arch} if arch else {}),
         INPUTS_KEY_LABEL: inputs_key or key,
         PARENT_LABEL: parent or "",
         PARENT_KEY_LABEL: parent_key or "",
