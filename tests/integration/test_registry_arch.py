@@ -41,6 +41,17 @@ def built(tmp_path_factory, image_prefix):
     return site
 
 
+def push_list(registry: str, key: str, variants: dict[str, str]) -> subprocess.CompletedProcess:
+    """hpc.stateless.layer_registry: ``variants`` of layer base as one manifest list, tag site-1."""
+    return subprocess.run(
+        [str(REPO / ".venv" / "bin" / "ansible"), "localhost", "-i", "localhost,", "-c", "local",
+         "-m", "hpc.stateless.layer_registry", "-a", json.dumps({
+             "name": "base", "key": key, "variants": variants, "tag": "site-1",
+             "registry": registry, "tls_verify": False, "state": "pushed"})],
+        cwd=REPO, env={**BUILDAH_ENV, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")}, stdin=subprocess.DEVNULL,
+        capture_output=True, text=True, check=False)
+
+
 def test_two_architectures_of_one_layer_build_side_by_side_and_share_one_tag(built, image_prefix, registry):  # noqa: F811
     images = {arch: [ref for ref in buildah("images", "--format", "{{.Name}}:{{.Tag}}").split()
                      if ref.startswith(f"{image_prefix}/{name}:") and not ref.endswith(":latest")]
@@ -54,13 +65,10 @@ def test_two_architectures_of_one_layer_build_side_by_side_and_share_one_tag(bui
         config = json.loads(buildah("inspect", "--type", "image", ref))["OCIv1"]
         assert config["architecture"] == arch
 
-    push = subprocess.run(
-        [str(REPO / ".venv" / "bin" / "ansible"), "localhost", "-i", "localhost,", "-c", "local",
-         "-m", "hpc.stateless.layer_registry", "-a", json.dumps({
-             "name": "base", "key": keys["amd64"], "variants": refs, "tag": "site-1",
-             "registry": registry, "tls_verify": False, "state": "pushed"})],
-        cwd=REPO, env={**BUILDAH_ENV, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")},
-        capture_output=True, text=True, check=False)
+    swapped = push_list(registry, keys["amd64"], {"amd64": refs["arm64"], "arm64": refs["amd64"]})
+    assert swapped.returncode != 0
+    assert f"layer image {refs['arm64']} is arm64, not amd64" in swapped.stdout
+    push = push_list(registry, keys["amd64"], refs)
     assert push.returncode == 0, push.stdout + push.stderr
     remote = f"{registry}/base:site-1"
 
