@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from conftest import BUILDAH_ENV, REPO, buildah, image_labels, run_site
-from test_plan_ci import registry  # noqa: F401 - the fixture: docker-registry on 127.0.0.1
+from test_plan_ci import registry  # noqa: F401 pylint: disable=unused-import - the fixture: docker-registry on 127.0.0.1
 
 ROOT = {
     "arch": ["amd64", "arm64"],
@@ -45,6 +45,7 @@ def push_list(registry: str, key: str, variants: dict[str, str]) -> subprocess.C
     """hpc.stateless.layer_registry: ``variants`` of layer base as one manifest list, tag site-1."""
     return subprocess.run(
         [str(REPO / ".venv" / "bin" / "ansible"), "localhost", "-i", "localhost,", "-c", "local",
+         "-e", f"ansible_python_interpreter={REPO / '.venv' / 'bin' / 'python'}",
          "-m", "hpc.stateless.layer_registry", "-a", json.dumps({
              "name": "base", "key": key, "variants": variants, "tag": "site-1",
              "registry": registry, "tls_verify": False, "state": "pushed"})],
