@@ -16,7 +16,8 @@ import pytest
 import yaml
 
 from conftest import BUILDAH_ENV, REPO, buildah, image_labels, run_site
-from test_plan_ci import registry  # noqa: F401 pylint: disable=unused-import - the fixture: docker-registry on 127.0.0.1
+# The fixture registry (docker-registry on 127.0.0.1), used by pytest by name.
+from test_plan_ci import registry  # noqa: F401  # pylint: disable=unused-import
 
 ROOT = {
     "arch": ["amd64", "arm64"],
