@@ -83,6 +83,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils._pack.kernel import 
     dracut_modules,
     KernelError,
     find_kernel,
+    read_kernel_arch,
     has_modules,
     image_initrd,
     squashfs_boot_method,
@@ -837,11 +838,12 @@ class Packer:
         except OSError as exc:
             raise PackError(f"kernel {kernel.origin}: {exc.strerror}") from exc
         try:
+            arch = read_kernel_arch(fd)
             _imagepath.copy_fd(fd, self._partial_dir(), names.KERNEL_FILE)
         finally:
             os.close(fd)
         dest = os.path.join(self._partial_dir(), names.KERNEL_FILE)
-        return {"file": names.KERNEL_FILE, "version": kernel.version, "origin": kernel.origin,
+        return {"file": names.KERNEL_FILE, "version": kernel.version, "origin": kernel.origin, "arch": arch,
                 "size": os.path.getsize(dest), "sha256": sums.sha256_file(dest)}
 
     def _partial_dir(self) -> str:
