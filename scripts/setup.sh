@@ -20,6 +20,7 @@ test_packages=(
   e2fsprogs fdisk parted iproute2 util-linux nodejs curl shellcheck
   strace openssl lighttpd default-jre-headless apt-utils socat
   nginx openssh-server openssh-client aria2 opentracker
+  qemu-system-arm
 )
 
 image_only=false
