@@ -115,6 +115,8 @@ def _deploy_args(defaults: Defaults) -> list[str]:
 BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in (
     Benchmark("build", "~15 min", lambda d: ["--inventory", INVENTORY],
               ["--inventory", "tests/integration/inventory", "--noop-runs", "1"]),
+    Benchmark("arch", "~15 min amd64 + the arm64 build under emulation", lambda d: ["--inventory", INVENTORY],
+              ["--inventory", "tests/integration/inventory"]),
     Benchmark("compliance", "~17 min", lambda d: ["--image", d.image_ref],
               ["--fast-runs", "2", "--ansible-checks", "5"], True, lambda d: [d.image_ref]),
     Benchmark("nspawn", "~10 min", lambda d: ["--image", d.root_ref],
@@ -145,7 +147,7 @@ BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in (
               [], True, lambda d: [d.image_ref]),
 )}
 RUN_ORDER = ["plan", "secret_scan", "deploy", "diff", "boot", "hwprofile", "nspawn", "connection", "rollout", "compliance",
-             "peer", "storm", "rootless", "edit", "lynis", "verify_stress", "openscap", "build", "pack"]
+             "peer", "storm", "rootless", "edit", "lynis", "verify_stress", "openscap", "build", "arch", "pack"]
 
 
 @dataclass

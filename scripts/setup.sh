@@ -20,7 +20,7 @@ test_packages=(
   e2fsprogs fdisk parted iproute2 util-linux nodejs curl shellcheck
   strace openssl lighttpd default-jre-headless apt-utils socat
   nginx openssh-server openssh-client aria2 opentracker
-  qemu-system-arm
+  qemu-user-static binfmt-support arch-test qemu-system-arm
 )
 
 image_only=false
@@ -48,6 +48,21 @@ elif ((${#missing[@]})); then
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 else
   step "host packages present"
+fi
+
+# Cross builds (docs/arch.md): qemu-user's binfmt handlers run an arm64 layer's programs on this host. The
+# packages register them; a host or container without binfmt_misc mounted (or with the handlers disabled)
+# gets it mounted and the handlers enabled here. Idempotent: nothing happens when they are enabled.
+if ! $image_only && ((EUID == 0)); then
+  binfmt=/proc/sys/fs/binfmt_misc
+  if [[ ! -e $binfmt/status ]]; then
+    step "mounting binfmt_misc on $binfmt"
+    mount -t binfmt_misc binfmt_misc "$binfmt"
+  fi
+  if [[ "$(head -n1 "$binfmt/qemu-aarch64" 2>/dev/null)" != enabled ]]; then
+    step "enabling qemu-user's binfmt handlers"
+    update-binfmts --enable
+  fi
 fi
 
 # True when every user can run interpreter $1: the file and each directory above it are

@@ -28,6 +28,7 @@ from ansible.utils.vars import load_extra_vars
 from ansible.vars.manager import VariableManager
 from jinja2 import Undefined
 
+from ansible_collections.hpc.stateless.plugins.module_utils._contract.arch import EMULATION_PACKAGES
 from ansible_collections.hpc.stateless.plugins.module_utils._contract.labels import (
     DEFAULT_IMAGE_PREFIX,
     LATEST_TAG,
@@ -146,6 +147,19 @@ def _role_ref(name: str, role_index: RoleIndex) -> str:
 
 class PlanError(Exception):
     """Input the plan cannot use; ``str()`` names the key, file or host and what to do."""
+
+
+def check_emulation(graph: LayerGraph, runnable: list[str]) -> None:
+    """Refuse, before any bootstrap, a layer whose architecture the build host cannot run (``runnable``: the
+    build host's own first, then the emulated ones: hpc.stateless.layer_info's ``arches``)."""
+    for arch in graph.arches():
+        if runnable and arch not in runnable:
+            layers = [name for name in graph.order() if graph.arch(name) == arch]
+            raise PlanError(
+                f"layer {', '.join(layers)}: architecture {arch}, which this {runnable[0]} build host can neither run "
+                f"nor emulate (it runs {', '.join(runnable)}). Install {' and '.join(EMULATION_PACKAGES)} "
+                f"(apt-get install {' '.join(EMULATION_PACKAGES)}; scripts/setup.sh does) and enable the handlers "
+                f"(update-binfmts --enable; `arch-test {arch}` checks), or build on a {arch} host (docs/arch.md)")
 
 
 class LayerHosts:
@@ -277,6 +291,7 @@ class ActionModule(ActionBase):
             info = self._layer_listing(task_vars)
             if info.get("failed"):
                 raise PlanError(f"could not list layer images: {info.get('msg')}")
+            check_emulation(graph, info.get("arches") or [])
             image_ids = {name: image.get("id") or "" for image in info.get("images", []) for name in image.get("names", [])}
             existing = set(image_ids)
             specs = {name: graph.spec(name) for name in graph.order()}
@@ -490,6 +505,7 @@ class ActionModule(ActionBase):
                     "host_groups": layer_host_groups(spec),
                     "vars": spec["vars"],
                     "bootstrap": spec.get("bootstrap"),
+                    "arch": spec["arch"],
                 }
                 if name in keys:
                     key = keys[name].key

@@ -172,6 +172,12 @@ capabilities:
     - C(known) is false when one side is a pack made before pack recorded them; the lists are empty then.
   type: dict
   returned: success
+arch:
+  description:
+    - C(old), C(new) architecture (Debian's name, docs/arch.md; null when a side records none: a pack from before
+      manifests named it) and C(changed).
+  type: dict
+  returned: success
 kernel:
   description: C(old), C(new) kernel version and C(changed).
   type: dict

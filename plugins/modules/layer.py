@@ -97,6 +97,12 @@ options:
   git_commit:
     description: Commit of the configuration repository, recorded as a label (not part of the key).
     type: str
+  arch:
+    description:
+      - Architecture of the layer, Debian's name (C(amd64), C(arm64)): the plan's C(arch) of the layer (docs/arch.md).
+        Recorded as the label C(hpc.stateless.arch) and set as the committed image's OCI architecture and variant
+        (C(arm64) is C(arm64)/C(v8)). Defaults to the build host's.
+    type: str
   inputs_key:
     description:
       - Content key of the layer's inputs, recorded as the label C(hpc.stateless.inputs-key). It differs from

@@ -86,6 +86,14 @@ containers:
   returned: always
   type: list
   elements: str
+arches:
+  description:
+    - Architectures (Debian's names) whose programs the build host runs, its own first, then each one an enabled
+      qemu-user binfmt handler runs. The plan refuses a layer of another architecture (docs/arch.md).
+  returned: always
+  type: list
+  elements: str
+  sample: [amd64, arm64]
 """
 
 from ansible.module_utils.basic import AnsibleModule

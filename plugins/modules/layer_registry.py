@@ -20,6 +20,8 @@ description:
     C(hpc.stateless.layer) and C(hpc.stateless.key) labels match, and tags it with its local name.
     An image whose labels do not match is removed again and the module fails.
   - O(state=pushed) pushes the local image; it fails when the layer has not been built.
+  - O(state=pushed) with O(variants) pushes ONE manifest list of the layer's architectures (docs/arch.md) to
+    C(<registry>/<name>:<tag>): each client pulls its own architecture under the same tag.
   - Uses C(buildah pull)/C(buildah push); the storage is the one buildah uses (set C(CONTAINERS_STORAGE_CONF)
     to use another one). Registry credentials come from O(authfile) or C(buildah login).
 extends_documentation_fragment:
@@ -52,6 +54,14 @@ options:
       - Repository prefix in the registry, for example C(registry.example.org/hpc/layers) or C(127.0.0.1:5000/hpc).
     type: str
     required: true
+  variants:
+    description:
+      - "C({architecture: local image})" of the layer's architectures (Debian's names, as the plan's C(arch)), pushed
+        as one manifest list with O(state=pushed). O(key) is the key of any one of them (it names the local list).
+    type: dict
+  tag:
+    description: Tag of the manifest list pushed with O(variants); defaults to O(key).
+    type: str
   state:
     description: Pull the image into local storage, or push it to the registry.
     type: str
@@ -81,6 +91,17 @@ EXAMPLES = r"""
   hpc.stateless.layer_registry:
     name: compute
     key: "{{ plan.layers.compute.key }}"
+    registry: registry.example.org/hpc/layers
+    state: pushed
+
+- name: Push the amd64 and arm64 builds of layer compute under one tag (a manifest list)
+  hpc.stateless.layer_registry:
+    name: compute
+    key: "{{ plan.layers.compute.key }}"
+    variants:
+      amd64: "{{ plan.layers.compute.image }}"
+      arm64: "{{ plan.layers['compute-arm64'].image }}"
+    tag: "2026.12"
     registry: registry.example.org/hpc/layers
     state: pushed
 """
@@ -124,6 +145,8 @@ def main() -> None:
             state=dict(type="str", default="pulled", choices=["pulled", "pushed"]),
             tls_verify=dict(type="bool", default=True),
             authfile=dict(type="path"),
+            variants=dict(type="dict"),
+            tag=dict(type="str"),
         ),
         supports_check_mode=True,
     )
@@ -134,6 +157,9 @@ def main() -> None:
                                  params["registry"], params["tls_verify"], params["authfile"])
         if params["state"] == "pulled":
             result = transfer.pull(module.check_mode)
+        elif params["variants"]:
+            result = transfer.push_list({str(a): str(r) for a, r in params["variants"].items()},
+                                        params["tag"] or params["key"], module.check_mode)
         else:
             result = transfer.push(module.check_mode)
     except TransferError as exc:

@@ -41,6 +41,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils._fs import Flock, Lo
 from ansible_collections.hpc.stateless.plugins.module_utils._paths import write_atomic
 from ansible_collections.hpc.stateless.plugins.module_utils._build import caches
 from ansible_collections.hpc.stateless.plugins.module_utils._build.rootless import HOST_CACHE_ROOT, host_cache_path
+from ansible_collections.hpc.stateless.plugins.module_utils._contract.arch import RPM_ARCHES, host_arch
 from ansible_collections.hpc.stateless.plugins.module_utils._contract.inventory import (
     BOOTSTRAP_KEYS,
     BOOTSTRAP_REQUIRED,
@@ -410,7 +411,7 @@ def dnf_argv(spec: BootstrapSpec, binary: str = "dnf") -> list[str]:
         "--setopt=keepcache=True",
     ]
     if spec.arch:
-        argv.append(f"--forcearch={spec.arch}")
+        argv.append(f"--forcearch={RPM_ARCHES.get(spec.arch, spec.arch)}")
     if not spec.gpg_check:
         argv.append("--nogpgcheck")
     else:
@@ -455,8 +456,9 @@ def zypper_argvs(spec: BootstrapSpec, binary: str = "zypper", rpm_binary: str = 
     repositories are neither read nor changed. A given keyring is imported into
     the new root's rpm database, so only that key is trusted (no auto-import).
     """
-    if spec.arch:
-        raise ValueError("arch is not supported for zypper-family distros: zypper installs the build host's architecture; remove arch")
+    if spec.arch and RPM_ARCHES.get(spec.arch, spec.arch) != RPM_ARCHES.get(host_arch()):
+        raise ValueError(f"arch {spec.arch} is not supported for zypper-family distros: zypper installs the build "
+                         f"host's architecture ({host_arch()}); build this layer on a {spec.arch} host or remove arch")
     commands: list[list[str]] = []
     if spec.gpg_check and spec.keyring:
         commands.append([rpm_binary, f"--root={spec.path}", "--import", spec.keyring])

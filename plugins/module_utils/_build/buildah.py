@@ -21,6 +21,7 @@ from typing import Any, Mapping, Sequence
 
 from ansible_collections.hpc.stateless.plugins.module_utils._process import ProcessError, Result, ToolRunner
 from ansible_collections.hpc.stateless.plugins.module_utils._build import rootless
+from ansible_collections.hpc.stateless.plugins.module_utils._contract.arch import oci_arch
 from ansible_collections.hpc.stateless.plugins.module_utils._contract.labels import CONTAINER_PREFIX, LAYER_LABEL
 
 DEFAULT_ISOLATION = "chroot"
@@ -252,6 +253,11 @@ class Buildah:
         if args:
             self.run("config", *args, container)
 
+    def config_arch(self, container: str, arch: str) -> None:
+        """Set the OCI architecture (and variant) of the image ``container`` commits to Debian architecture ``arch``."""
+        architecture, variant = oci_arch(arch)
+        self.run("config", "--arch", architecture, *(["--variant", variant] if variant else []), container)
+
     def commit(self, container: str, ref: str, tmpdir: str | None = None) -> str:
         """Commit ``container`` as ``ref``; buildah's temporary files go to ``tmpdir`` (its TMPDIR) when given."""
         return _last_line(self.run("commit", "--quiet", "--rm", container, ref,
@@ -283,3 +289,18 @@ class Buildah:
     def push(self, ref: str, remote: str, tls_verify: bool = True, authfile: str | None = None) -> None:
         """``buildah push`` local ``ref`` to ``remote`` (``host/repo:tag``)."""
         self.run("push", "--quiet", *self._registry_args(tls_verify, authfile), ref, f"docker://{remote}")
+
+    def push_manifest_list(self, name: str, refs: Sequence[str], remote: str, tls_verify: bool = True,
+                           authfile: str | None = None) -> None:
+        """Push local images ``refs`` (one per architecture, each with its config's architecture) to ``remote`` as
+        ONE manifest list, through the local list ``name``, which is removed again (made afresh each time)."""
+        if self.run("manifest", "exists", name, check=False).rc == 0:
+            self.run("manifest", "rm", name)
+        self.run("manifest", "create", name)
+        try:
+            for ref in refs:
+                self.run("manifest", "add", name, f"containers-storage:{ref}")
+            self.run("manifest", "push", "--all", "--quiet", *self._registry_args(tls_verify, authfile), name,
+                     f"docker://{remote}")
+        finally:
+            self.run("manifest", "rm", name, check=False)

@@ -36,6 +36,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils._build import (
 )
 from ansible_collections.hpc.stateless.plugins.module_utils._build.buildah import Buildah
 from ansible_collections.hpc.stateless.plugins.module_utils._contract.labels import (
+    ARCH_LABEL,
     PARENT_LABEL,
     container_name,
     container_stem,
@@ -285,6 +286,8 @@ class LayerBuilder:
                 self._remove(self.container)
                 raise LayerError(f"layer {self.name}: {exc}") from exc
             self.buildah.config_labels(self.container, labels)
+            if labels.get(ARCH_LABEL):  # a container from scratch (a bootstrap) has the build host's until told
+                self.buildah.config_arch(self.container, labels[ARCH_LABEL])
             self._shift_ids_back(mountpoint)
             result.image_id = self.buildah.commit(self.container, self.image, tmpdir=tmpdir)
             caches.merge_views(views_cache_root(), self.container, mountpoint)

@@ -20,6 +20,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils._build.layer import 
     LayerBuilder,
     LayerError,
 )
+from ansible_collections.hpc.stateless.plugins.module_utils._contract.arch import host_arch
 from ansible_collections.hpc.stateless.plugins.module_utils._contract.labels import DEFAULT_IMAGE_PREFIX, layer_labels
 from ansible_collections.hpc.stateless.plugins.module_utils._process import ProcessError
 
@@ -33,6 +34,7 @@ ARGUMENT_SPEC: dict[str, Any] = dict(
     parent_key=dict(type="str", no_log=False),
     git_commit=dict(type="str"),
     inputs_key=dict(type="str", no_log=False),
+    arch=dict(type="str"),
     labels=dict(type="dict", default={}),
     extra_tags=dict(type="list", elements="str", default=["latest"]),
     also_tag=dict(type="list", elements="str", default=[]),
@@ -62,7 +64,7 @@ def run(params: dict[str, Any], check_mode: bool, diff: bool = False,  # pylint:
                                    check_mode, fresh=params["fresh"], userns=params["userns"])
         elif params["state"] == "committed":
             labels = layer_labels(params["name"], params["key"], params["parent"], params["parent_key"],
-                                  params["git_commit"], params["labels"], params["inputs_key"])
+                                  params["git_commit"], params["labels"], params["inputs_key"], params["arch"] or host_arch())
             result = builder.commit(labels, params["extra_tags"], check_mode, params["also_tag"])
         else:
             result = builder.absent(check_mode)

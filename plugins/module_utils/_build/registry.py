@@ -17,7 +17,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ansible_collections.hpc.stateless.plugins.module_utils._build.buildah import Buildah, BuildahError
-from ansible_collections.hpc.stateless.plugins.module_utils._contract.labels import KEY_LABEL, LAYER_LABEL, image_ref
+from ansible_collections.hpc.stateless.plugins.module_utils._contract.labels import (
+    ARCH_LABEL,
+    KEY_LABEL,
+    LAYER_LABEL,
+    container_name,
+    image_ref,
+)
 
 _KEY = re.compile(r"^[0-9a-f]{64}$")
 _REGISTRY = re.compile(r"^[A-Za-z0-9.-]+(:[0-9]+)?(/[a-z0-9._/-]+)?$")
@@ -107,6 +113,32 @@ class LayerTransfer:
         self.buildah.rmi(self.remote)
         result.image_id = image_id or self.buildah.image_id(self.local)
         result.present = True
+        return result
+
+    def push_list(self, variants: dict[str, str], tag: str, check_mode: bool) -> TransferResult:
+        """Push this layer's architectures as ONE manifest list, ``<registry>/<layer>:<tag>``: ``variants`` is
+        ``{architecture: local image}`` (LayerGraph.variants with each one's image reference). A node pulls its
+        own architecture of it (``buildah pull --arch``, or any OCI client by its platform)."""
+        remote = f"{self.remote.rsplit(':', 1)[0]}:{tag}"
+        result = TransferResult(image=", ".join(variants.values()), remote=remote)
+        for arch, ref in sorted(variants.items()):
+            if not self.buildah.image_exists(ref):
+                raise TransferError(f"layer image {ref} ({self.layer}, {arch}) is not in local storage: build "
+                                    f"it first (site.yml or playbooks/layer.yml)")
+            found = self.buildah.image_labels(ref).get(ARCH_LABEL)
+            if found and found != arch:
+                raise TransferError(f"layer image {ref} is {found}, not {arch}: give each architecture its own image")
+        result.present = result.changed = True
+        if check_mode:
+            return result
+        name = container_name(remote, "manifest", self.key)
+        try:
+            self.buildah.push_manifest_list(name, [variants[arch] for arch in sorted(variants)], remote,
+                                            self.tls_verify, self.authfile)
+        except BuildahError as exc:
+            raise TransferError(f"cannot push layer {self.layer} ({', '.join(sorted(variants))}) to {remote}: "
+                                f"{exc.stderr or exc}") from None
+        result.messages.append(f"{remote}: manifest list of {', '.join(sorted(variants))}")
         return result
 
     def push(self, check_mode: bool) -> TransferResult:

@@ -26,7 +26,9 @@ IMAGES_VAR = "hpc_stateless_images"
 LAYER_NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9_.-]*")
 
 #: The keys of a layer mapping.
-LAYER_KEYS: tuple[str, ...] = ("parent", "bootstrap", "sources", "roles", "vars", "groups", "description")
+LAYER_KEYS: tuple[str, ...] = ("parent", "bootstrap", "arch", "sources", "roles", "vars", "groups", "description")
+#: The layer and image key naming architectures (Debian's names, _contract/arch.py; docs/arch.md).
+ARCH_KEY = "arch"
 #: The keys of a mapping entry of a layer's ``roles`` (exactly one of them).
 ROLE_ENTRY_KEYS: tuple[str, ...] = ("role", "name")
 
@@ -84,6 +86,9 @@ BOOTSTRAP_KEYS: dict[str, str] = {
     "gpg_check": KIND_BOOL,
     "tool": KIND_STRING,
 }
+#: The bootstrap keys the inventory may not set: the layer graph fills them from the layer's own keys (one place for
+#: each fact), key -> the layer key that holds it. The rootfs module still takes them as options.
+BOOTSTRAP_FROM_LAYER: dict[str, str] = {"arch": ARCH_KEY}
 #: The bootstrap keys a layer must set.
 BOOTSTRAP_REQUIRED: tuple[str, ...] = ("distro", "release")
 

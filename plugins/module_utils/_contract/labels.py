@@ -37,6 +37,8 @@ KEY_LABEL = LABEL_PREFIX + "key"
 PARENT_LABEL = LABEL_PREFIX + "parent"
 PARENT_KEY_LABEL = LABEL_PREFIX + "parent-key"
 GIT_COMMIT_LABEL = LABEL_PREFIX + "git-commit"
+#: The architecture of a layer image, Debian's name (the image config's own ``architecture`` is OCI's name).
+ARCH_LABEL = LABEL_PREFIX + "arch"
 #: What a layer image holds: JSON ``{package: version}`` of every installed package (dpkg's "install ok installed",
 #: rpm's database), JSON ``[{uri, suite, date, sha256}]`` of the repository states (InRelease/Release files) apt
 #: had in its lists at commit, and the content key of the layer's inputs (its tag is that key, or that key hashed
@@ -76,12 +78,13 @@ class LabelReader(Protocol):
 # -- labels ------------------------------------------------------------------------------------
 def layer_labels(name: str, key: str, parent: str | None, parent_key: str | None,
                  git_commit: str | None, extra: dict[str, str] | None = None,
-                 inputs_key: str | None = None) -> dict[str, str]:
+                 inputs_key: str | None = None, arch: str | None = None) -> dict[str, str]:
     """The labels every layer image carries (a root layer's parent and parent key are empty; the inputs key is
-    the key itself unless the plan gave another)."""
+    the key itself unless the plan gave another; the architecture, when given, is the layer's, _contract/arch.py)."""
     labels = {
         LAYER_LABEL: name,
         KEY_LABEL: key,
+        **({ARCH_LABEL: arch} if arch else {}),
         INPUTS_KEY_LABEL: inputs_key or key,
         PARENT_LABEL: parent or "",
         PARENT_KEY_LABEL: parent_key or "",
@@ -105,6 +108,11 @@ def _packed(text: str) -> str:
     if len(text) <= PACK_ABOVE:
         return text
     return PACKED_PREFIX + base64.b64encode(zlib.compress(text.encode("utf-8"), 9)).decode("ascii")
+
+
+def arch_of(labels: Mapping[str, str]) -> str:
+    """The architecture (Debian's name) a layer image's labels record; "" for an image built before they did."""
+    return labels.get(ARCH_LABEL, "")
 
 
 def has_package_record(labels: Mapping[str, str]) -> bool:

@@ -88,11 +88,13 @@ def build_manifest(*, image: str, version: str, created: int, layer: str, layer_
                    hardware_profile: dict[str, Any] | None = None,
                    capabilities: list[dict[str, Any]] | None = None,
                    origins: dict[str, dict[str, Any]] | None = None,
-                   freshness: dict[str, Any] | None = None) -> dict[str, Any]:
+                   freshness: dict[str, Any] | None = None, arch: str = "") -> dict[str, Any]:
     """The manifest deploy reads (checked by :func:`check_manifest`); keys beyond the shared contract are
     additions, never renames. ``capabilities``: the file capabilities of the packed tree (_pack/capabilities.py).
     ``origins``: ``{package: {suite, uri, security}}`` of the installed versions the archive serves, and
-    ``freshness``: the repository states and pending updates at pack time (both _verify/freshness.py)."""
+    ``freshness``: the repository states and pending updates at pack time (both _verify/freshness.py). ``arch``:
+    the image's architecture, Debian's name (its layer image's label, docs/arch.md); "" (not written) for a tree
+    that records none."""
     data: dict[str, Any] = {
         "image": image,
         "version": version,
@@ -118,6 +120,8 @@ def build_manifest(*, image: str, version: str, created: int, layer: str, layer_
         data["capabilities"] = capabilities
     if freshness is not None:
         data["freshness"] = freshness
+    if arch:
+        data["arch"] = arch
     return check_manifest(data, "the manifest pack writes")
 
 

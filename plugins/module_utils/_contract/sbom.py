@@ -141,9 +141,10 @@ def kernel_component(kernel: dict[str, Any]) -> dict[str, Any]:
 
 
 def image_properties(*, layer: str, layer_keys: dict[str, str], source: dict[str, Any],
-                     db: PackageDb) -> dict[str, str]:
+                     db: PackageDb, arch: str = "") -> dict[str, str]:
     values = {
         "layer": layer,
+        "arch": arch,
         "source_image": str(source.get("image") or ""),
         "source_image_id": str(source.get("image_id") or ""),
         "source_path": str(source.get("path") or ""),
@@ -179,9 +180,10 @@ def freshness_properties(freshness: dict[str, Any] | None) -> list[dict[str, str
 def build_sbom(*, image: str, version: str, created: int, layer: str, layer_keys: dict[str, str],
                kernel: dict[str, Any], db: PackageDb, source: dict[str, Any],
                origins: dict[str, dict[str, Any]] | None = None,
-               freshness: dict[str, Any] | None = None) -> dict[str, Any]:
+               freshness: dict[str, Any] | None = None, arch: str = "") -> dict[str, Any]:
     """The SBOM document of one pack (see the module doc); :func:`sbom_bytes` serializes it. ``origins`` and
-    ``freshness`` are the manifest's (pack's archive check, _verify/freshness.py), absent without one."""
+    ``freshness`` are the manifest's (pack's archive check, _verify/freshness.py), absent without one; ``arch``
+    is the image's architecture (the property ``hpc.stateless:arch``, empty when its tree records none)."""
     components: dict[str, dict[str, Any]] = {}
     for package in db.packages:
         component = package_component(db.kind, package, db.distro, (origins or {}).get(package.name))
@@ -202,7 +204,7 @@ def build_sbom(*, image: str, version: str, created: int, layer: str, layer_keys
                 "name": image,
                 "version": version,
                 "properties": _properties(image_properties(layer=layer, layer_keys=layer_keys, source=source,
-                                                           db=db)) + freshness_properties(freshness),
+                                                           db=db, arch=arch)) + freshness_properties(freshness),
             },
         },
         "components": ordered,

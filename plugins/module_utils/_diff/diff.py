@@ -55,6 +55,7 @@ class Side:
     kernel: str = ""
     kernel_args: str | None = None
     layer_keys: dict[str, str] = field(default_factory=dict)
+    arch: str = ""  # the image's architecture, Debian's name ("" when its pack or labels record none)
     notes: list[str] = field(default_factory=list)
     packed: bool = True  # False for a layer image (no pack overlay, see PACK_ADDED)
     # {"/path": capabilities}, read with the members; None: unknown (a pack from before they were recorded)
@@ -246,6 +247,7 @@ def diff_sides(old: Side, new: Side, top: int = DEFAULT_TOP) -> dict[str, Any]:
         "capabilities": diff_capabilities(old_caps, new_caps),
         "kernel": _changed(old.kernel or None, new.kernel or None),
         "kernel_args": _changed(old.kernel_args, new.kernel_args),
+        "arch": _changed(old.arch or None, new.arch or None),
         "layers": diff_layers(old.layer_keys, new.layer_keys),
         "release": {"old": release_old, "new": release_new,
                     "changed": [k for k in release_keys if (release_old or {}).get(k) != (release_new or {}).get(k)]},
@@ -257,8 +259,8 @@ def diff_sides(old: Side, new: Side, top: int = DEFAULT_TOP) -> dict[str, Any]:
     result["differs"] = bool(
         files["added"] or files["removed"] or files["changed"] or result["kernel"]["changed"]
         or capabilities["added"] or capabilities["removed"] or capabilities["changed"]
-        or result["kernel_args"]["changed"] or result["layers"]["rebuilt"] or result["layers"]["added"]
-        or result["layers"]["removed"] or any(packages[k] for k in ("added", "removed", "upgraded", "downgraded",
+        or result["kernel_args"]["changed"] or result["arch"]["changed"] or result["layers"]["rebuilt"]
+        or result["layers"]["added"] or result["layers"]["removed"] or any(packages[k] for k in ("added", "removed", "upgraded", "downgraded",
                                                                     "changed")))
     result["summary"] = summary_counts(result)
     return result
@@ -266,7 +268,8 @@ def diff_sides(old: Side, new: Side, top: int = DEFAULT_TOP) -> dict[str, Any]:
 
 def _side_facts(side: Side) -> dict[str, Any]:
     return {"label": side.label, "image": side.image, "version": side.version, "source": side.source,
-            "kernel": side.kernel, "kernel_args": side.kernel_args, "layer_keys": dict(sorted(side.layer_keys.items())),
+            "kernel": side.kernel, "kernel_args": side.kernel_args, "arch": side.arch,
+            "layer_keys": dict(sorted(side.layer_keys.items())),
             "packages": None if side.packages is None else len(side.packages)}
 
 
@@ -364,7 +367,7 @@ def render_table(result: dict[str, Any], limit: int = 50) -> list[str]:
         lines.append("largest growths:")
         lines += [f"  {signed_size(g['delta']):>12}  {g['path']}" for g in files["largest_growths"]]
     lines += _capability_lines(result["capabilities"], limit)
-    for key, title in (("kernel", "kernel"), ("kernel_args", "kernel command line")):
+    for key, title in (("arch", "architecture"), ("kernel", "kernel"), ("kernel_args", "kernel command line")):
         item = result[key]
         same = item["old"] == item["new"]
         lines.append(f"{title}: {_shown(item['new'])}" if same else f"{title}: {_shown(item['old'])} -> {_shown(item['new'])}")
@@ -425,7 +428,7 @@ def render_markdown(result: dict[str, Any], limit: int = 20) -> str:
                    f"{counts['capabilities_changed']} |")
     out += ["", f"Size: {human_size(files['old']['bytes'])} → {human_size(files['new']['bytes'])} "
                 f"(**{signed_size(files['delta'])}**)"]
-    for key, title in (("kernel", "Kernel"), ("kernel_args", "Kernel command line")):
+    for key, title in (("arch", "Architecture"), ("kernel", "Kernel"), ("kernel_args", "Kernel command line")):
         item = result[key]
         value = (f"{_code(item['new'])} (unchanged)" if item["old"] == item["new"]
                  else f"{_code(item['old'])} → {_code(item['new'])}")

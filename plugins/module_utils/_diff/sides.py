@@ -41,6 +41,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils._build.buildah impor
 from ansible_collections.hpc.stateless.plugins.module_utils._contract.labels import (
     KEY_LABEL,
     LAYER_LABEL,
+    arch_of,
     container_name,
     image_prefix_of,
     layer_keys_of,
@@ -100,7 +101,7 @@ def version_dir_side(version_dir: str, label: str = "", fmt: str | None = None) 
                 packages=packages if isinstance(packages, list) else None,
                 kernel=str(kernel.get("version") or kernel_file(manifest)),
                 kernel_args=manifest.get("kernel_args"),
-                layer_keys=dict(manifest.get("layer_keys") or {}), notes=notes,
+                layer_keys=dict(manifest.get("layer_keys") or {}), arch=str(manifest.get("arch") or ""), notes=notes,
                 capabilities=lambda: recorded(manifest))
 
 
@@ -174,7 +175,8 @@ class LayerImages:
         layer = labels.get(LAYER_LABEL, "")
         return Side(label=f"{ref}", members=lambda: list_tree(root, KEEP), image=layer,
                     version=labels.get(KEY_LABEL, "")[:12], source=ref, packages=packages, kernel=kernel,
-                    kernel_args=None, layer_keys=layer_keys_of(self.buildah, ref, labels), notes=notes, packed=False,
+                    kernel_args=None, layer_keys=layer_keys_of(self.buildah, ref, labels), arch=arch_of(labels),
+                    notes=notes, packed=False,
                     capabilities=lambda: tree_capabilities(root, ExcludeRules(DEFAULT_EXCLUDES)))
 
     def close(self) -> None:

@@ -778,7 +778,10 @@ def compute_keys(
         values = resolve_variable_values(referenced, variables_for(name))
         parent = spec["parent"]
         parent_key = keys[parent].key if parent is not None else None
-        inputs_key = layer_key(parent_key, spec, role_entries, values, seal)
+        # The parent as the inventory names it: the parent's key already differs by architecture, so the keys of
+        # one layer's architectures differ by the architecture alone (base-arm64's child hashes "base").
+        keyed = {**spec, "parent": graph.origin(parent)[0]} if parent is not None else spec
+        inputs_key = layer_key(parent_key, keyed, role_entries, values, seal)
         keys[name] = LayerKey(
             name=name,
             key=settle(name, inputs_key, parent) if settle is not None else inputs_key,

@@ -31,7 +31,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import platform
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -43,6 +42,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils._archive.index impor
     describe_updates,
     pending_updates,
 )
+from ansible_collections.hpc.stateless.plugins.module_utils._contract.inventory import ARCH_KEY
 from ansible_collections.hpc.stateless.plugins.module_utils._contract.labels import (
     KEY_LABEL,
     PARENT_KEY_LABEL,
@@ -61,14 +61,6 @@ from ansible_collections.hpc.stateless.plugins.module_utils._contract.sources im
 DEFAULT_POLICY = "any"
 #: What an image without a package record is rebuilt for (hashed into its key, so the rebuild gets a new one).
 NO_RECORD = "no package record"
-#: ``uname -m`` -> Debian architecture, for a bootstrap that names none (it bootstraps the host's).
-DEBIAN_ARCHES = {"x86_64": "amd64", "aarch64": "arm64", "ppc64le": "ppc64el", "s390x": "s390x",
-                 "i686": "i386", "armv7l": "armhf", "riscv64": "riscv64"}
-
-
-def host_debian_arch() -> str:
-    machine = platform.machine()
-    return DEBIAN_ARCHES.get(machine, machine)
 
 
 def updated_key(inputs_key: str, updates: Iterable[Update | str]) -> str:
@@ -287,7 +279,7 @@ class ArchiveViews:
         return self._layers[layer_chain(layer, self._layers)[0]].get("bootstrap") or {}
 
     def _arch(self, layer: str) -> str:
-        return str(self._root_bootstrap(layer).get("arch") or host_debian_arch())
+        return str(self._layers[layer][ARCH_KEY])
 
     def _apt(self, layer: str) -> bool:
         return self._root_bootstrap(layer).get("distro") in DEBIAN_STYLE_MIRRORS

@@ -27,8 +27,15 @@ from ansible_collections.hpc.stateless.plugins.module_utils._contract.names impo
     ArtifactError,
     check_name as check_artifact_name,
 )
+from ansible_collections.hpc.stateless.plugins.module_utils._contract.arch import (
+    ARCHITECTURES,
+    host_arch as build_host_arch,
+    variant_name,
+)
 from ansible_collections.hpc.stateless.plugins.module_utils._contract.inventory import (
     ANSIBLE_BINDINGS,
+    ARCH_KEY,
+    BOOTSTRAP_FROM_LAYER,
     BOOTSTRAP_KEYS,
     BOOTSTRAP_REQUIRED,
     BOOTSTRAP_TOOLS,
@@ -131,6 +138,11 @@ def _normalise_bootstrap(path: str, raw: object) -> dict[str, Any]:
         )
     spec = _expect_mapping(path, raw)
     _check_known_keys(path, spec, tuple(BOOTSTRAP_KEYS))
+    for key, layer_key in BOOTSTRAP_FROM_LAYER.items():
+        if key in spec:
+            layer_path = path.rsplit(".", 1)[0]
+            raise LayerSpecError(f"{path}.{key}", f"is the layer's own key: move it to {layer_path}.{layer_key} "
+                                                  f"(`{layer_key}: {spec[key]}`), where its child layers inherit it")
     for key in BOOTSTRAP_REQUIRED:
         if spec.get(key) in (None, ""):
             raise LayerSpecError(f"{path}.{key}", "is required")
@@ -173,6 +185,24 @@ def _normalise_bootstrap(path: str, raw: object) -> dict[str, Any]:
         for key in ("updates", "security"):
             result.setdefault(key, suite_default(result["release"]))
     return result
+
+
+def _normalise_arches(path: str, raw: object) -> list[str] | None:
+    """A layer's or image's ``arch``: one architecture or a list of them (Debian's names), None when unset."""
+    if raw is None:
+        return None
+    arches = [raw] if isinstance(raw, str) else _expect_strings(path, raw)
+    if not arches:
+        raise LayerSpecError(path, "is empty: name at least one architecture, or remove the key")
+    for index, arch in enumerate(arches):
+        at = path if isinstance(raw, str) else f"{path}[{index}]"
+        if arch not in ARCHITECTURES:
+            close = difflib.get_close_matches(arch, ARCHITECTURES, n=1)
+            hint = f"; did you mean '{close[0]}'?" if close else ""
+            raise LayerSpecError(at, f"unknown architecture {arch!r}{hint} (Debian's names: {', '.join(ARCHITECTURES)})")
+        if arch in arches[:index]:
+            raise LayerSpecError(at, f"architecture {arch!r} is listed twice")
+    return arches
 
 
 def _normalise_role(path: str, entry: object) -> str:
@@ -245,6 +275,9 @@ def _normalise_layer(
         "vars": copy.deepcopy(dict(variables)),
         "groups": _expect_strings(f"{path}.groups", spec.get("groups") or []),
         "description": _expect_string(f"{path}.description", spec.get("description") or ""),
+        # The architectures as written (None: the parent's, or the build host's for a root); LayerGraph.from_spec
+        # resolves them and gives each layer of the expanded DAG exactly one.
+        ARCH_KEY: _normalise_arches(f"{path}.{ARCH_KEY}", spec.get(ARCH_KEY)),
     }
     if sources:  # keyed (content_key.keyed_spec); absent when empty, so a layer without sources keeps its key
         normalised["sources"] = sources
@@ -292,7 +325,90 @@ def _normalise_image(path: str, raw: object, layers: Mapping[str, Any]) -> dict[
         formats=formats,
         kernel_args=_normalise_kernel_args(f"{path}.kernel_args", spec.get("kernel_args")),
     )
+    result[ARCH_KEY] = _normalise_arches(f"{path}.{ARCH_KEY}", spec.get(ARCH_KEY))
     return result
+
+
+def _expand_arches(specs: dict[str, dict[str, Any]], images: dict[str, dict[str, Any]],
+                   host: str) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]],
+                                       dict[str, tuple[str, str]], dict[str, tuple[str, str]]]:
+    """One layer per (layer, architecture) and one image per (image, architecture).
+
+    A root's architectures are its ``arch`` (default: ``host``, the build host's); a child's are its parent's,
+    or the ones it names among them. The first architecture a layer or image lists (or inherits) builds under the
+    name as written, every other under ``<name>-<arch>`` (_contract/arch.py ``variant_name``). An image is made
+    for each architecture of its ``arch`` (default: all of its layer's). Returns the expanded layer and image specs (each with one
+    ``arch``) and, for each expanded name, the (name as written, architecture) it stands for.
+    """
+    arches: dict[str, list[str]] = {}
+    pending = sorted(specs)
+    while pending:  # parents first (the input has no cycle)
+        name = pending.pop(0)
+        parent = specs[name]["parent"]
+        if parent is not None and parent not in arches:
+            pending.append(name)
+            continue
+        own = specs[name][ARCH_KEY]
+        if parent is None:
+            arches[name] = own or [host]
+            continue
+        if own is None:
+            arches[name] = list(arches[parent])
+            continue
+        foreign = [arch for arch in own if arch not in arches[parent]]
+        if foreign:
+            raise LayerSpecError(
+                f"{LAYERS_VAR}.{name}.{ARCH_KEY}",
+                f"layer {name} names {', '.join(foreign)}, but its parent layer {parent} is "
+                f"{', '.join(arches[parent])}: a layer builds on its parent's image, so it has its parent's "
+                f"architecture; name one of {', '.join(arches[parent])} or remove {ARCH_KEY}")
+        arches[name] = own
+
+    layers: dict[str, dict[str, Any]] = {}
+    layer_origin: dict[str, tuple[str, str]] = {}
+    for name in sorted(specs):
+        for arch in arches[name]:
+            node = variant_name(name, arch, arches[name][0])
+            if node != name and node in specs:
+                raise LayerSpecError(f"{LAYERS_VAR}.{name}.{ARCH_KEY}",
+                                     f"the {arch} layer of {name} is named {node}, which is a layer of "
+                                     f"{LAYERS_VAR} already: rename that layer")
+            spec = copy.deepcopy(specs[name])
+            spec[ARCH_KEY] = arch
+            if spec["parent"] is not None:
+                spec["parent"] = variant_name(spec["parent"], arch, arches[spec["parent"]][0])
+            else:
+                for key, layer_key in BOOTSTRAP_FROM_LAYER.items():
+                    spec["bootstrap"][key] = spec[layer_key]
+            layers[node] = spec
+            layer_origin[node] = (name, arch)
+
+    expanded: dict[str, dict[str, Any]] = {}
+    image_origin: dict[str, tuple[str, str]] = {}
+    for name in sorted(images):
+        layer = images[name]["layer"]
+        wanted = images[name][ARCH_KEY] or arches[layer]
+        foreign = [arch for arch in wanted if arch not in arches[layer]]
+        if foreign:
+            raise LayerSpecError(
+                f"{IMAGES_VAR}.{name}.{ARCH_KEY}",
+                f"image {name} names {', '.join(foreign)}, but its layer {layer} is {', '.join(arches[layer])}: "
+                f"name one of {', '.join(arches[layer])}, or add the architecture to the layer's tree")
+        for arch in wanted:
+            node = variant_name(name, arch, wanted[0])
+            if node != name and node in images:
+                raise LayerSpecError(f"{IMAGES_VAR}.{name}.{ARCH_KEY}",
+                                     f"the {arch} image of {name} is named {node}, which is an image of "
+                                     f"{IMAGES_VAR} already: rename that image")
+            try:  # the rule of pack and deploy for the name the image is packed under
+                check_artifact_name("image", node)
+            except ArtifactError as exc:
+                raise LayerSpecError(f"{IMAGES_VAR}.{name}", str(exc)) from None
+            spec = copy.deepcopy(images[name])
+            spec.update(layer=variant_name(layer, arch, arches[layer][0]), **{ARCH_KEY: arch})
+            expanded[node] = spec
+            image_origin[node] = (name, arch)
+    return layers, expanded, layer_origin, image_origin
 
 
 def _find_cycle(parents: Mapping[str, str | None]) -> list[str] | None:
@@ -317,10 +433,14 @@ class LayerGraph:
     method says it returns topological order.
     """
 
-    def __init__(self, specs: dict[str, dict[str, Any]], images: dict[str, dict[str, Any]]) -> None:
-        """Use :meth:`from_spec`; this constructor trusts already validated input."""
+    def __init__(self, specs: dict[str, dict[str, Any]], images: dict[str, dict[str, Any]],
+                 layer_origin: dict[str, tuple[str, str]] | None = None,
+                 image_origin: dict[str, tuple[str, str]] | None = None) -> None:
+        """Use :meth:`from_spec`; this constructor trusts already validated (and expanded) input."""
         self._specs = specs
         self._images = images
+        self._layer_origin = layer_origin or {name: (name, spec[ARCH_KEY]) for name, spec in specs.items()}
+        self._image_origin = image_origin or {name: (name, spec[ARCH_KEY]) for name, spec in images.items()}
         self._children: dict[str, list[str]] = {name: [] for name in specs}
         for name in sorted(specs):
             if specs[name]["parent"] is not None:
@@ -333,11 +453,15 @@ class LayerGraph:
         images: Mapping[str, Any] | None = None,
         role_exists: Callable[[str], bool] | None = None,
         role_search_hint: str = "",
+        host_arch: str | None = None,
     ) -> LayerGraph:
         """Validate ``hpc_stateless_layers`` (+ ``hpc_stateless_images``) and build the graph.
 
         ``role_exists`` (e.g. ``RoleIndex.exists``) checks every listed role;
         ``role_search_hint`` (e.g. ``RoleIndex.search_hint``) is quoted in the error.
+        ``host_arch`` is the architecture of a root layer that names none (default: this host's).
+        The graph holds one layer per layer and architecture, and one image per image and architecture
+        (:func:`_expand_arches`; :meth:`arch`, :meth:`origin`, :meth:`variants`).
         Raises :class:`LayerSpecError`.
         """
         layers = _expect_mapping(LAYERS_VAR, layers)
@@ -368,7 +492,7 @@ class LayerGraph:
             except ArtifactError as exc:
                 raise LayerSpecError(path, str(exc)) from None
             normalised_images[name] = _normalise_image(path, raw_images[name], specs)
-        return cls(specs, normalised_images)
+        return cls(*_expand_arches(specs, normalised_images, host_arch or build_host_arch()))
 
     def _check(self, name: str) -> str:
         if name not in self._specs:
@@ -444,17 +568,57 @@ class LayerGraph:
         return grouped
 
     def spec(self, name: str) -> dict[str, Any]:
-        """Canonical spec (a copy): keys parent, bootstrap, roles, vars, groups, description, and sources when set.
+        """Canonical spec (a copy): keys parent, bootstrap, arch, roles, vars, groups, description, and sources
+        when set.
 
-        ``parent`` is None for roots, ``bootstrap`` is None otherwise; roles are
-        plain strings in application order.
+        ``parent`` is None for roots, ``bootstrap`` is None otherwise (a root's ``bootstrap.arch`` is its
+        ``arch``); roles are plain strings in application order; ``arch`` is one architecture.
         """
         return copy.deepcopy(self._specs[self._check(name)])
 
     @property
     def images(self) -> dict[str, dict[str, Any]]:
-        """Normalised image specs (a copy): ``layer``, ``formats`` (list), ``kernel_args`` (str) + extra keys."""
+        """Normalised image specs (a copy): ``layer``, ``arch``, ``formats`` (list), ``kernel_args`` (str) + extra
+        keys."""
         return copy.deepcopy(self._images)
+
+    # -- architectures ------------------------------------------------------------------------------
+    def arch(self, name: str) -> str:
+        """The architecture (Debian's name) of layer ``name``: what every stage asks."""
+        return self._specs[self._check(name)][ARCH_KEY]
+
+    def image_arch(self, image: str) -> str:
+        """The architecture (Debian's name) of image ``image``."""
+        self.image_layer(image)
+        return self._images[image][ARCH_KEY]
+
+    def arches(self) -> list[str]:
+        """Every architecture the DAG builds, sorted."""
+        return sorted({spec[ARCH_KEY] for spec in self._specs.values()})
+
+    def origin(self, name: str) -> tuple[str, str]:
+        """(the layer as the inventory names it, the architecture) of layer ``name`` (``base-arm64`` ->
+        ``("base", "arm64")``)."""
+        return self._layer_origin[self._check(name)]
+
+    def image_origin(self, image: str) -> tuple[str, str]:
+        """(the image as the inventory names it, the architecture) of image ``image``."""
+        self.image_layer(image)
+        return self._image_origin[image]
+
+    def variants(self, layer: str) -> dict[str, str]:
+        """``{architecture: layer}`` of the layer the inventory names ``layer`` (one entry per architecture)."""
+        found = {arch: name for name, (written, arch) in sorted(self._layer_origin.items()) if written == layer}
+        if not found:
+            raise KeyError(f"unknown layer {layer!r} (known layers: {', '.join(self.names)})")
+        return found
+
+    def image_variants(self, image: str) -> dict[str, str]:
+        """``{architecture: image}`` of the image the inventory names ``image``."""
+        found = {arch: name for name, (written, arch) in sorted(self._image_origin.items()) if written == image}
+        if not found:
+            raise KeyError(f"unknown image {image!r} (known images: {', '.join(sorted(self._images))})")
+        return found
 
     def image_layer(self, image: str) -> str:
         """The layer an image is packed from."""

@@ -47,6 +47,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils._contract.labels imp
     GIT_COMMIT_LABEL,
     KEY_LABEL,
     LAYER_LABEL,
+    arch_of,
     container_name,
     container_owner,
     image_prefix_of,
@@ -476,14 +477,16 @@ class Packer:
                                      hardware_profile=plan.manifest_entry(profile) if plan and profile else None,
                                      capabilities=caps.manifest(),
                                      origins=checked.origins if checked else None,
-                                     freshness=checked.manifest_entry() if checked else None)
+                                     freshness=checked.manifest_entry() if checked else None,
+                                     arch=arch_of(source.labels))
             data["verification"] = verification
             self._write_small(names.MANIFEST_FILE, pm.manifest_bytes(data))
             files[names.MANIFEST_FILE] = sums.sha256_bytes(pm.manifest_bytes(data))
             bom = sbom.sbom_bytes(sbom.build_sbom(image=req.image, version=version, created=sde, layer=layer,
                                                   layer_keys=layer_keys, kernel=kernel_entry, db=db,
                                                   source=source_info, origins=checked.origins if checked else None,
-                                                  freshness=checked.manifest_entry() if checked else None))
+                                                  freshness=checked.manifest_entry() if checked else None,
+                                                  arch=arch_of(source.labels)))
             self._write_small(names.SBOM_FILE, bom)
             files[names.SBOM_FILE] = sums.sha256_bytes(bom)
             self._write_small(names.SUMS_FILE, sums.sums_text(files).encode())

@@ -27,6 +27,8 @@ from ansible.vars.manager import VariableManager
 from ansible_collections.hpc.stateless.plugins.action import compliance_suite
 from ansible_collections.hpc.stateless.plugins.action import plan as plan_action
 from ansible_collections.hpc.stateless.plugins.module_utils import _git, _process
+from ansible_collections.hpc.stateless.plugins.module_utils._build.listing import runnable_arches
+from ansible_collections.hpc.stateless.plugins.module_utils._layers.graph import LayerGraph
 
 # The action needs no connection (it plans on the controller); ActionBase only looks at its shell.
 NO_CONNECTION = SimpleNamespace(_shell=SimpleNamespace(tmpdir="unused"))
@@ -140,7 +142,9 @@ def test_the_planning_hosts_view_is_used_only_without_an_inventory(site):
     run = Run(site / "inventory", site)
     layers = run.plan(compute_keys=False)["layers"]
     spec = {name: {k: layers[name][k] for k in ("roles", "groups", "vars")} for name in layers}
-    spec["root"]["bootstrap"], spec["accel"]["parent"] = layers["root"]["bootstrap"], "root"
+    # The plan's bootstrap carries the layer's architecture, which the inventory writes on the layer itself.
+    spec["root"]["bootstrap"] = {k: v for k, v in layers["root"]["bootstrap"].items() if k != "arch"}
+    spec["accel"]["parent"] = "root"
     task = Task()
     task.args = {"layers": spec, "images": {}, "check_storage": False}
     loader = DataLoader()
@@ -376,3 +380,33 @@ def test_a_failed_local_listing_is_a_failed_answer_naming_buildah(monkeypatch):
     monkeypatch.setattr(plan_action, "Buildah", Broken)
     result = action._layer_listing({})
     assert result["failed"] and "buildah" in result["msg"]
+
+
+# -- architectures ------------------------------------------------------------------------------
+
+
+def test_a_layer_of_an_architecture_the_build_host_cannot_run_is_refused_at_plan():
+    """No binfmt handler for arm64 on an amd64 host: the plan names the layers, the architecture, the packages."""
+    graph = LayerGraph.from_spec({"base": {"arch": ["amd64", "arm64"], "bootstrap": {"distro": "debian",
+                                                                                    "release": "bookworm"}},
+                                  "hpc": {"parent": "base"}}, host_arch="amd64")
+    plan_action.check_emulation(graph, ["amd64", "arm64"])  # emulated: fine
+    with pytest.raises(plan_action.PlanError) as err:
+        plan_action.check_emulation(graph, ["amd64"])
+    message = str(err.value)
+    assert message.startswith("layer base-arm64, hpc-arm64: architecture arm64, which this amd64 build host can "
+                              "neither run nor emulate")
+    assert "apt-get install qemu-user-static binfmt-support" in message and "update-binfmts --enable" in message
+    native = LayerGraph.from_spec({"base": {"arch": "arm64", "bootstrap": {"distro": "debian", "release": "12"}}})
+    plan_action.check_emulation(native, ["arm64"])  # a native arm64 build host needs nothing
+
+
+def test_the_build_host_runs_its_own_architecture_and_the_enabled_qemu_handlers(tmp_path):
+    """binfmt_misc as the kernel shows it: only an enabled qemu-<machine> handler under an enabled binfmt_misc."""
+    (tmp_path / "status").write_text("enabled\n")
+    (tmp_path / "qemu-aarch64").write_text("enabled\ninterpreter /usr/libexec/qemu-binfmt/aarch64-binfmt-P\n")
+    (tmp_path / "qemu-s390x").write_text("disabled\ninterpreter /usr/libexec/qemu-binfmt/s390x-binfmt-P\n")
+    assert runnable_arches(str(tmp_path), native="amd64") == ["amd64", "arm64"]
+    (tmp_path / "status").write_text("disabled\n")
+    assert runnable_arches(str(tmp_path), native="amd64") == ["amd64"]
+    assert runnable_arches(str(tmp_path / "unmounted"), native="arm64") == ["arm64"]

@@ -758,3 +758,31 @@ def test_a_role_with_a_symbolic_link_is_never_cached(roles, tmp_path):
 def test_an_unwritable_cache_only_costs_the_parse(roles, tmp_path):
     blocker = write(tmp_path / "cache", "a file where the directory should be\n")
     assert cached_keys(roles, blocker) == key_map(roles)
+
+
+# --------------------------------------------------------------------------- architectures
+
+
+def with_arch(arch) -> dict:
+    """LAYERS with the root layer's ``arch`` set to ``arch``."""
+    return {**LAYERS, "base": {**LAYERS["base"], "arch": arch}}
+
+
+def test_keys_differ_by_architecture_and_by_nothing_else(roles):
+    """One tree built for amd64 and arm64: each layer's two keys differ, and each is the key the same tree gets
+    for that one architecture, so neither the expanded name (compute-arm64) nor the other architecture enters it."""
+    both = key_map(roles, with_arch(["amd64", "arm64"]))
+    amd64, arm64 = key_map(roles, with_arch("amd64")), key_map(roles, with_arch("arm64"))
+    assert set(both) == {*LAYERS, *(f"{name}-arm64" for name in LAYERS)}
+    for name in LAYERS:
+        assert both[name] == amd64[name]
+        assert both[f"{name}-arm64"] == arm64[name]
+        assert amd64[name] != arm64[name]
+
+
+def test_a_root_without_arch_is_keyed_as_the_build_hosts(roles):
+    index = RoleIndex([str(roles)], [])
+    for host in ("amd64", "arm64"):
+        graph = LayerGraph.from_spec(LAYERS, role_exists=index.exists, host_arch=host)
+        keys = compute_keys(graph, index, lambda name: VARS)
+        assert {name: k.key for name, k in keys.items()} == key_map(roles, with_arch(host))

@@ -18,6 +18,8 @@ def test_a_root_layer_has_empty_parent_labels_and_extra_labels_are_kept():
         "hpc.stateless.layer": "base", "hpc.stateless.key": "k1", "hpc.stateless.inputs-key": "k1",
         "hpc.stateless.parent": "",
         "hpc.stateless.parent-key": "", "hpc.stateless.git-commit": "abc", "org.example": "x"}
+    assert labels.layer_labels("base", "k1", None, None, "abc", arch="arm64")["hpc.stateless.arch"] == "arm64"
+    assert labels.arch_of(labels.layer_labels("base", "k1", None, None, None, arch="arm64")) == "arm64"
 
 
 def test_the_labels_written_are_the_labels_walked():

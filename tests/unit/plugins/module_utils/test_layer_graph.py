@@ -127,10 +127,11 @@ def test_spec_is_canonical():
     graph = LayerGraph.from_spec({
         "base": root(release="bookworm", description="Base", groups=["all_nodes"]),
         "app": child("base", roles=["b", {"role": "a"}, {"name": "ns.coll.c"}], vars={"x": 1}),
-    })
+    }, host_arch="amd64")
     assert graph.spec("app") == {
         "parent": "base",
         "bootstrap": None,
+        "arch": "amd64",
         "roles": ["b", "a", "ns.coll.c"],
         "vars": {"x": 1},
         "groups": [],
@@ -140,7 +141,7 @@ def test_spec_is_canonical():
     assert base["parent"] is None
     assert base["bootstrap"] == {
         "distro": "debian", "release": "bookworm", "packages": [], "components": [], "extra_args": [],
-        "updates": True, "security": True,
+        "updates": True, "security": True, "arch": "amd64",
     }
     assert base["groups"] == ["all_nodes"] and base["description"] == "Base"
 
@@ -162,13 +163,13 @@ def test_a_debian_root_with_python3_gets_the_apt_binding():
 
 def test_bootstrap_options_are_normalised():
     """Optional bootstrap keys keep their values; extra_args as a string is shell-split."""
-    graph = LayerGraph.from_spec({"r": {"bootstrap": {
-        "distro": "rocky", "release": "9", "packages": ["vim"], "arch": "x86_64",
+    graph = LayerGraph.from_spec({"r": {"arch": "arm64", "bootstrap": {
+        "distro": "rocky", "release": "9", "packages": ["vim"],
         "gpg_check": False, "extra_args": "--setopt 'install_weak_deps=False' -q",
     }}})
     boot = graph.spec("r")["bootstrap"]
     assert boot["packages"] == ["vim"]
-    assert boot["arch"] == "x86_64"
+    assert boot["arch"] == "arm64"  # the layer's (dnf gets rpm's name for it: _build/bootstrap.py)
     assert boot["gpg_check"] is False
     assert boot["extra_args"] == ["--setopt", "install_weak_deps=False", "-q"]
 
@@ -213,13 +214,14 @@ def test_images_are_normalised(forest):
         "gpu-img": {"layer": "gpu", "formats": "squashfs", "kernel_args": ["quiet", "rd.shell=0"]},
         "login-img": {"layer": "login", "formats": ["cpio.gz", "squashfs", "cpio.gz"],
                       "kernel_args": "console=ttyS0", "owner": "ops"},
-    })
+    }, host_arch="amd64")
     images = graph.images
-    assert images["compute-img"] == {"layer": "compute", "formats": ["cpio.zst"], "kernel_args": ""}
+    assert images["compute-img"] == {"layer": "compute", "formats": ["cpio.zst"], "kernel_args": "", "arch": "amd64"}
     assert images["gpu-img"]["formats"] == ["squashfs"]
     assert images["gpu-img"]["kernel_args"] == "quiet rd.shell=0"
     assert images["login-img"] == {
         "layer": "login", "formats": ["cpio.gz", "squashfs"], "kernel_args": "console=ttyS0", "owner": "ops",
+        "arch": "amd64",
     }
     assert graph.image_layer("gpu-img") == "gpu"
     with pytest.raises(KeyError, match="unknown image 'nope'.*compute-img"):
@@ -473,3 +475,77 @@ def test_images_must_be_a_mapping():
     """hpc_stateless_images itself must be a mapping."""
     err = spec_error({"base": root()}, ["base"])
     assert err.path == I
+
+
+# -- architectures ------------------------------------------------------------------------------
+
+
+def test_a_root_without_arch_is_the_build_hosts_and_its_children_inherit_it():
+    graph = LayerGraph.from_spec(FOREST, {"c": {"layer": "gpu"}}, host_arch="arm64")
+    assert graph.names == sorted(FOREST)
+    assert {graph.arch(name) for name in graph.names} == {"arm64"}
+    assert graph.spec("deb")["bootstrap"]["arch"] == "arm64"
+    assert graph.image_arch("c") == "arm64" and graph.images["c"]["arch"] == "arm64"
+    assert graph.arches() == ["arm64"]
+
+
+def test_a_tree_of_two_architectures_is_one_layer_and_image_per_architecture():
+    """The first architecture keeps the names as written, the other is <name>-<arch>, parents follow."""
+    layers = {"base": root(arch=["amd64", "arm64"]), "hpc": child("base"), "grace": child("hpc", arch="arm64")}
+    images = {"hpc": {"layer": "hpc"}, "grace": {"layer": "grace"}, "login": {"layer": "hpc", "arch": "amd64"}}
+    graph = LayerGraph.from_spec(layers, images, host_arch="amd64")
+    assert graph.names == ["base", "base-arm64", "grace", "hpc", "hpc-arm64"]
+    assert [graph.arch(n) for n in graph.names] == ["amd64", "arm64", "arm64", "amd64", "arm64"]
+    assert graph.parent("hpc-arm64") == "base-arm64" and graph.parent("hpc") == "base"
+    assert graph.parent("grace") == "hpc-arm64"
+    assert graph.spec("base-arm64")["bootstrap"]["arch"] == "arm64"
+    assert graph.origin("hpc-arm64") == ("hpc", "arm64")
+    assert graph.variants("hpc") == {"amd64": "hpc", "arm64": "hpc-arm64"}
+    assert sorted(graph.images) == ["grace", "hpc", "hpc-arm64", "login"]
+    assert graph.images["hpc-arm64"]["layer"] == "hpc-arm64" and graph.image_arch("hpc-arm64") == "arm64"
+    assert graph.images["grace"]["layer"] == "grace" and graph.image_arch("grace") == "arm64"
+    assert graph.image_variants("hpc") == {"amd64": "hpc", "arm64": "hpc-arm64"}
+    assert graph.image_origin("login") == ("login", "amd64")
+
+
+def test_a_child_naming_another_architecture_than_its_parent_is_refused_with_both_named():
+    layers = {"base": root(arch="amd64"), "grace": child("base", arch="arm64")}
+    with pytest.raises(LayerSpecError) as err:
+        LayerGraph.from_spec(layers)
+    assert err.value.path == f"{LAYERS_VAR}.grace.arch"
+    assert "layer grace names arm64, but its parent layer base is amd64" in str(err.value)
+
+
+def test_an_image_naming_an_architecture_its_layer_lacks_is_refused_with_both_named():
+    with pytest.raises(LayerSpecError) as err:
+        LayerGraph.from_spec({"base": root(arch="amd64")}, {"c": {"layer": "base", "arch": ["arm64"]}})
+    assert err.value.path == f"{IMAGES_VAR}.c.arch"
+    assert "image c names arm64, but its layer base is amd64" in str(err.value)
+
+
+def test_bootstrap_arch_is_refused_and_says_where_it_goes():
+    with pytest.raises(LayerSpecError) as err:
+        LayerGraph.from_spec({"base": {"bootstrap": {"distro": "debian", "release": "12", "arch": "arm64"}}})
+    assert err.value.path == f"{LAYERS_VAR}.base.bootstrap.arch"
+    assert f"move it to {LAYERS_VAR}.base.arch (`arch: arm64`)" in str(err.value)
+
+
+@pytest.mark.parametrize(("arch", "path", "problem"), [
+    ("aarch64", "base.arch", "unknown architecture 'aarch64'"),
+    (["amd64", "amd64"], "base.arch[1]", "listed twice"),
+    ([], "base.arch", "is empty"),
+    (64, "base.arch", "expected a list, got int"),
+])
+def test_a_bad_arch_is_named(arch, path, problem):
+    with pytest.raises(LayerSpecError) as err:
+        LayerGraph.from_spec({"base": root(arch=arch)})
+    assert err.value.path == f"{LAYERS_VAR}.{path}"
+    assert problem in str(err.value)
+
+
+def test_an_expanded_name_that_the_inventory_uses_already_is_refused():
+    layers = {"base": root(arch=["amd64", "arm64"]), "base-arm64": root()}
+    with pytest.raises(LayerSpecError) as err:
+        LayerGraph.from_spec(layers, host_arch="amd64")
+    assert err.value.path == f"{LAYERS_VAR}.base.arch"
+    assert "the arm64 layer of base is named base-arm64, which is a layer" in str(err.value)

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.hpc.stateless.plugins.module_utils._build import caches
+from ansible_collections.hpc.stateless.plugins.module_utils._build import bootstrap as bootstrap_module
 from ansible_collections.hpc.stateless.plugins.module_utils._layers import graph as layer_graph
 from ansible_collections.hpc.stateless.plugins.module_utils._build.bootstrap import (
     BOOTSTRAP_KEYS,
@@ -282,6 +283,8 @@ def test_dnf_argv_no_gpg_check_local_mirror_arch_extra_cache():
         "--setopt=install_weak_deps=False", "--setopt=cachedir=/var/tmp/dnfcache", "--setopt=keepcache=True",
         "--forcearch=aarch64", "--nogpgcheck", "--setopt=tsflags=nodocs", "-y", "install", "bash",
     ]
+    # The layer's architecture comes in Debian's name (docs/arch.md): dnf gets rpm's.
+    assert dnf_argv(rocky(mirror="/srv/mirror/rocky", arch="arm64"), "/usr/bin/dnf").count("--forcearch=aarch64") == 1
 
 
 # --- zypper ----------------------------------------------------------------------------------
@@ -315,12 +318,17 @@ def test_zypper_without_keyring_has_no_import_and_default_packages():
     assert commands[-1][-4:] == ["bash", "python3", "systemd", "zypper"]
 
 
-def test_zypper_refuses_arch():
+def test_zypper_refuses_another_arch_than_the_build_hosts(monkeypatch):
+    """zypper installs the build host's architecture: that one is accepted (the plan names every root's), any other
+    refused, in Debian's or rpm's name."""
+    monkeypatch.setattr(bootstrap_module, "host_arch", lambda: "amd64")
     with pytest.raises(ValueError) as err:
-        zypper_argvs(leap(arch="aarch64"))
-    assert str(err.value).startswith("arch is not supported for zypper-family distros")
-    with pytest.raises(ValueError, match="arch is not supported"):
-        bootstrap_commands(leap(arch="x86_64"))
+        zypper_argvs(leap(arch="arm64"))
+    assert str(err.value).startswith("arch arm64 is not supported for zypper-family distros")
+    with pytest.raises(ValueError, match="arch aarch64 is not supported"):
+        bootstrap_commands(leap(arch="aarch64"))
+    assert zypper_argvs(leap(arch="amd64")) == zypper_argvs(leap())
+    assert zypper_argvs(leap(arch="x86_64")) == zypper_argvs(leap())
 
 
 # --- dispatch, binaries, rpm database --------------------------------------------------------

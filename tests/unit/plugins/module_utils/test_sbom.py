@@ -148,3 +148,19 @@ def test_validator_rejects_what_the_schema_forbids():
     doc["serialNumber"] = "not-a-uuid"
     error = JsonStrictValidator(SchemaVersion.V1_6).validate_str(json.dumps(doc))
     assert error is not None and list(error.data.absolute_path) == ["serialNumber"]
+
+
+def test_an_arm64_image_names_its_architecture_and_its_packages_purls_carry_dpkgs():
+    """An arm64 image: each purl's arch is its package's (arm64, or all), the image's own is a property."""
+    packages = (Package("bash", "5.2.15-2+b2", "arm64", 1, "bash", "5.2.15-2"),
+                Package("tzdata", "2024a-0+deb12u1", "all", 1, "tzdata", "2024a-0+deb12u1"))
+    data = sbom.sbom_bytes(make(PackageDb("dpkg", packages, BOOKWORM), arch="arm64"))
+    validate(data)
+    bom = json.loads(data)
+    purls = sorted(c["purl"] for c in bom["components"] if "purl" in c)
+    assert purls == ["pkg:deb/debian/bash@5.2.15-2%2Bb2?arch=arm64&distro=debian-12",
+                     "pkg:deb/debian/tzdata@2024a-0%2Bdeb12u1?arch=all&distro=debian-12"]
+    properties = {p["name"]: p["value"] for p in bom["metadata"]["component"]["properties"]}
+    assert properties["hpc.stateless:arch"] == "arm64"
+    unnamed = json.loads(sbom.sbom_bytes(make(PackageDb("dpkg", packages, BOOKWORM))))
+    assert "hpc.stateless:arch" not in {p["name"] for p in unnamed["metadata"]["component"]["properties"]}

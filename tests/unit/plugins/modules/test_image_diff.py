@@ -50,7 +50,7 @@ def cpio_zst(files: dict[str, bytes]) -> bytes:
 
 
 def make_version(output: Path, version: str, files: dict[str, bytes], packages: list[dict], keys: dict,
-                 kernel_args: str = "console=ttyS0") -> Path:
+                 kernel_args: str = "console=ttyS0", arch: str = "") -> Path:
     """``<output>/compute/<version>/`` as pack writes it (artifact, vmlinuz, manifest.json, SHA256SUMS)."""
     directory = output / "compute" / version
     directory.mkdir(parents=True)
@@ -64,7 +64,7 @@ def make_version(output: Path, version: str, files: dict[str, bytes], packages: 
         kernel={"file": KERNEL_FILE, "version": "6.1.0-" + version}, kernel_args=kernel_args,
         artifacts=[{"file": artifact, "format": "cpio.zst", "size": len(content[artifact]),
                     "sha256": sha256_bytes(content[artifact])}],
-        uncompressed_size=100, packages=packages)
+        uncompressed_size=100, packages=packages, arch=arch)
     content[MANIFEST_FILE] = pm.manifest_bytes(manifest)
     (directory / MANIFEST_FILE).write_bytes(content[MANIFEST_FILE])
     (directory / SUMS_FILE).write_text(sums_text({n: sha256_bytes(d) for n, d in content.items()}))
@@ -105,6 +105,21 @@ def test_two_pack_directories(run_module, versions, tmp_path):
     assert result["markdown_dest"] == str(dest)
     again, _rc = run_module({"old_dir": str(old), "new_dir": str(new), "markdown_dest": str(dest)})
     assert again["changed"] is False
+
+
+def test_two_architectures_of_an_image_differ_by_their_architecture(run_module, tmp_path):
+    """The same files packed for amd64 and arm64: the diff names the architecture, on its own a difference."""
+    out = tmp_path / "images"
+    files, packages, keys = {"etc/motd": b"hello"}, [{"name": "bash", "version": "5.2.15-2"}], {"base": "a" * 64}
+    amd64 = make_version(out, "v1", files, packages, keys, arch="amd64")
+    arm64 = make_version(out, "v1-arm", files, packages, keys, arch="arm64")
+    result, code = run_module({"old_dir": str(amd64), "new_dir": str(arm64)})
+    assert code == 0, result
+    assert result["arch"] == {"old": "amd64", "new": "arm64", "changed": True}
+    assert result["differs"] is True
+    assert "architecture: amd64 -> arm64" in result["table"]
+    same, _rc = run_module({"old_dir": str(amd64), "new_dir": str(amd64)})
+    assert same["arch"]["changed"] is False and "architecture: amd64" in same["table"]
 
 
 def test_check_mode_reads_but_writes_nothing(run_module, versions, tmp_path):

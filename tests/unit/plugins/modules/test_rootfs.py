@@ -333,10 +333,10 @@ def test_missing_mirror_for_rpm_distro(run_module, rocky_args):
     assert result["msg"].startswith("mirror is required for distro 'rocky'")
 
 
-def test_arch_with_zypper_fails_cleanly(run_module, rocky_args):
+def test_a_foreign_arch_with_zypper_fails_cleanly(run_module, rocky_args):
     result, code = run_module({**rocky_args, "distro": "opensuse-leap", "arch": "aarch64"}, check_mode=True)
     assert code == 1
-    assert result["msg"].startswith("arch is not supported for zypper-family distros")
+    assert result["msg"].startswith("arch aarch64 is not supported for zypper-family distros")
 
 
 def test_unknown_distro_is_rejected_by_argument_spec(run_module, rocky_args):

@@ -1,0 +1,86 @@
+"""One layer for two architectures: built side by side, pushed under ONE tag as a manifest list.
+
+A layer tree of one root, ``base``, with ``arch: [amd64, arm64]`` and no roles (the cheapest layer that is built for
+real: a minbase root, the arm64 one through qemu-user's binfmt handler, which scripts/setup.sh installs), is built
+with build.yml: layers ``base`` (amd64) and ``base-arm64``. hpc.stateless.layer_registry pushes both to Debian's
+docker-registry on 127.0.0.1 as one manifest list; the list is read back (buildah manifest inspect) and each
+architecture pulled from the one tag, its labels and image config saying its architecture.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+import yaml
+
+from conftest import BUILDAH_ENV, REPO, buildah, image_labels, run_site
+from test_plan_ci import registry  # noqa: F401 - the fixture: docker-registry on 127.0.0.1
+
+ROOT = {
+    "arch": ["amd64", "arm64"],
+    "bootstrap": {"distro": "debian", "release": "bookworm", "variant": "minbase",
+                  "mirror": "http://deb.debian.org/debian"},
+    "roles": [],
+}
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory, image_prefix):
+    """The site (inventory only) and the plan of its build."""
+    site = tmp_path_factory.mktemp("arch") / "inventory"
+    (site / "group_vars" / "all").mkdir(parents=True)
+    (site / "hosts.yml").write_text("---\nall:\n  hosts:\n    localhost:\n      ansible_connection: local\n"
+                                    "      ansible_python_interpreter: \"{{ ansible_playbook_python }}\"\n")
+    (site / "group_vars" / "all" / "layers.yml").write_text(yaml.safe_dump(
+        {"hpc_stateless_image_prefix": image_prefix, "hpc_stateless_layers": {"base": ROOT},
+         "hpc_stateless_images": {}}, sort_keys=False))
+    proc = run_site(inventory=site, playbook="playbooks/build.yml")
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    return site
+
+
+def push_list(registry: str, key: str, variants: dict[str, str]) -> subprocess.CompletedProcess:
+    """hpc.stateless.layer_registry: ``variants`` of layer base as one manifest list, tag site-1."""
+    return subprocess.run(
+        [str(REPO / ".venv" / "bin" / "ansible"), "localhost", "-i", "localhost,", "-c", "local",
+         "-m", "hpc.stateless.layer_registry", "-a", json.dumps({
+             "name": "base", "key": key, "variants": variants, "tag": "site-1",
+             "registry": registry, "tls_verify": False, "state": "pushed"})],
+        cwd=REPO, env={**BUILDAH_ENV, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")}, stdin=subprocess.DEVNULL,
+        capture_output=True, text=True, check=False)
+
+
+def test_two_architectures_of_one_layer_build_side_by_side_and_share_one_tag(built, image_prefix, registry):  # noqa: F811
+    images = {arch: [ref for ref in buildah("images", "--format", "{{.Name}}:{{.Tag}}").split()
+                     if ref.startswith(f"{image_prefix}/{name}:") and not ref.endswith(":latest")]
+              for arch, name in (("amd64", "base"), ("arm64", "base-arm64"))}
+    assert all(len(refs) == 1 for refs in images.values()), images
+    refs = {arch: found[0] for arch, found in images.items()}
+    keys = {arch: ref.rsplit(":", 1)[1] for arch, ref in refs.items()}
+    assert keys["amd64"] != keys["arm64"]
+    for arch, ref in refs.items():
+        assert image_labels(ref)["hpc.stateless.arch"] == arch
+        config = json.loads(buildah("inspect", "--type", "image", ref))["OCIv1"]
+        assert config["architecture"] == arch
+
+    swapped = push_list(registry, keys["amd64"], {"amd64": refs["arm64"], "arm64": refs["amd64"]})
+    assert swapped.returncode != 0
+    assert f"layer image {refs['arm64']} is arm64, not amd64" in swapped.stdout
+    push = push_list(registry, keys["amd64"], refs)
+    assert push.returncode == 0, push.stdout + push.stderr
+    remote = f"{registry}/base:site-1"
+
+    listing = json.loads(buildah("manifest", "inspect", "--tls-verify=false", f"docker://{remote}"))
+    platforms = sorted((m["platform"]["architecture"], m["platform"].get("variant", ""))
+                       for m in listing["manifests"])
+    assert platforms == [("amd64", ""), ("arm64", "v8")]
+
+    for arch in ("amd64", "arm64"):
+        image_id = buildah("pull", "--quiet", "--tls-verify=false", "--arch", arch, f"docker://{remote}").split()[-1]
+        try:
+            assert image_labels(image_id)["hpc.stateless.arch"] == arch
+            assert image_labels(image_id)["hpc.stateless.key"] == keys[arch]
+        finally:
+            buildah("rmi", remote, check=False)
