@@ -75,6 +75,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils._pack.squashfs impor
 )
 from ansible_collections.hpc.stateless.plugins.module_utils._pack.kernel import (
     DRACUT_KERNEL_ARGS,
+    HOST_ORIGIN,
     FIRST_STAGE_DIR,
     FIRST_STAGE_FILES,
     FIRST_STAGE_KERNEL_ARGS,
@@ -406,6 +407,7 @@ class Packer:
         if req.kernel and not has_modules(root, kernel.version):
             self._warn(f"the kernel {req.kernel} ({kernel.version}) has no /lib/modules/{kernel.version} in the "
                        "image: modules will not load on the node")
+        self._check_kernel_arch(kernel, root, arch_of(source.labels))
 
         profile = req.profile()
         self._profile = profile
@@ -834,6 +836,25 @@ class Packer:
             raise PackError(f"squashfs: {exc}; nothing was published") from exc
         finally:
             shutil.rmtree(work, ignore_errors=True)
+
+    def _check_kernel_arch(self, kernel: Kernel, root: str, image_arch: str) -> None:
+        """Refuse, before a byte is written, a kernel whose header names another architecture than the image's
+        (the layer image's label): no node of either architecture could boot the pack."""
+        if not image_arch:
+            return
+        try:
+            fd = kernel.open(root)
+        except OSError as exc:
+            raise PackError(f"kernel {kernel.origin}: {exc.strerror}") from exc
+        try:
+            arch = read_kernel_arch(fd)
+        finally:
+            os.close(fd)
+        if arch and arch != image_arch:
+            where = "the kernel option" if kernel.origin.startswith(HOST_ORIGIN) else "the image"
+            raise PackError(f"image {self.req.image}: kernel {kernel.origin} (from {where}) is an {arch} kernel, but "
+                            f"the image is {image_arch} (its layer's architecture); install the {image_arch} kernel "
+                            f"in a layer (Debian: linux-image-{image_arch}) or name one in the kernel option")
 
     def _copy_kernel(self, root: str, kernel: Kernel) -> dict[str, Any]:
         try:

@@ -182,3 +182,26 @@ def test_read_kernel_arch_leaves_the_offset(tmp_path):
         assert os.lseek(fd, 0, os.SEEK_CUR) == 5
     finally:
         os.close(fd)
+
+
+def test_pack_refuses_a_kernel_of_another_architecture_than_the_image_before_writing(tmp_path):
+    from ansible_collections.hpc.stateless.plugins.module_utils._pack.run import (  # pylint: disable=import-outside-toplevel
+        Packer, PackError, PackRequest)
+    root = tmp_path / "root"
+    (root / "boot").mkdir(parents=True)
+    (root / "boot" / "vmlinuz-6.1.0-57-arm64").write_bytes(arm64_header())
+    host_kernel = tmp_path / "bzImage"
+    host_kernel.write_bytes(x86_header(0x20F, 1))
+    out = tmp_path / "out"
+    packer = Packer(PackRequest(image="grace", output_dir=str(out), formats=["cpio.zst"], version="1.0",
+                                source_path=str(root)))
+    image_kernel = find_kernel(str(root))
+    packer._check_kernel_arch(image_kernel, str(root), "arm64")  # pylint: disable=protected-access
+    packer._check_kernel_arch(image_kernel, str(root), "")  # a tree that names no architecture: nothing to compare
+    with pytest.raises(PackError, match=r"image grace: kernel /boot/vmlinuz-6.1.0-57-arm64 \(from the image\) is an "
+                                        r"arm64 kernel, but the image is amd64 .*linux-image-amd64"):
+        packer._check_kernel_arch(image_kernel, str(root), "amd64")  # pylint: disable=protected-access
+    with pytest.raises(PackError, match=r"host:.*bzImage \(from the kernel option\) is an amd64 kernel, but the image "
+                                        r"is arm64"):
+        packer._check_kernel_arch(find_kernel(str(root), host_path=str(host_kernel)), str(root), "arm64")  # pylint: disable=protected-access
+    assert not out.exists()
