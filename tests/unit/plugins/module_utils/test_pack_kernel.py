@@ -196,8 +196,9 @@ def test_pack_refuses_a_kernel_of_another_architecture_than_the_image_before_wri
     packer = Packer(PackRequest(image="grace", output_dir=str(out), formats=["cpio.zst"], version="1.0",
                                 source_path=str(root)))
     image_kernel = find_kernel(str(root))
-    packer._check_kernel_arch(image_kernel, str(root), "arm64")  # pylint: disable=protected-access
-    packer._check_kernel_arch(image_kernel, str(root), "")  # a tree that names no architecture: nothing to compare
+    assert packer._check_kernel_arch(image_kernel, str(root), "arm64") == "arm64"  # pylint: disable=protected-access
+    # a tree that names no architecture: nothing to compare, the kernel's is still read for the manifest
+    assert packer._check_kernel_arch(image_kernel, str(root), "") == "arm64"  # pylint: disable=protected-access
     with pytest.raises(PackError, match=r"image grace: kernel /boot/vmlinuz-6.1.0-57-arm64 \(from the image\) is an "
                                         r"arm64 kernel, but the image is amd64 .*linux-image-amd64"):
         packer._check_kernel_arch(image_kernel, str(root), "amd64")  # pylint: disable=protected-access
