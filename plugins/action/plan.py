@@ -506,6 +506,8 @@ class ActionModule(ActionBase):
                     "vars": spec["vars"],
                     "bootstrap": spec.get("bootstrap"),
                     "arch": spec["arch"],
+                    # The layer as hpc_stateless_layers names it (base for base-arm64: docs/arch.md).
+                    "origin": graph.origin(name)[0],
                 }
                 if name in keys:
                     key = keys[name].key
@@ -554,6 +556,9 @@ class ActionModule(ActionBase):
             "layers": layers,
             "stale": [name for name in order if name in stale],
             "images": graph.images,
+            # Every layer's normalised spec, one per architecture (what a stage that reads a layer's chain by the
+            # plan's names, such as pack's apt sources, takes instead of hpc_stateless_layers).
+            "layer_specs": {name: graph.spec(name) for name in order},
             "leaves": sorted(graph.leaves()),
             # True once build.yml's last play recorded this plan as built (filter plan_after_build).
             "after_build": False,

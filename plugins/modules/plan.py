@@ -298,6 +298,12 @@ layers:
     container:
       description: Name of the working container while the layer builds.
       type: str
+    arch:
+      description: The layer's architecture, Debian's name (docs/arch.md).
+      type: str
+    origin:
+      description: The layer as C(hpc_stateless_layers) names it (C(base) for C(base-arm64), docs/arch.md).
+      type: str
     cached:
       description: The keyed image exists.
       type: bool
@@ -335,7 +341,14 @@ after_build:
   returned: always
   type: bool
 images:
-  description: The validated images.
+  description:
+    - The validated images, one per image and architecture (docs/arch.md), each with its C(layer) and C(arch).
+  returned: always
+  type: dict
+layer_specs:
+  description:
+    - Every layer's normalised spec (C(parent), C(bootstrap), C(arch), C(roles), C(vars), C(groups), C(description),
+      C(sources)), one per layer and architecture, by the plan's layer names.
   returned: always
   type: dict
 git_commit:

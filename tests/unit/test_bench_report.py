@@ -33,7 +33,7 @@ import run_all  # noqa: E402  pylint: disable=wrong-import-position,import-error
 
 EDIT_MISSED = "edit: edit -> served (leaf variable, whole site.yml)"  # the recorded run: 40.4 s, goal <= 15 s
 NAMES = ["build", "compliance", "nspawn", "pack", "secret_scan", "deploy", "plan", "diff", "boot", "hwprofile", "peer", "storm",
-         "connection", "rootless", "rollout", "edit", "lynis", "verify_stress", "openscap"]
+         "connection", "rootless", "rollout", "edit", "lynis", "verify_stress", "openscap", "arch"]
 
 
 ROOTLESS_ROWS = 3  # root vs rootless build, vfs vs overlay commit time and disk use (all reported)
@@ -227,11 +227,11 @@ def test_report_of_every_benchmark(results_dir, tmp_path):
     assert [row["benchmark"] for row in rows] == ["build"] * 2 + ["compliance"] + ["nspawn"] * 3 + ["pack"] * 4 \
         + ["secret_scan"] * SECRET_SCAN_ROWS + ["deploy"] * 4 + ["plan"] + ["diff"] * 3 + ["boot"] * BOOT_ROWS + ["hwprofile"] * 4 + ["peer"] * len(peer) \
         + ["storm"] * STORM_ROWS + ["connection"] * 3 + ["rootless"] * ROOTLESS_ROWS + ["rollout"] * ROLLOUT_ROWS + ["edit"] \
-        + ["lynis"] * 3 + ["verify_stress"] * 2 + ["openscap"] * OPENSCAP_ROWS
+        + ["lynis"] * 3 + ["verify_stress"] * 2 + ["openscap"] * OPENSCAP_ROWS + ["arch"]
     for row in rows:
         assert {"benchmark", "name", "a_label", "a_median", "b_label", "b_median", "ratio", "goal", "goal_min_ratio",
                 "met", "unit", "results_written"} <= set(row)
-    assert report["summary"] == {"comparisons": 31 + BOOT_ROWS + SECRET_SCAN_ROWS + ROOTLESS_ROWS + ROLLOUT_ROWS + len(peer)
+    assert report["summary"] == {"comparisons": 32 + BOOT_ROWS + SECRET_SCAN_ROWS + ROOTLESS_ROWS + ROLLOUT_ROWS + len(peer)
                                  + OPENSCAP_ROWS + STORM_ROWS,
                                  "judged": 19 + SECRET_SCAN_JUDGED + peer_judged + OPENSCAP_JUDGED + STORM_ROWS,
                                  "met": 16 + SECRET_SCAN_JUDGED + peer_met + OPENSCAP_JUDGED + STORM_MET,

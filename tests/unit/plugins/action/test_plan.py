@@ -29,6 +29,7 @@ from ansible_collections.hpc.stateless.plugins.action import plan as plan_action
 from ansible_collections.hpc.stateless.plugins.module_utils import _git, _process
 from ansible_collections.hpc.stateless.plugins.module_utils._build.listing import runnable_arches
 from ansible_collections.hpc.stateless.plugins.module_utils._layers.graph import LayerGraph
+from ansible_collections.hpc.stateless.plugins.module_utils._contract.sources import layer_sources
 
 # The action needs no connection (it plans on the controller); ActionBase only looks at its shell.
 NO_CONNECTION = SimpleNamespace(_shell=SimpleNamespace(tmpdir="unused"))
@@ -410,3 +411,20 @@ def test_the_build_host_runs_its_own_architecture_and_the_enabled_qemu_handlers(
     (tmp_path / "status").write_text("disabled\n")
     assert runnable_arches(str(tmp_path), native="amd64") == ["amd64"]
     assert runnable_arches(str(tmp_path / "unmounted"), native="arm64") == ["arm64"]
+
+
+def test_the_plan_names_each_layers_origin_and_gives_the_expanded_specs(site):
+    """A stage that reads a layer's chain (apt sources at build, pack's freshness) finds base-arm64 by its origin in
+    hpc_stateless_layers, or by its own name in layer_specs."""
+    layers = {"root": {"arch": ["amd64", "arm64"], "bootstrap": {"distro": "debian", "release": "bookworm"}},
+              "accel": {"parent": "root", "roles": [], "sources": [{"uri": "http://repo.example.org/debian",
+                                                                   "suite": "stable", "components": ["main"]}]}}
+    planned = Run(site / "inventory", site).plan(compute_keys=False, layers=layers)
+    assert not planned.get("failed"), planned.get("msg")
+    assert set(planned["order"]) == {"root", "root-arm64", "accel", "accel-arm64"}
+    assert {name: (entry["origin"], entry["arch"]) for name, entry in planned["layers"].items()} == {
+        "root": ("root", "amd64"), "root-arm64": ("root", "arm64"),
+        "accel": ("accel", "amd64"), "accel-arm64": ("accel", "arm64")}
+    assert planned["layer_specs"]["accel-arm64"]["parent"] == "root-arm64"
+    assert [s.uri for s in layer_sources("accel-arm64", planned["layer_specs"])] == \
+        [s.uri for s in layer_sources("accel", layers)]
