@@ -46,7 +46,7 @@ def rows(data: dict) -> list[dict]:
     """The comparison: the first architecture's build (A) against the second's (B); reported."""
     (a_arch, a), (b_arch, b) = list(data["builds"].items())
     return [comparisons.comparison(
-        f"full build of the default DAG: {a_arch} vs {b_arch}" + (" (emulated)" if b.get("emulated") else ""),
+        f"full build of {data['inventory']}: {a_arch} vs {b_arch}" + (" (emulated)" if b.get("emulated") else ""),
         f"{a_arch} ({a['built']} layers)", a["seconds"], f"{b_arch} ({b['built']} layers)", b["seconds"],
         "reported side by side", None, a_samples=[a["seconds"]], b_samples=[b["seconds"]],
         note=f"{b_arch} takes {b['seconds'] / a['seconds']:.1f}x the time of {a_arch} on this {data['host_arch']} host")]

@@ -265,6 +265,9 @@ def subject(benchmark: str, data: dict[str, Any]) -> str:
     """What a result file measured on (image, tree, inventory), for the report."""
     if benchmark == "build":
         return f"inventory {data.get('inventory', '?')}, built from scratch under a private prefix"
+    if benchmark == "arch":
+        return (f"inventory {data.get('inventory', '?')}, built for {', '.join(data.get('builds', {})) or '?'} from "
+                f"scratch on a {data.get('host_arch', '?')} host")
     if benchmark == "pack":
         tree = data.get("tree", {})
         return f"{tree.get('source', '?')} ({tree.get('bytes', 0) / 2**20:.0f} MiB, {tree.get('entries', '?')} entries)"

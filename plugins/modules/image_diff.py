@@ -174,8 +174,8 @@ capabilities:
   returned: success
 arch:
   description:
-    - C(old), C(new) architecture (Debian's name, docs/arch.md; null when a side records none: a pack from before
-      manifests named it) and C(changed).
+    - C(old), C(new) architecture (Debian's name, docs/arch.md; null when a side records none, as a pack from
+      before manifests named it) and C(changed).
   type: dict
   returned: success
 kernel:

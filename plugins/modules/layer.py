@@ -99,7 +99,7 @@ options:
     type: str
   arch:
     description:
-      - Architecture of the layer, Debian's name (C(amd64), C(arm64)): the plan's C(arch) of the layer (docs/arch.md).
+      - Architecture of the layer, Debian's name (C(amd64), C(arm64)), the plan's C(arch) of the layer (docs/arch.md).
         Recorded as the label C(hpc.stateless.arch) and set as the committed image's OCI architecture and variant
         (C(arm64) is C(arm64)/C(v8)). Defaults to the build host's.
     type: str

@@ -21,7 +21,7 @@ description:
     An image whose labels do not match is removed again and the module fails.
   - O(state=pushed) pushes the local image; it fails when the layer has not been built.
   - O(state=pushed) with O(variants) pushes ONE manifest list of the layer's architectures (docs/arch.md) to
-    C(<registry>/<name>:<tag>): each client pulls its own architecture under the same tag.
+    C(<registry>/<name>:<tag>), from which each client pulls its own architecture under the same tag.
   - Uses C(buildah pull)/C(buildah push); the storage is the one buildah uses (set C(CONTAINERS_STORAGE_CONF)
     to use another one). Registry credentials come from O(authfile) or C(buildah login).
 extends_documentation_fragment:
@@ -56,8 +56,9 @@ options:
     required: true
   variants:
     description:
-      - "C({architecture: local image})" of the layer's architectures (Debian's names, as the plan's C(arch)), pushed
-        as one manifest list with O(state=pushed). O(key) is the key of any one of them (it names the local list).
+      - The local image of each of the layer's architectures, by architecture (Debian's names, as the plan's
+        C(arch)), pushed as one manifest list with O(state=pushed). O(key) is the key of any one of them (it names
+        the local list).
     type: dict
   tag:
     description: Tag of the manifest list pushed with O(variants); defaults to O(key).

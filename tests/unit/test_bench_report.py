@@ -253,7 +253,7 @@ def test_report_of_every_benchmark(results_dir, tmp_path):
             "2.06x | pruned <= 40 % of full | **NO** |") in table
     missed = ", ".join(["hwprofile: cpio.zst of the compute image", *peer_missed, *storm_missed, CONNECTION_MISSED,
                         EDIT_MISSED])
-    total = 31 + BOOT_ROWS + SECRET_SCAN_ROWS + ROOTLESS_ROWS + ROLLOUT_ROWS + len(peer) + OPENSCAP_ROWS + STORM_ROWS
+    total = 32 + BOOT_ROWS + SECRET_SCAN_ROWS + ROOTLESS_ROWS + ROLLOUT_ROWS + len(peer) + OPENSCAP_ROWS + STORM_ROWS
     judged = 19 + SECRET_SCAN_JUDGED + peer_judged + OPENSCAP_JUDGED + STORM_ROWS
     met = 16 + SECRET_SCAN_JUDGED + peer_met + OPENSCAP_JUDGED + STORM_MET
     assert markdown.rstrip().endswith(f"{total} comparisons, {judged} judged: "

@@ -260,8 +260,8 @@ def diff_sides(old: Side, new: Side, top: int = DEFAULT_TOP) -> dict[str, Any]:
         files["added"] or files["removed"] or files["changed"] or result["kernel"]["changed"]
         or capabilities["added"] or capabilities["removed"] or capabilities["changed"]
         or result["kernel_args"]["changed"] or result["arch"]["changed"] or result["layers"]["rebuilt"]
-        or result["layers"]["added"] or result["layers"]["removed"] or any(packages[k] for k in ("added", "removed", "upgraded", "downgraded",
-                                                                    "changed")))
+        or result["layers"]["added"] or result["layers"]["removed"]
+        or any(packages[k] for k in ("added", "removed", "upgraded", "downgraded", "changed")))
     result["summary"] = summary_counts(result)
     return result
 

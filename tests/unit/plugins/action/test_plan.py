@@ -388,9 +388,8 @@ def test_a_failed_local_listing_is_a_failed_answer_naming_buildah(monkeypatch):
 
 def test_a_layer_of_an_architecture_the_build_host_cannot_run_is_refused_at_plan():
     """No binfmt handler for arm64 on an amd64 host: the plan names the layers, the architecture, the packages."""
-    graph = LayerGraph.from_spec({"base": {"arch": ["amd64", "arm64"], "bootstrap": {"distro": "debian",
-                                                                                    "release": "bookworm"}},
-                                  "hpc": {"parent": "base"}}, host_arch="amd64")
+    root = {"arch": ["amd64", "arm64"], "bootstrap": {"distro": "debian", "release": "bookworm"}}
+    graph = LayerGraph.from_spec({"base": root, "hpc": {"parent": "base"}}, host_arch="amd64")
     plan_action.check_emulation(graph, ["amd64", "arm64"])  # emulated: fine
     with pytest.raises(plan_action.PlanError) as err:
         plan_action.check_emulation(graph, ["amd64"])
