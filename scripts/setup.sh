@@ -20,7 +20,7 @@ test_packages=(
   e2fsprogs fdisk parted iproute2 util-linux nodejs curl shellcheck
   strace openssl lighttpd default-jre-headless apt-utils socat
   nginx openssh-server openssh-client aria2 opentracker
-  qemu-user-static binfmt-support arch-test
+  qemu-user-static binfmt-support arch-test qemu-system-arm
 )
 
 image_only=false

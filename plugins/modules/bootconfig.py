@@ -247,11 +247,20 @@ nodes:
   type: int
 images:
   description:
-    - Per image, the format, C(ramdisk_size) (KiB) and the pxelinux kernel arguments.
+    - Per image, the format, C(ramdisk_size) (KiB), C(arch) (the architecture its served version boots on, from
+      its manifest; empty when the manifest names none) and the pxelinux kernel arguments.
     - With O(validate_only), the format alone - the one each image boots, for M(hpc.stateless.bootlink)'s
       O(hpc.stateless.bootlink#module:format).
   returned: always
   type: dict
+arch_defaults:
+  description:
+    - The image a node without its own file boots on a machine of another architecture than the default
+      image's (the iPXE entry point dispatches on C(${buildarch})); the first image by name of each such
+      architecture.
+  returned: success, without O(validate_only)
+  type: dict
+  sample: {"arm64": "compute-arm64"}
 """
 
 from ansible.module_utils.basic import AnsibleModule

@@ -258,15 +258,25 @@ NO_LOCAL_DISK_WAIT = _no_local_disk_wait()
 HEADLESS = ("-vga", "none")
 
 
+# The emulated machine of each image architecture (TCG): its qemu and machine options, and its serial console.
+# arm64: qemu's generic "virt" board (PL011 serial ttyAMA0, virtio-mmio, a device tree), booted from the kernel
+# Image directly (qemu reads its header, gzip'd or not), and a Cortex-A57 (cheaper to emulate than -cpu max).
+QEMU_MACHINES = {
+    "amd64": (("qemu-system-x86_64", "-accel", "tcg"), "ttyS0"),
+    "arm64": (("qemu-system-aarch64", "-M", "virt", "-cpu", "cortex-a57", "-accel", "tcg"), "ttyAMA0"),
+}
+
+
 def boot_qemu(kernel: Path, initrd: Path, append: str, expect: list[str], timeout: float = 170,
-              extra: tuple[str, ...] = ()) -> str:
-    """Boot under qemu (TCG) and return the serial console once every ``expect`` regex matched.
+              extra: tuple[str, ...] = (), arch: str = "amd64") -> str:
+    """Boot under qemu (TCG) as a machine of ``arch`` (:data:`QEMU_MACHINES`) and return the serial console once
+    every ``expect`` regex matched.
 
     ``IMAGE_RELEASE_TO_CONSOLE`` on the command line prints /etc/image-release from a oneshot
     unit that multi-user.target pulls in, and the state of multi-user.target from a transient
     unit ordered after it; the VM is killed as soon as all markers were seen.
     """
-    argv = ["qemu-system-x86_64", "-accel", "tcg", "-m", "4G", "-smp", "2", "-nographic", "-no-reboot",
+    argv = [*QEMU_MACHINES[arch][0], "-m", "4G", "-smp", "2", "-nographic", "-no-reboot",
             "-kernel", str(kernel), "-initrd", str(initrd), "-append", append, *extra]
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     console = b""
@@ -290,7 +300,8 @@ def boot_qemu(kernel: Path, initrd: Path, append: str, expect: list[str], timeou
     return ANSI.sub("", console.decode("utf-8", "replace"))
 
 
-def boot_cpio(kernel: Path, initrd: Path, expect: list[str], timeout: float = 240) -> str:
+def boot_cpio(kernel: Path, initrd: Path, expect: list[str], timeout: float = 240, arch: str = "amd64") -> str:
     """The cpio image as the root: no root=, no initrd of its own."""
-    return boot_qemu(kernel, initrd, f"console=ttyS0 panic=-1 {NO_SECRET_DELIVERY} {IMAGE_RELEASE_TO_CONSOLE}",
-                     expect, timeout, extra=HEADLESS)
+    console = QEMU_MACHINES[arch][1]
+    return boot_qemu(kernel, initrd, f"console={console} panic=-1 {NO_SECRET_DELIVERY} {IMAGE_RELEASE_TO_CONSOLE}",
+                     expect, timeout, extra=HEADLESS if arch == "amd64" else (), arch=arch)

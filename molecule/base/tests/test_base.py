@@ -56,6 +56,8 @@ def test_timezone_name_file(host, base, debian):
 
 
 def test_locale(host, base, debian):
+    if not base["base_locale_enabled"]:
+        pytest.skip("base_locale_enabled is false")
     conf = host.file("/etc/default/locale" if debian else "/etc/locale.conf")
     assert (conf.user, conf.group, conf.mode) == ("root", "root", 0o644)
     assert f"LANG={base['base_locale']}" in conf.content_string.splitlines()

@@ -294,6 +294,7 @@ class ImageBoot:
     format: str
     ramdisk_kib: int
     args: str  # without initrd=
+    arch: str = ""  # the architecture of the version being served (manifest_arch), "" when its manifest names none
 
     def pxe_args(self, extra: str = "") -> str:
         return merge_args(f"initrd={self.name}/{INITRD_LINK}", self.args, extra)
@@ -304,6 +305,14 @@ class ImageBoot:
 
 SQUASHFS_URL_PLACEHOLDER = "<URL of the squashfs>"
 DEFAULT_SQUASHFS_ARGS = f"root=live:{SQUASHFS_URL_PLACEHOLDER} rd.live.image rd.neednet=1"
+
+
+def manifest_arch(manifest: Mapping[str, Any]) -> str:
+    """The architecture a packed version boots on: the manifest's ``arch``, else the one pack read from its kernel's
+    header (``kernel.arch``); "" when it names neither."""
+    kernel = manifest.get("kernel")
+    arch = manifest.get("arch") or (kernel.get("arch") if isinstance(kernel, Mapping) else None)
+    return arch if isinstance(arch, str) else ""
 
 
 def published_manifests(boot_root: str, image: str) -> dict[str, dict[str, Any]]:
@@ -368,7 +377,8 @@ def image_boot(name: str, spec: Mapping[str, Any], manifests: list[dict[str, Any
     console = (f"console=tty0 console={options.serial_console}" if options.serial_console else "")
     ip = f"ip={options.ip}" if options.ip else ""
     image_args = _args_text(spec.get("kernel_args"), f"hpc_stateless_images.{name}.kernel_args")
-    return ImageBoot(name, fmt, kib, merge_args(format_args, f"ramdisk_size={kib}", console, ip, image_args))
+    arch = manifest_arch(manifests[-1]) if manifests else ""
+    return ImageBoot(name, fmt, kib, merge_args(format_args, f"ramdisk_size={kib}", console, ip, image_args), arch)
 
 
 # --------------------------------------------------------------------------- rendering
@@ -414,10 +424,37 @@ def render_ipxe_entry(boot: ImageBoot, options: BootOptions, what: str, extra: s
     return "#!ipxe\n" + _header("#", what) + _ipxe_body(boot, options, extra)
 
 
-def render_ipxe_boot(default_image: str) -> str:
-    return ("#!ipxe\n" + _header("#", "iPXE entry point; point DHCP's filename here")
-            + "chain --autofree nodes/${netX/mac:hexhyp}.ipxe || "
-            + f"chain --autofree images/{default_image}.ipxe\n")
+# iPXE's ${buildarch} on the machines of each image architecture (Debian's names, as pack records them). A BIOS
+# iPXE (undionly.kpxe) is an i386 build on an x86_64 machine too, so amd64 images answer both.
+IPXE_BUILDARCH = {"amd64": ("x86_64", "i386"), "i386": ("i386",), "arm64": ("arm64",)}
+
+
+def arch_defaults(boots: Mapping[str, ImageBoot], default_image: str) -> dict[str, str]:
+    """``{architecture: image}`` a node without its own file boots on a machine of another architecture than the
+    default image's: the first image (by name) of that architecture. The default image's own architecture, and
+    images whose architecture is unknown or has no iPXE name (:data:`IPXE_BUILDARCH`), get no entry."""
+    own = boots[default_image].arch if default_image in boots else ""
+    found: dict[str, str] = {}
+    for name in sorted(boots):
+        arch = boots[name].arch
+        if arch and arch != own and arch in IPXE_BUILDARCH and arch not in found:
+            found[arch] = name
+    return found
+
+
+def render_ipxe_boot(default_image: str, other_arches: Mapping[str, str] | None = None) -> str:
+    """The entry point: the node's own file, else the default image; with ``other_arches`` ({architecture: image},
+    :func:`arch_defaults`) a machine whose ``${buildarch}`` is one of theirs gets that image instead."""
+    head = "#!ipxe\n" + _header("#", "iPXE entry point; point DHCP's filename here")
+    chain = "chain --autofree nodes/${netX/mac:hexhyp}.ipxe || chain --autofree images/%s.ipxe\n"
+    if not other_arches:
+        return head + chain % default_image
+    lines = [f"iseq ${{buildarch}} {ipxe_arch} && goto arch-{arch} ||\n"
+             for arch in sorted(other_arches) for ipxe_arch in IPXE_BUILDARCH[arch]]
+    lines += [chain % default_image, "exit 1\n"]
+    for arch in sorted(other_arches):
+        lines += [f":arch-{arch}\n", chain % other_arches[arch], "exit 1\n"]
+    return head + "".join(lines)
 
 
 # --------------------------------------------------------------------------- several boot servers (docs/scale.md)
@@ -571,7 +608,7 @@ def plan_files(nodes: list[Node], boots: Mapping[str, ImageBoot], default_image:
     """Every managed file: relative path -> content. With ``servers``, the iPXE scripts name the hashes of
     ``releases`` and try every server (docs/scale.md); the pxelinux entries stay as they are."""
     files = {f"{PXE_DIR}/default": render_pxe_default(boots, default_image, options),
-             f"{IPXE_DIR}/boot.ipxe": render_ipxe_boot(default_image)}
+             f"{IPXE_DIR}/boot.ipxe": render_ipxe_boot(default_image, arch_defaults(boots, default_image))}
     if servers is not None:
         files[FIRST_STAGE_FILE] = render_ipxe_first(servers)
     for name, boot in boots.items():
@@ -906,8 +943,9 @@ def render(params: Mapping[str, Any], check_mode: bool = False,
         "unchanged": synced.unchanged,
         "fence_lifted": fence_lifted,
         "nodes": len(nodes),
-        "images": {name: {"format": boot.format, "ramdisk_size": boot.ramdisk_kib,
+        "images": {name: {"format": boot.format, "ramdisk_size": boot.ramdisk_kib, "arch": boot.arch,
                           "kernel_args": boot.pxe_args()} for name, boot in boots.items()},
+        "arch_defaults": arch_defaults(boots, default_image),
         "diff": synced.diffs,
     }
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import time
 from typing import Dict, List, Tuple
 
@@ -76,11 +77,28 @@ def cgroup_dirs_of(session: str) -> List[str]:
         return []
 
 
+def cgroup_pids(top: str) -> List[int]:
+    """Every process in cgroup ``top`` and below it (its ``cgroup.procs`` files)."""
+    pids: List[int] = []
+    for current, _subdirs, _files in os.walk(top):
+        with contextlib.suppress(OSError), open(os.path.join(current, "cgroup.procs"), encoding="ascii") as handle:
+            pids += [int(line) for line in handle.read().split() if line.isdigit()]
+    return pids
+
+
 def remove_cgroups(dirs: List[str], timeout: float = 5.0) -> List[str]:
-    """Remove session cgroups bottom-up; returns those still busy after ``timeout``."""
+    """Remove session cgroups bottom-up; returns those still busy after ``timeout``.
+
+    Processes left in a session's cgroups once its systemd-nspawn is gone (the container's init and its children,
+    when nspawn was killed before their shutdown finished: slow under qemu-user emulation) are the session's own:
+    they get SIGKILL, so the cgroups empty.
+    """
     deadline = time.monotonic() + timeout
     left = []
     for top in dirs:
+        for pid in cgroup_pids(top) if os.path.isdir(top) else []:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
         while os.path.isdir(top):
             for current, _subdirs, _files in os.walk(top, topdown=False):
                 with contextlib.suppress(OSError):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import re
 import struct
+import zlib
 from dataclasses import dataclass
 
 from ansible_collections.hpc.stateless.plugins.module_utils import _imagepath
@@ -62,6 +63,36 @@ def bzimage_version(path: str) -> str | None:
         return None
     raw = head[start:start + 256].split(b"\0", 1)[0].decode("ascii", "replace").strip()
     return raw.split(" ", 1)[0] or None
+
+
+# What the first bytes of a kernel file say of the machine it runs on (Debian's architecture names, as the
+# image's): an x86 bzImage's setup header ("HdrS" at 0x202, xloadflags bit 0 = a 64-bit kernel), an arm64
+# Image's header (the magic "ARM\x64" at 0x38, before or after its EFI stub's "MZ"), either one gzip'd (Debian
+# arm64's vmlinuz, when compressed). An EFI zboot image or anything else is not read: None.
+KERNEL_HEAD_BYTES = 0x4000
+_ARM64_MAGIC = b"ARM\x64"
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+def kernel_arch(head: bytes) -> str | None:
+    """``amd64``, ``i386`` or ``arm64`` for the first bytes of a kernel file (:data:`KERNEL_HEAD_BYTES` are
+    enough), None when the format is not one of those."""
+    if head[:2] == _GZIP_MAGIC:
+        try:
+            head = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head, 0x400)
+        except zlib.error:
+            return None
+    if len(head) >= 0x3C and head[0x38:0x3C] == _ARM64_MAGIC:
+        return "arm64"
+    if len(head) >= 0x237 and head[0x202:0x206] == b"HdrS":
+        protocol, = struct.unpack_from("<H", head, 0x206)
+        return "amd64" if protocol >= 0x20C and head[0x236] & 1 else "i386"
+    return None
+
+
+def read_kernel_arch(fd: int) -> str | None:
+    """:func:`kernel_arch` of an open kernel file, read from its start (the offset is left where it was)."""
+    return kernel_arch(os.pread(fd, KERNEL_HEAD_BYTES, 0))
 
 
 def _listing(root: str, rel: str) -> list[str]:
@@ -113,7 +144,8 @@ def find_kernel(root: str, version: str | None = None, host_path: str | None = N
     if not kernels:
         raise KernelError("no kernel in the image: looked for /boot/vmlinuz-<version> and "
                           "/usr/lib/modules/<version>/vmlinuz. Install one in a layer role (Debian: "
-                          "linux-image-amd64, EL: kernel), or take it from the build host with the kernel option")
+                          "linux-image-amd64 or linux-image-arm64, EL: kernel), or take it from the build host "
+                          "with the kernel option")
     if version:
         if version not in kernels:
             raise KernelError(f"kernel_version {version!r} is not in the image (found: {', '.join(sorted(kernels))})")

@@ -75,6 +75,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils._pack.squashfs impor
 )
 from ansible_collections.hpc.stateless.plugins.module_utils._pack.kernel import (
     DRACUT_KERNEL_ARGS,
+    HOST_ORIGIN,
     FIRST_STAGE_DIR,
     FIRST_STAGE_FILES,
     FIRST_STAGE_KERNEL_ARGS,
@@ -84,6 +85,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils._pack.kernel import 
     dracut_modules,
     KernelError,
     find_kernel,
+    read_kernel_arch,
     has_modules,
     image_initrd,
     squashfs_boot_method,
@@ -405,6 +407,7 @@ class Packer:
         if req.kernel and not has_modules(root, kernel.version):
             self._warn(f"the kernel {req.kernel} ({kernel.version}) has no /lib/modules/{kernel.version} in the "
                        "image: modules will not load on the node")
+        kernel_arch = self._check_kernel_arch(kernel, root, arch_of(source.labels))
 
         profile = req.profile()
         self._profile = profile
@@ -458,7 +461,7 @@ class Packer:
         try:
             artifacts = self._write_artifacts(root, rules, overlay, scan, sde)
             files = {a["file"]: a["sha256"] for a in artifacts}
-            kernel_entry = self._copy_kernel(root, kernel)
+            kernel_entry = self._copy_kernel(root, kernel, kernel_arch)
             files[names.KERNEL_FILE] = kernel_entry["sha256"]
             initrd_entry = None
             if "squashfs" in req.formats:
@@ -834,7 +837,26 @@ class Packer:
         finally:
             shutil.rmtree(work, ignore_errors=True)
 
-    def _copy_kernel(self, root: str, kernel: Kernel) -> dict[str, Any]:
+    def _check_kernel_arch(self, kernel: Kernel, root: str, image_arch: str) -> str | None:
+        """The architecture the kernel's header names (None: a format pack does not read); refuses, before a byte
+        is written, one that names another architecture than the image's (the layer image's label): no node of
+        either architecture could boot the pack."""
+        try:
+            fd = kernel.open(root)
+        except OSError as exc:
+            raise PackError(f"kernel {kernel.origin}: {exc.strerror}") from exc
+        try:
+            arch = read_kernel_arch(fd)
+        finally:
+            os.close(fd)
+        if image_arch and arch and arch != image_arch:
+            where = "the kernel option" if kernel.origin.startswith(HOST_ORIGIN) else "the image"
+            raise PackError(f"image {self.req.image}: kernel {kernel.origin} (from {where}) is an {arch} kernel, but "
+                            f"the image is {image_arch} (its layer's architecture); install the {image_arch} kernel "
+                            f"in a layer (Debian: linux-image-{image_arch}) or name one in the kernel option")
+        return arch
+
+    def _copy_kernel(self, root: str, kernel: Kernel, arch: str | None) -> dict[str, Any]:
         try:
             fd = kernel.open(root)
         except OSError as exc:
@@ -844,7 +866,7 @@ class Packer:
         finally:
             os.close(fd)
         dest = os.path.join(self._partial_dir(), names.KERNEL_FILE)
-        return {"file": names.KERNEL_FILE, "version": kernel.version, "origin": kernel.origin,
+        return {"file": names.KERNEL_FILE, "version": kernel.version, "origin": kernel.origin, "arch": arch,
                 "size": os.path.getsize(dest), "sha256": sums.sha256_file(dest)}
 
     def _partial_dir(self) -> str:

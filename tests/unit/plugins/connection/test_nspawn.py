@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -17,7 +18,14 @@ from ansible.playbook.play_context import PlayContext
 
 from ansible_collections.hpc.stateless.plugins.connection import nspawn as nspawn_plugin
 from ansible_collections.hpc.stateless.plugins.module_utils._process import Result, set_executor
-from ansible_collections.hpc.stateless.plugins.module_utils._nspawn.cgroups import cgroup_dirs, in_cgroups_argv
+from ansible_collections.hpc.stateless.plugins.module_utils._nspawn.cgroups import (
+    cgroup_dirs,
+    cgroup_dirs_of,
+    cgroup_pids,
+    in_cgroups_argv,
+    remove_cgroups,
+    session_cgroups,
+)
 from ansible_collections.hpc.stateless.plugins.module_utils._nspawn.commands import (
     NspawnError,
     console_tail,
@@ -625,3 +633,23 @@ def test_a_runtime_directory_that_is_a_link_is_refused(tmp_path):
     (tmp_path / "run").symlink_to(tmp_path / "elsewhere")
     with pytest.raises(NspawnError, match=f"{tmp_path / 'run'} is a symbolic link, not a directory of this user"):
         Session(spec(runtime_dir=str(tmp_path / "run"))).ensure()
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not cgroup_dirs_of("probe"), reason="needs root and a writable cgroup tree")
+def test_remove_cgroups_kills_what_the_session_left_in_them():
+    """A container's init still shutting down when its nspawn is gone (an emulated boot is slow to stop) is the
+    session's own: its processes get SIGKILL and the cgroups go, instead of 'cgroups still in use'."""
+    dirs = session_cgroups(f"unit-{os.getpid()}")
+    sleeper = subprocess.Popen(["sleep", "300"])
+    try:
+        for path in dirs:
+            with open(os.path.join(path, "cgroup.procs"), "w", encoding="ascii") as handle:
+                handle.write(str(sleeper.pid))
+        assert sleeper.pid in cgroup_pids(dirs[0])
+        assert remove_cgroups(dirs) == []
+        assert sleeper.wait(timeout=5) == -signal.SIGKILL
+        assert not any(os.path.isdir(path) for path in dirs)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+        remove_cgroups(dirs)

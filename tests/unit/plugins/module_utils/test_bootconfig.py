@@ -433,3 +433,59 @@ def test_a_killed_copy_of_the_loader_is_removed_by_the_next_render(root, tmp_pat
     killed.write_bytes(b"half")
     result = run(root, loader_dirs=_loader_dirs(tmp_path))
     assert killed.name in result["removed"] and not killed.exists()
+
+
+# --------------------------------------------------------------------------- architectures
+
+
+def _publish(boot_root: Path, out: Path, image: str, arch: str | None) -> None:
+    """Publish and serve ``image`` v1, its manifest naming its kernel's architecture (as pack reads it) or none."""
+    directory = make_pack(out, image=image, version="v1")
+    if arch is not None:
+        rewrite_manifest(directory, lambda m: m["kernel"].update(arch=arch), relist=True)
+    apply_state({"boot_root": str(boot_root), "image": image, "state": "switched", "src": str(directory)})
+
+
+def test_the_entry_point_dispatches_on_buildarch_to_an_image_of_that_architecture(tmp_path):
+    boot_root = tmp_path / "tftp"
+    for image, arch in (("compute", "amd64"), ("grace", "arm64"), ("ampere", "arm64")):
+        _publish(boot_root, tmp_path / "out", image, arch)
+    images = {name: IMAGES["compute"] for name in ("compute", "grace", "ampere")}
+    result = run(boot_root, images=images, default_image="compute")
+    assert result["arch_defaults"] == {"arm64": "ampere"}  # the first arm64 image by name
+    assert {name: entry["arch"] for name, entry in result["images"].items()} == \
+        {"compute": "amd64", "grace": "arm64", "ampere": "arm64"}
+    lines = (boot_root / "ipxe/boot.ipxe").read_text().splitlines()
+    chain = "chain --autofree nodes/${netX/mac:hexhyp}.ipxe || chain --autofree images/%s.ipxe"
+    # An arm64 iPXE jumps to its block; any other machine falls through to the default image's chain.
+    assert lines[2:] == ["iseq ${buildarch} arm64 && goto arch-arm64 ||", chain % "compute", "exit 1",
+                         ":arch-arm64", chain % "ampere", "exit 1"]
+
+
+def test_an_arm64_default_sends_x86_machines_bios_and_uefi_to_the_amd64_image(tmp_path):
+    boot_root = tmp_path / "tftp"
+    for image, arch in (("compute", "amd64"), ("grace", "arm64")):
+        _publish(boot_root, tmp_path / "out", image, arch)
+    images = {name: IMAGES["compute"] for name in ("compute", "grace")}
+    run(boot_root, images=images, default_image="grace")
+    text = (boot_root / "ipxe/boot.ipxe").read_text()
+    # A BIOS iPXE (undionly.kpxe) is an i386 build on an x86_64 machine.
+    assert "iseq ${buildarch} x86_64 && goto arch-amd64 ||\niseq ${buildarch} i386 && goto arch-amd64 ||\n" in text
+    assert text.endswith(":arch-amd64\nchain --autofree nodes/${netX/mac:hexhyp}.ipxe || "
+                         "chain --autofree images/compute.ipxe\nexit 1\n")
+
+
+def test_one_architecture_or_manifests_without_one_keep_the_single_chain(tmp_path):
+    boot_root = tmp_path / "tftp"
+    _publish(boot_root, tmp_path / "out", "compute", None)  # packed before pack read the kernel's architecture
+    _publish(boot_root, tmp_path / "out", "login", "amd64")
+    images = {name: IMAGES["compute"] for name in ("compute", "login")}
+    result = run(boot_root, images=images, default_image="compute")
+    assert result["arch_defaults"] == {"amd64": "login"}  # the default's architecture is unknown
+    boot_root2 = tmp_path / "tftp2"
+    _publish(boot_root2, tmp_path / "out2", "compute", "amd64")
+    _publish(boot_root2, tmp_path / "out2", "login", "amd64")
+    result = run(boot_root2, images=images, default_image="compute")
+    assert result["arch_defaults"] == {}
+    assert (boot_root2 / "ipxe/boot.ipxe").read_text().splitlines()[2:] == [
+        "chain --autofree nodes/${netX/mac:hexhyp}.ipxe || chain --autofree images/compute.ipxe"]

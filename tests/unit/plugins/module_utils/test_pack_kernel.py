@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gzip
+import os
 import struct
 
 import pytest
@@ -12,6 +14,8 @@ from ansible_collections.hpc.stateless.plugins.module_utils._pack.kernel import 
     dracut_modules,
     find_kernel,
     image_initrd,
+    kernel_arch,
+    read_kernel_arch,
     squashfs_boot_method,
     version_key,
 )
@@ -128,3 +132,77 @@ def test_image_initrd_resolves_its_links_inside_the_image(tmp_path):
     (root / "boot/initrd.img-6.1").symlink_to("/boot/initrd.img-6.1.real")
     (root / "boot/initrd.img-6.1.real").write_bytes(b"i")
     assert image_initrd(str(root), "6.1") == "/boot/initrd.img-6.1.real"
+
+
+def x86_header(protocol: int, xloadflags: int) -> bytes:
+    """An x86 boot sector + setup header: "HdrS", the boot protocol version and xloadflags (bit 0: 64-bit)."""
+    data = bytearray(0x1000)
+    data[0x202:0x206] = b"HdrS"
+    struct.pack_into("<H", data, 0x206, protocol)
+    data[0x236] = xloadflags
+    return bytes(data)
+
+
+def arm64_header(efi_stub: bool = True) -> bytes:
+    """An arm64 Image header (Documentation/arch/arm64/booting.rst): code0 ("MZ" with an EFI stub), text_offset,
+    image_size, flags, reserved, the magic "ARM\\x64" at 0x38, the PE header offset."""
+    data = bytearray(0x1000)
+    if efi_stub:
+        data[0:2] = b"MZ"
+    struct.pack_into("<QQQ", data, 8, 0, 0x2000000, 0xA)
+    data[0x38:0x3C] = b"ARM\x64"
+    struct.pack_into("<I", data, 0x3C, 0x40)
+    return bytes(data)
+
+
+@pytest.mark.parametrize("head, arch", [
+    (x86_header(0x20F, 1), "amd64"),
+    (x86_header(0x20F, 0), "i386"),  # a 32-bit bzImage
+    (x86_header(0x20B, 1), "i386"),  # a protocol before 2.12 has no xloadflags
+    (arm64_header(), "arm64"),
+    (arm64_header(efi_stub=False), "arm64"),
+    (gzip.compress(arm64_header()), "arm64"),  # Debian arm64's vmlinuz when gzip'd
+    (gzip.compress(x86_header(0x20F, 1)), "amd64"),
+    (b"\x1f\x8b" + b"not gzip" * 8, None),
+    (b"MZ\0\0zimg" + bytes(0x100), None),  # an EFI zboot image is not read
+    (b"", None),
+    (bytes(0x1000), None),
+])
+def test_kernel_arch_from_the_header(head, arch):
+    assert kernel_arch(head) == arch
+
+
+def test_read_kernel_arch_leaves_the_offset(tmp_path):
+    path = tmp_path / "vmlinuz"
+    path.write_bytes(arm64_header() + b"rest of the kernel")
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.lseek(fd, 5, os.SEEK_SET)
+        assert read_kernel_arch(fd) == "arm64"
+        assert os.lseek(fd, 0, os.SEEK_CUR) == 5
+    finally:
+        os.close(fd)
+
+
+def test_pack_refuses_a_kernel_of_another_architecture_than_the_image_before_writing(tmp_path):
+    from ansible_collections.hpc.stateless.plugins.module_utils._pack.run import (  # pylint: disable=import-outside-toplevel
+        Packer, PackError, PackRequest)
+    root = tmp_path / "root"
+    (root / "boot").mkdir(parents=True)
+    (root / "boot" / "vmlinuz-6.1.0-57-arm64").write_bytes(arm64_header())
+    host_kernel = tmp_path / "bzImage"
+    host_kernel.write_bytes(x86_header(0x20F, 1))
+    out = tmp_path / "out"
+    packer = Packer(PackRequest(image="grace", output_dir=str(out), formats=["cpio.zst"], version="1.0",
+                                source_path=str(root)))
+    image_kernel = find_kernel(str(root))
+    assert packer._check_kernel_arch(image_kernel, str(root), "arm64") == "arm64"  # pylint: disable=protected-access
+    # a tree that names no architecture: nothing to compare, the kernel's is still read for the manifest
+    assert packer._check_kernel_arch(image_kernel, str(root), "") == "arm64"  # pylint: disable=protected-access
+    with pytest.raises(PackError, match=r"image grace: kernel /boot/vmlinuz-6.1.0-57-arm64 \(from the image\) is an "
+                                        r"arm64 kernel, but the image is amd64 .*linux-image-amd64"):
+        packer._check_kernel_arch(image_kernel, str(root), "amd64")  # pylint: disable=protected-access
+    with pytest.raises(PackError, match=r"host:.*bzImage \(from the kernel option\) is an amd64 kernel, but the image "
+                                        r"is arm64"):
+        packer._check_kernel_arch(find_kernel(str(root), host_path=str(host_kernel)), str(root), "arm64")  # pylint: disable=protected-access
+    assert not out.exists()
