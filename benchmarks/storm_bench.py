@@ -216,9 +216,10 @@ NEIGH_SYSCTL = Path("/proc/sys/net/ipv4/neigh/default")
 @contextlib.contextmanager
 def neighbour_room(nodes: int) -> Iterator[None]:
     """Room in the kernel's ARP table for the storm, restored afterwards. The table is one for every network
-    namespace (its limits are the host's, gc_thresh3 1024 by default): peer-to-peer, where every node talks to up
-    to 80 peers, needs an entry per node and peer, and an overflowing table drops the nodes' connections ("neighbor
-    table overflow!" in the kernel log; nodes time out connecting even to the server)."""
+    namespace (its limits are the host's: above gc_thresh2, 512 by default, entries are collected, above gc_thresh3,
+    1024, refused): every scenario needs an entry per node and server on both sides, a failover a second one, and
+    peer-to-peer, where every node talks to up to 80 peers, one per node and peer; an overflowing table drops the
+    nodes' connections ("neighbor table overflow!" in the kernel log; nodes time out connecting even to the server)."""
     wanted = {"gc_thresh1": nodes * 32, "gc_thresh2": nodes * 64, "gc_thresh3": nodes * 128}
     before = {}
     try:
@@ -381,8 +382,9 @@ def orders_for(nodes: int, servers: list[str], storm: Storm) -> list[list[str]]:
 def world(cfg: Config, work: Path, name: str, servers: list[tuple[str, float]]) -> Iterator[Storm]:
     storm = Storm(cfg, work, name, f"hs{os.getpid() % 1000}{name[:2]}")
     try:
-        storm.net.create(servers + [(f"n{i}", cfg.node_mbit) for i in range(cfg.nodes)])
-        yield storm
+        with neighbour_room(cfg.nodes):
+            storm.net.create(servers + [(f"n{i}", cfg.node_mbit) for i in range(cfg.nodes)])
+            yield storm
     finally:
         storm.close()
 
@@ -524,7 +526,7 @@ def make_torrent(image: Path, announce: str) -> tuple[bytes, str]:
 
 
 def scenario_p2p(cfg: Config, work: Path, image: Path, digest: str) -> dict[str, Any]:
-    with neighbour_room(cfg.nodes), world(cfg, work, "p2p", [("s0", cfg.server_mbit)]) as storm:
+    with world(cfg, work, "p2p", [("s0", cfg.server_mbit)]) as storm:
         root = storm.work / "root"
         publish(root, image)
         address = storm.net.hosts["s0"].address
