@@ -132,7 +132,8 @@ def run_playbook(*extra: str, inventory: Path = INVENTORY, playbook: str = "site
     the log goes to build/test-logs like every test playbook's."""
     argv, env = playbook_command(extra, inventory, playbook)
     env["ANSIBLE_CONNECTION_PLUGINS"] = str(PLUGINS / "connection")
-    proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, check=False)
+    proc = subprocess.run(argv, cwd=REPO, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                          check=False)  # stdin: as conftest.run_site
     log = REPO / "build" / "test-logs"
     log.mkdir(parents=True, exist_ok=True)
     (log / f"cluster-{uuid.uuid4().hex[:8]}.log").write_text(" ".join(argv) + "\n" + proc.stdout + proc.stderr)

@@ -65,7 +65,11 @@ def playbook_command(extra: tuple[str, ...], inventory: Path, playbook: str) -> 
 def run_site(*extra: str, inventory: Path = TEST_INVENTORY, playbook: str = "site.yml") -> subprocess.CompletedProcess:
     """Run a playbook of the checkout the way a user does, and capture its output."""
     argv, env = playbook_command(extra, inventory, playbook)
-    proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, check=False)
+    # stdin /dev/null: ansible-playbook refuses a non-blocking one, which a program an earlier test started (a qemu,
+    # a buildah run) may have left on the inherited file description; a module-scoped fixture runs before the
+    # autouse blocking_standard_streams.
+    proc = subprocess.run(argv, cwd=REPO, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                          check=False)
     log = REPO / "build" / "test-logs"
     log.mkdir(parents=True, exist_ok=True)
     (log / f"{uuid.uuid4().hex[:8]}.log").write_text(" ".join(argv) + "\n" + proc.stdout + proc.stderr)
