@@ -42,8 +42,10 @@ def prepared_site(tmp_path, small_packs, layer_pack, lock_timeout: float) -> dic
 
 
 def start_deploy(site: dict, version: str, log) -> object:
-    return start_playbook("-e", f"hpc_stateless_deploy_version={version}", inventory=site["inventory"],
-                          playbook=DEPLOY_PLAYBOOK, log=log)
+    # The versions go in either order (the lock decides which is served last; v2 was built before "big"): the
+    # downgrade refusal is asked off, this file tests the lock.
+    return start_playbook("-e", f"hpc_stateless_deploy_version={version}", "-e", "hpc_stateless_deploy_downgrade=true",
+                          inventory=site["inventory"], playbook=DEPLOY_PLAYBOOK, log=log)
 
 
 def paused_while_copying(site: dict, proc) -> dict[int, list[str]]:

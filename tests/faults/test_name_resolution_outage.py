@@ -30,6 +30,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils._build.bootstrap imp
     BootstrapSpec,
     mmdebstrap_argv,
 )
+from ansible_collections.hpc.stateless.plugins.module_utils._build.caches import new_bootstrap_view, remove_tree
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "integration"))
@@ -104,7 +105,11 @@ def test_a_bootstrap_retries_through_an_outage(outage, mirror, tmp_path):
     assert proc.returncode == 0 and json.loads(proc.stdout) is None, proc.stdout + proc.stderr
     assert seconds >= OUTAGE
 
-    proc, seconds = outage(mmdebstrap_argv(spec))
+    view = new_bootstrap_view(spec.cache_dir, spec.path)  # the overlay's directories, as the product makes them
+    try:
+        proc, seconds = outage(mmdebstrap_argv(spec))
+    finally:
+        remove_tree(view)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (tmp_path / "root/usr/share/openssl/version").read_text(encoding="utf-8") == "3.0.22-1\n"
     assert seconds >= OUTAGE

@@ -927,12 +927,10 @@ class RootfsBootstrap:
             version = self.tool_version(binaries[spec.tool], environ)
             out = ""
             lock = self.locked_cache()
-            view = caches.bootstrap_view(spec.cache_dir, spec.path) if spec.tool == "mmdebstrap" else ""
+            view = ""
             try:
-                if view:
-                    caches.remove_tree(view)
-                    for name in ("upper", "work"):
-                        os.makedirs(os.path.join(view, name), mode=0o700)
+                if spec.tool == "mmdebstrap":
+                    view = caches.new_bootstrap_view(spec.cache_dir, spec.path)
                 for argv in commands:
                     stdout, stderr = self.run(argv, environ)
                     out = stdout or stderr  # mmdebstrap reports on stderr

@@ -391,6 +391,16 @@ def bootstrap_view(cache_dir: str, root: str) -> str:
     return os.path.join(views_root(os.path.dirname(os.path.abspath(cache_dir))), f"bootstrap-{digest}")
 
 
+def new_bootstrap_view(cache_dir: str, root: str) -> str:
+    """:func:`bootstrap_view`, made afresh (a killed bootstrap's writes removed) with its empty ``upper`` and
+    ``work``, as mmdebstrap's setup hook mounts them (:func:`_build.bootstrap.mmdebstrap_argv`)."""
+    view = bootstrap_view(cache_dir, root)
+    remove_tree(view)
+    for name in ("upper", "work"):
+        os.makedirs(os.path.join(view, name), mode=0o700)
+    return view
+
+
 def stale_views(cache_root: str, stem: str) -> list[str]:
     """The containers, named from ``stem`` on, that have views: a killed build's, for the next run's clean-up."""
     try:
