@@ -944,6 +944,9 @@ class RootfsBootstrap:
                     out = stdout or stderr
             finally:
                 if view:
+                    # The customize hook unmounts the cache's overlay; where mmdebstrap runs no customize hook
+                    # (variant extract) or a run failed, it is still mounted: never left behind, never removed under it.
+                    self.release_mounts()
                     caches.remove_tree(view)
                 lock.release()
         self.remove_cache_state()
