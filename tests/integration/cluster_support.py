@@ -87,7 +87,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils._nspawn.commands imp
     parse_notify,
 )
 from ansible_collections.hpc.stateless.plugins.module_utils._nspawn.process import keep_running, process_start
-from conftest import REPO, playbook_command
+from conftest import REPO, run_site
 
 INVENTORY = REPO / "tests" / "integration" / "inventory_cluster"
 PACK_DIR = REPO / "build" / "cluster-test" / "images"
@@ -130,14 +130,8 @@ def playbook_args(pack_dir: Path, boot_root: Path, version: str, images: list[st
 def run_playbook(*extra: str, inventory: Path = INVENTORY, playbook: str = "site.yml") -> subprocess.CompletedProcess:
     """A playbook of the checkout with the cluster inventory and the ``cluster_node`` connection plugin;
     the log goes to build/test-logs like every test playbook's."""
-    argv, env = playbook_command(extra, inventory, playbook)
-    env["ANSIBLE_CONNECTION_PLUGINS"] = str(PLUGINS / "connection")
-    proc = subprocess.run(argv, cwd=REPO, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                          check=False)  # stdin: as conftest.run_site
-    log = REPO / "build" / "test-logs"
-    log.mkdir(parents=True, exist_ok=True)
-    (log / f"cluster-{uuid.uuid4().hex[:8]}.log").write_text(" ".join(argv) + "\n" + proc.stdout + proc.stderr)
-    return proc
+    return run_site(*extra, inventory=inventory, playbook=playbook,
+                    env_extra={"ANSIBLE_CONNECTION_PLUGINS": str(PLUGINS / "connection")}, log_prefix="cluster-")
 
 
 def check_playbook(proc: subprocess.CompletedProcess, what: str) -> None:

@@ -62,9 +62,12 @@ def playbook_command(extra: tuple[str, ...], inventory: Path, playbook: str) -> 
             *TEST_EXTRA_VARS, *extra], env
 
 
-def run_site(*extra: str, inventory: Path = TEST_INVENTORY, playbook: str = "site.yml") -> subprocess.CompletedProcess:
-    """Run a playbook of the checkout the way a user does, and capture its output."""
+def run_site(*extra: str, inventory: Path = TEST_INVENTORY, playbook: str = "site.yml",
+             env_extra: dict[str, str] | None = None, log_prefix: str = "") -> subprocess.CompletedProcess:
+    """Run a playbook of the checkout the way a user does, and capture its output; the log goes to
+    build/test-logs/<log_prefix><8 hex>.log. ``env_extra`` is added to the playbook's environment."""
     argv, env = playbook_command(extra, inventory, playbook)
+    env.update(env_extra or {})
     # stdin /dev/null: ansible-playbook refuses a non-blocking one, which a program an earlier test started (a qemu,
     # a buildah run) may have left on the inherited file description; a module-scoped fixture runs before the
     # autouse blocking_standard_streams.
@@ -72,7 +75,7 @@ def run_site(*extra: str, inventory: Path = TEST_INVENTORY, playbook: str = "sit
                           check=False)
     log = REPO / "build" / "test-logs"
     log.mkdir(parents=True, exist_ok=True)
-    (log / f"{uuid.uuid4().hex[:8]}.log").write_text(" ".join(argv) + "\n" + proc.stdout + proc.stderr)
+    (log / f"{log_prefix}{uuid.uuid4().hex[:8]}.log").write_text(" ".join(argv) + "\n" + proc.stdout + proc.stderr)
     return proc
 
 
