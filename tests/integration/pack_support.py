@@ -150,7 +150,8 @@ def run_module(module: str, check_mode: bool = False, **params) -> tuple[int, di
             "-m", module, "-a", json.dumps(params)]
     if check_mode:
         argv.append("--check")
-    proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, check=False)
+    proc = subprocess.run(argv, cwd=REPO, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                          check=False)  # stdin: as conftest.run_site (the ansible CLI refuses a non-blocking one)
     try:
         result = json.loads(proc.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
     except (ValueError, KeyError, IndexError):
