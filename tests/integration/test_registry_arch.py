@@ -1,9 +1,10 @@
 """One layer for two architectures: built side by side, pushed under ONE tag as a manifest list.
 
-A layer tree of one root, ``base``, with ``arch: [amd64, arm64]`` and no roles (the cheapest layer that is built for
+A layer tree of one root, ``twoarch``, with ``arch: [amd64, arm64]`` and no roles (the cheapest layer that is built for
 real: a minbase root, the arm64 one through qemu-user's binfmt handler, which scripts/setup.sh installs), is built
-with build.yml: layers ``base`` (amd64) and ``base-arm64``. hpc.stateless.layer_registry pushes both to Debian's
-docker-registry on 127.0.0.1 as one manifest list; the list is read back (the registry's HTTP API) and each
+with build.yml: layers ``twoarch`` (amd64) and ``twoarch-arm64``. The name is this file's own: the session's tests
+share one image prefix, and other files build a layer ``base`` under it. hpc.stateless.layer_registry pushes both to
+Debian's docker-registry on 127.0.0.1 as one manifest list; the list is read back (the registry's HTTP API) and each
 architecture pulled from the one tag, its labels and image config saying its architecture.
 """
 
@@ -20,6 +21,7 @@ from conftest import BUILDAH_ENV, REPO, buildah, image_labels, run_site
 # The fixture registry (docker-registry on 127.0.0.1), used by pytest by name.
 from test_plan_ci import registry  # noqa: F401  # pylint: disable=unused-import
 
+LAYER = "twoarch"
 ROOT = {
     "arch": ["amd64", "arm64"],
     "bootstrap": {"distro": "debian", "release": "bookworm", "variant": "minbase",
@@ -36,7 +38,7 @@ def built(tmp_path_factory, image_prefix):
     (site / "hosts.yml").write_text("---\nall:\n  hosts:\n    localhost:\n      ansible_connection: local\n"
                                     "      ansible_python_interpreter: \"{{ ansible_playbook_python }}\"\n")
     (site / "group_vars" / "all" / "layers.yml").write_text(yaml.safe_dump(
-        {"hpc_stateless_image_prefix": image_prefix, "hpc_stateless_layers": {"base": ROOT},
+        {"hpc_stateless_image_prefix": image_prefix, "hpc_stateless_layers": {LAYER: ROOT},
          "hpc_stateless_images": {}}, sort_keys=False))
     proc = run_site(inventory=site, playbook="playbooks/build.yml")
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
@@ -56,12 +58,12 @@ def manifest_list(registry: str, repository: str, tag: str) -> dict:
 
 
 def push_list(registry: str, key: str, variants: dict[str, str]) -> subprocess.CompletedProcess:
-    """hpc.stateless.layer_registry: ``variants`` of layer base as one manifest list, tag site-1."""
+    """hpc.stateless.layer_registry: ``variants`` of the layer as one manifest list, tag site-1."""
     return subprocess.run(
         [str(REPO / ".venv" / "bin" / "ansible"), "localhost", "-i", "localhost,", "-c", "local",
          "-e", f"ansible_python_interpreter={REPO / '.venv' / 'bin' / 'python'}",
          "-m", "hpc.stateless.layer_registry", "-a", json.dumps({
-             "name": "base", "key": key, "variants": variants, "tag": "site-1",
+             "name": LAYER, "key": key, "variants": variants, "tag": "site-1",
              "registry": registry, "tls_verify": False, "state": "pushed"})],
         cwd=REPO, env={**BUILDAH_ENV, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")}, stdin=subprocess.DEVNULL,
         capture_output=True, text=True, check=False)
@@ -70,7 +72,7 @@ def push_list(registry: str, key: str, variants: dict[str, str]) -> subprocess.C
 def test_two_architectures_of_one_layer_build_side_by_side_and_share_one_tag(built, image_prefix, registry):  # noqa: F811
     images = {arch: [ref for ref in buildah("images", "--format", "{{.Name}}:{{.Tag}}").split()
                      if ref.startswith(f"{image_prefix}/{name}:") and not ref.endswith(":latest")]
-              for arch, name in (("amd64", "base"), ("arm64", "base-arm64"))}
+              for arch, name in (("amd64", LAYER), ("arm64", f"{LAYER}-arm64"))}
     assert all(len(refs) == 1 for refs in images.values()), images
     refs = {arch: found[0] for arch, found in images.items()}
     keys = {arch: ref.rsplit(":", 1)[1] for arch, ref in refs.items()}
@@ -85,9 +87,9 @@ def test_two_architectures_of_one_layer_build_side_by_side_and_share_one_tag(bui
     assert f"layer image {refs['arm64']} is arm64, not amd64" in swapped.stdout
     push = push_list(registry, keys["amd64"], refs)
     assert push.returncode == 0, push.stdout + push.stderr
-    remote = f"{registry}/base:site-1"
+    remote = f"{registry}/{LAYER}:site-1"
 
-    listing = manifest_list(registry, "base", "site-1")
+    listing = manifest_list(registry, LAYER, "site-1")
     platforms = sorted((m["platform"]["architecture"], m["platform"].get("variant", ""))
                        for m in listing["manifests"])
     assert platforms == [("amd64", ""), ("arm64", "v8")]
