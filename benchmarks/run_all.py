@@ -143,11 +143,13 @@ BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in (
               lambda d: [d.image_ref]),
     Benchmark("openscap", "~6 min (+5 min once for the plain image, shared with lynis)", lambda d: ["--image", d.image_ref],
               [], True, lambda d: [d.image_ref]),
+    Benchmark("image", "~4 min on a quiet host (make image in a fresh clone, from nothing)", lambda d: [],
+              ["--no-packages"]),
     Benchmark("arch", "the amd64 build (~15 min) + the arm64 one under emulation", lambda d: ["--inventory", INVENTORY],
               ["--inventory", "tests/integration/inventory"]),
 )}
 RUN_ORDER = ["plan", "secret_scan", "deploy", "diff", "boot", "hwprofile", "nspawn", "connection", "rollout", "compliance",
-             "peer", "storm", "rootless", "edit", "lynis", "verify_stress", "openscap", "build", "arch", "pack"]
+             "peer", "storm", "rootless", "edit", "lynis", "verify_stress", "openscap", "build", "image", "arch", "pack"]
 
 
 @dataclass
