@@ -403,6 +403,7 @@ def test_hardening_banner(host, base, sshd_settings):
 def test_hardening_usbguard(host, base):
     _enabled(base, "usbguard")
     rules = host.file("/etc/usbguard/rules.conf")
+    assert rules.exists, "/etc/usbguard/rules.conf is missing: USBGuard is not installed"
     assert rules.user == "root" and rules.mode == 0o600, (rules.user, oct(rules.mode))
     lines = [line.strip() for line in rules.content_string.splitlines() if line.strip() and not line.startswith("#")]
     assert lines == base["base_hardening_usbguard_rules"], "rules.conf holds other rules than the role's (the package's "\
