@@ -424,8 +424,7 @@ def test_hardening_usbguard(host, base):
 def test_hardening_file_modes(host, base):
     """The main sshd configuration and the cron directories are readable by root only (Lynis FILE-7524, CIS)."""
     wrong = {}
-    if base.get("base_sshd_enabled") and base.get("base_hardening_sshd_enabled") \
-            and host.file("/etc/ssh/sshd_config").exists:
+    if base.get("base_sshd_enabled") and host.file("/etc/ssh/sshd_config").exists:
         sshd_config = host.file("/etc/ssh/sshd_config")
         if sshd_config.mode != 0o600:
             wrong["/etc/ssh/sshd_config"] = oct(sshd_config.mode)
