@@ -15,6 +15,11 @@ rules of both profiles (hpc_stateless_verify_openscap_min_pass) with every faile
 reported beside it. The seconds are the scan's part of verify: prepare, the scan in the boot, the verdict and the kept
 reports (the boot itself is verify's anyway).
 
+Lynis in the same run, both ways a security team meets it: in verify (each image booted, the collection's profile and
+waivers, judged by playbooks/tasks/verify_lynis.yml: ours >= 80 with every finding waived) and with Lynis's own default
+profile on each image's tree (nspawn directory mode, nothing booted, nothing waived: the score a scan of the unpacked
+image gives), each beside the plain image.
+
     python benchmarks/openscap_bench.py [--image REF] [--bootstrap REF] [--output FILE]
 """
 
@@ -31,7 +36,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 import comparisons  # noqa: E402  pylint: disable=wrong-import-position
 from booted_play import booted_play, munge_key, run_playbook  # noqa: E402  pylint: disable=wrong-import-position
-from lynis_bench import image_arguments, manual_packages, plain_image  # noqa: E402  pylint: disable=wrong-import-position
+from lynis_bench import MIN_SCORE, image_arguments, lynis_runs, manual_packages, plain_image  # noqa: E402  pylint: disable=wrong-import-position
 
 MIN_PASS = 80
 PROFILES = ("anssi_np_nt28_average", "standard")
@@ -138,8 +143,15 @@ def main() -> int:
 
     packages = manual_packages(args.image)
     plain = plain_image(args.bootstrap, packages)
+    images = {"plain": plain, "ours": args.image}
     with tempfile.TemporaryDirectory(prefix="openscap-bench.") as tmp:
-        result = scans({"plain": plain, "ours": args.image}, Path(tmp))
+        result = scans(images, Path(tmp))
+        tree = lynis_tree(images, Path(tmp))
+        log(f"Lynis, default profile, image tree: plain {tree['plain']}, ours {tree['ours']}")
+        (Path(tmp) / "lynis-booted").mkdir()
+        booted = lynis_runs(images, Path(tmp) / "lynis-booted")
+        log(f"Lynis in verify (booted, the collection's profile): plain {booted['plain']['score']}, "
+            f"ours {booted['ours']['score']}")
     rows = []
     for profile in PROFILES:
         plain_r, ours_r = result[f"plain-{profile}"], result[f"ours-{profile}"]
@@ -158,8 +170,20 @@ def main() -> int:
         "seconds the OpenSCAP scan adds to verify (default profile: scan in the boot, verdict, kept reports)",
         "plain image", result[f"plain-{PROFILES[0]}"]["seconds"], "default image", result[average]["seconds"],
         "reported", None))
+    rows.append(comparisons.comparison(
+        "Lynis hardening index, its default profile on the image tree (nspawn directory mode, not booted; plain Debian "
+        "of the same packages vs ours)", "plain Debian, same packages, no roles", tree["plain"],
+        "hpc.stateless default image", tree["ours"], "reported side by side", None, unit="", higher_is_better=True))
+    rows.append(comparisons.comparison(
+        f"Lynis hardening index in verify (booted, the collection's profile and waivers): the default image >= "
+        f"{MIN_SCORE}", "minimum", MIN_SCORE, f"hpc.stateless default image (plain {booted['plain']['score']})",
+        booted["ours"]["score"], f">= {MIN_SCORE}, every finding waived", 1.0, kind=comparisons.BUDGET, unit="",
+        higher_is_better=True, also={"every finding waived": not booted["ours"]["unwaived"]}))
+    lynis = {"tree_default_profile": tree,
+             "booted": {name: {key: run[key] for key in ("score", "passed", "unwaived", "lynis_seconds")}
+                        for name, run in booted.items()}}
     output = {"benchmark": "openscap", "packages": packages, "min_pass": MIN_PASS, "results": result,
-              "comparisons": rows}
+              "lynis": lynis, "comparisons": rows}
     return comparisons.write_results(output, Path(args.output))
 
 

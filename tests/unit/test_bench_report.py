@@ -41,8 +41,8 @@ ROOTLESS_ROWS = 3  # root vs rootless build, vfs vs overlay commit time and disk
 ROLLOUT_ROWS = 8
 BOOT_ROWS = 3  # transfer (judged), qemu start to kernel, boot to multi-user (reported)
 # Per profile (ANSSI-BP-028 average, standard): ours beside the plain image (reported), ours >= 80 % (judged); the
-# scan's seconds (reported).
-OPENSCAP_ROWS, OPENSCAP_JUDGED = 5, 2
+# scan's seconds (reported); Lynis's default profile on each image's tree (reported), Lynis in verify >= 80 (judged).
+OPENSCAP_ROWS, OPENSCAP_JUDGED = 7, 3
 # The recorded 200-node boot storm (docs/scale.md): seven scenarios, each judged; the switch and the cache tier met
 # their goals, the k = 1, 2, 4, one-server-killed and peer-to-peer time goals were missed on this host.
 STORM_ROWS, STORM_MET = 7, 2

@@ -222,6 +222,8 @@ def test_tmpfs_mounts(host, base):
         opts = fields[3].split(",")
         assert f"size={mount.get('size', '50%')}" in opts
         assert f"mode={mount.get('mode', '1777')}" in opts
+        missing = set(mount.get("options", ["nosuid", "nodev"])) - set(opts)
+        assert not missing, f"fstab options of {mount['path']} lack {sorted(missing)}: {fields[3]}"
 
 
 def test_stateless_units_masked(host, debian):
@@ -396,6 +398,43 @@ def test_hardening_banner(host, base, sshd_settings):
         assert host.file(path).content_string.strip() == base["base_hardening_banner"].strip(), path
     if sshd_settings and base.get("base_hardening_sshd_enabled"):
         assert sshd_settings.get("banner") == "/etc/issue.net"
+
+
+def test_hardening_usbguard(host, base):
+    _enabled(base, "usbguard")
+    rules = host.file("/etc/usbguard/rules.conf")
+    assert rules.exists, "/etc/usbguard/rules.conf is missing: USBGuard is not installed"
+    assert rules.user == "root" and rules.mode == 0o600, (rules.user, oct(rules.mode))
+    lines = [line.strip() for line in rules.content_string.splitlines() if line.strip() and not line.startswith("#")]
+    assert lines == base["base_hardening_usbguard_rules"], "rules.conf holds other rules than the role's (the package's "\
+        f"first policy names the build host's devices): {lines}"
+    conf = {k.strip(): v.strip() for k, _sep, v in (line.partition("=") for line in
+            host.file("/etc/usbguard/usbguard-daemon.conf").content_string.splitlines())
+            if _sep and not k.lstrip().startswith("#")}
+    wrong = {k: (conf.get(k), str(v)) for k, v in base["base_hardening_usbguard_settings"].items() if conf.get(k) != str(v)}
+    assert not wrong, f"usbguard-daemon.conf (found, wanted): {wrong}"
+    assert "ConditionVirtualization=!container" in \
+        host.file("/etc/systemd/system/usbguard.service.d/50-hpc-stateless.conf").content_string.split()
+    assert host.service("usbguard").is_enabled
+    if any(host.file(f"{d}/usbguard-dbus.service").exists for d in ("/usr/lib/systemd/system", "/lib/systemd/system")):
+        dbus = host.file("/etc/systemd/system/usbguard-dbus.service")
+        assert dbus.is_symlink and dbus.linked_to == "/dev/null", "usbguard-dbus.service is not masked"
+
+
+def test_hardening_file_modes(host, base):
+    """The main sshd configuration and the cron directories are readable by root only (Lynis FILE-7524, CIS)."""
+    wrong = {}
+    if base.get("base_sshd_enabled") and host.file("/etc/ssh/sshd_config").exists:
+        sshd_config = host.file("/etc/ssh/sshd_config")
+        if sshd_config.mode != 0o600:
+            wrong["/etc/ssh/sshd_config"] = oct(sshd_config.mode)
+    if base.get("base_hardening_cron_dirs_mode"):
+        want = int(base["base_hardening_cron_dirs_mode"], 8)
+        for path in ("/etc/cron.d", "/etc/cron.hourly", "/etc/cron.daily", "/etc/cron.weekly", "/etc/cron.monthly"):
+            directory = host.file(path)
+            if directory.is_directory and directory.mode != want:
+                wrong[path] = oct(directory.mode)
+    assert not wrong, f"modes readable beyond root (path: mode): {wrong}"
 
 
 def test_hardening_sshd_settings(sshd_settings, base):

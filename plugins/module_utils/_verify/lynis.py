@@ -24,6 +24,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
+from ansible_collections.hpc.stateless.plugins.module_utils._verify.scan_verdict import ScanVerdict
+
 try:
     import yaml
 except ImportError:  # on the controller PyYAML is there (Ansible needs it); the check below says so otherwise
@@ -133,23 +135,6 @@ class Waivers:
     skips: list[Skip] = field(default_factory=list)
     # Profile lines (``key=value``) with their reasons, e.g. paths a test does not scan.
     settings: list[tuple[str, str, str]] = field(default_factory=list)
-
-
-@dataclass
-class Verdict:
-    """The outcome for the record: ``passed``, the score, one check per finding and a message naming what failed."""
-
-    passed: bool
-    score: int
-    minimum: int
-    checks: list[dict[str, Any]] = field(default_factory=list)
-    unwaived: list[str] = field(default_factory=list)
-    unused_waivers: list[str] = field(default_factory=list)
-    message: str = ""
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"passed": self.passed, "score": self.score, "minimum": self.minimum, "checks": self.checks,
-                "unwaived": self.unwaived, "unused_waivers": self.unused_waivers, "message": self.message}
 
 
 # ------------------------------------------------------------------------------------------ the host's Lynis
@@ -372,7 +357,7 @@ def _process_table(report: Report) -> str:
             f"(the table then, {PROCESS_TABLE_COLUMNS.replace(',', ' ')}: {table[:1500]})")
 
 
-def judge(report: Report, waiver_set: Waivers, minimum: int) -> Verdict:
+def judge(report: Report, waiver_set: Waivers, minimum: int) -> ScanVerdict:
     """Pass when the hardening index reaches ``minimum`` and every finding is waived; name what is not."""
     if not isinstance(minimum, int) or isinstance(minimum, bool) or not 0 <= minimum <= 100:
         raise LynisError(f"hpc_stateless_verify_lynis_min_score: expected a whole number from 0 to 100, got {minimum!r}")
@@ -420,4 +405,4 @@ def judge(report: Report, waiver_set: Waivers, minimum: int) -> Verdict:
         message = ("Lynis: " + "; and ".join(problems) + ". Harden the roles (docs/hardening.md), or waive a "
                    "finding that makes no sense on a stateless compute node with its reason in a file of "
                    "hpc_stateless_verify_lynis_waivers.")
-    return Verdict(passed, report.hardening_index, minimum, checks, unwaived, unused, message)
+    return ScanVerdict(passed, report.hardening_index, minimum, checks, unwaived, unused, message)

@@ -44,6 +44,7 @@ from typing import Any, Iterable, Mapping
 from ansible_collections.hpc.stateless.plugins.module_utils import _imagepath, _paths, _process
 from ansible_collections.hpc.stateless.plugins.module_utils._contract import names
 from ansible_collections.hpc.stateless.plugins.module_utils._verify import boot_files
+from ansible_collections.hpc.stateless.plugins.module_utils._verify.scan_verdict import ScanVerdict
 
 try:
     import yaml
@@ -367,22 +368,13 @@ def os_release_version(text: str) -> str:
 
 
 @dataclass
-class Verdict:
-    passed: bool
-    score: float
-    minimum: int
-    passing: int
-    applicable: int
-    checks: list[dict[str, Any]] = field(default_factory=list)
-    unwaived: list[str] = field(default_factory=list)
-    unused_waivers: list[str] = field(default_factory=list)
-    tailored_out: dict[str, str] = field(default_factory=dict)
-    message: str = ""
+class Verdict(ScanVerdict):
+    """OpenSCAP's verdict: the share of passing applicable rules is the score (%), with its two counts and the rules
+    the tailoring deselected (rule -> reason)."""
 
-    def as_dict(self) -> dict[str, Any]:
-        return {"passed": self.passed, "score": self.score, "minimum": self.minimum, "passing": self.passing,
-                "applicable": self.applicable, "checks": self.checks, "unwaived": self.unwaived,
-                "unused_waivers": self.unused_waivers, "tailored_out": self.tailored_out, "message": self.message}
+    passing: int = 0
+    applicable: int = 0
+    tailored_out: dict[str, str] = field(default_factory=dict)
 
 
 def score(rules: Iterable[RuleResult]) -> tuple[int, int]:
@@ -402,7 +394,7 @@ def judge(results: Results, profile: str, minimum: int, tailored: TailoredProfil
     passing, applicable = score(results.rules)
     name = short_rule(profile)[len(SSG_PROFILE):] if profile.startswith(SSG_PROFILE) else profile
     if applicable == 0:
-        return Verdict(False, 0.0, minimum, 0, 0, [{
+        return Verdict(False, 0.0, minimum, [{
             "id": SCORE_CHECK, "name": f"OpenSCAP {name} score", "passed": False, "result": "error", "waiver": "",
             "detail": f"no rule of {profile} applies to this image ({platform or 'content unknown'}); check that the "
                       "content is for the image's distribution (hpc_stateless_verify_openscap_content)"}],
@@ -450,8 +442,8 @@ def judge(results: Results, profile: str, minimum: int, tailored: TailoredProfil
                           "stateless node: docs/verify.md)")
     message = (f"OpenSCAP {name}: " + ("; ".join(problems) if problems else summary)
                + f"; {len(deselected)} tailored out; {platform}")
-    return Verdict(passed, percent, minimum, passing, applicable, checks, unwaived,
-                   sorted(set(waivers) - used), {short_rule(r): why for r, why in deselected.items()}, message)
+    return Verdict(passed, percent, minimum, checks, unwaived, sorted(set(waivers) - used), message, passing=passing,
+                   applicable=applicable, tailored_out={short_rule(r): why for r, why in deselected.items()})
 
 
 # ------------------------------------------------------------------------------------------ one scan's files
