@@ -21,10 +21,11 @@ and deletes it. Scenarios:
 * ``cache``: one origin, an nginx cache per rack in front of it (proxy_cache_lock on); the nodes of
   a rack fetch from their cache, then the origin. The origin must send <= 1.1 copies per cache.
 * ``p2p``: aria2c on every node, with hpc-fetch's own settings (hpc-fetch -t: the torrent is an artifact too;
-  a node that has the image keeps seeding while the others fetch), opentracker and an aria2c seeder on the one
-  server, whose upload is limited to a quarter of a node's rate; a node the swarm gives no byte for 30 s falls
-  back to HTTP from the same server. p100 <= 0.5x the one-server HTTP bound, the server sends <= 3
-  copies (seeder + HTTP), 100 % complete.
+  a node that has the image keeps seeding while the others fetch), opentracker and a seeder on the one server:
+  libtorrent in super-seeding mode (storm_seeder.py: each piece leaves the server about once) at a node's rate,
+  stopping once every piece is held by 2 nodes; a node the swarm gives no byte for 30 s falls back to HTTP from
+  the same server. p100 <= 0.5x the one-server HTTP bound, the server sends <= 3 copies (seeder, tracker and
+  HTTP: the link's transmit counter), 100 % complete.
 
 Rates are scaled down so that the simulated wire, not the 2 shared cores, is the bottleneck and the
 whole run takes minutes: a 2 MiB image, nodes at 4 Mbit/s, servers at 40 Mbit/s (the 1:10 of 100 Mbit/s
@@ -34,12 +35,19 @@ image at 40 Gbit/s servers has the same bound in units of image / rate); the abs
 carry over. Bytes each server sent are its link's transmit counter (the wire, headers included) and
 nginx's own log (payload; a killed server's last requests are not logged).
 
+Simulation settings (they spare the 2 cores, they are not the first stage's): ``p2p`` runs at half the rates
+(``--p2p-scale``: its bound doubles, the goals are ratios to it, and 200 aria2c need half the CPU per second of
+the storm); its torrent has 32 pieces (``--piece-kib 64``: a node's messages grow with pieces x peers). The clock
+starts when every node's process is up and waits on the start (spawning 200 processes is the host's time, not a
+node's). Each scenario records where the host's CPU went (/proc: user, system, softirq, by command) and its load.
+
     python benchmarks/storm_bench.py [--nodes 200] [--image-mib 2] [--node-mbit 4] [--server-mbit 40]
                                      [--scenarios k1,k2,k4,kill,switch,cache,p2p] [--quick]
                                      [--plot docs/images/storm.svg] [--output benchmarks/results/storm.json]
 
 ``--quick``: 24 nodes, every scenario (a smoke run: the bounds are then close to one node's own time, the
-ratios are not judged). Needs root (namespaces), nginx, aria2, opentracker (scripts/setup.sh).
+ratios are not judged). Needs root (namespaces), nginx, aria2, opentracker, iptables, python3-libtorrent
+(scripts/setup.sh).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ swarm spreads it. The seeder stops once every piece is held by ``--stop-copies``
 hold while they fetch, and seed once done): the server's share is then about that many copies, however long the
 storm. A site's boot server would run the same (any BitTorrent seed with super-seeding, and a stop rule).
 
-    python3 storm_seeder.py --torrent T --dir D --listen ADDR:PORT --upload-bytes B [--stop-copies 2] [--slots 16]
+    python3 storm_seeder.py --torrent T --dir D --listen ADDR:PORT --upload-bytes B [--stop-copies 2] [--peers 16]
 
 Prints one JSON line when it stops: the seconds since it started seeding and the bytes it sent.
 """
@@ -32,11 +32,13 @@ def main() -> int:
     parser.add_argument("--listen", required=True, help="address:port to accept peers on")
     parser.add_argument("--upload-bytes", type=int, required=True, help="upload limit, bytes per second")
     parser.add_argument("--stop-copies", type=int, default=2, help="stop once every piece is held by this many peers")
-    parser.add_argument("--slots", type=int, default=16, help="peers unchoked at once")
+    parser.add_argument("--peers", type=int, default=16,
+                        help="peers it serves at once (unchoked, and connected: with more peers than pieces, super-"
+                             "seeding hands the same rare piece to several newcomers)")
     args = parser.parse_args()
     session = lt.session({"listen_interfaces": args.listen, "enable_dht": False, "enable_lsd": False,
                           "enable_upnp": False, "enable_natpmp": False, "upload_rate_limit": args.upload_bytes,
-                          "unchoke_slots_limit": args.slots, "connections_limit": 1000,
+                          "unchoke_slots_limit": args.peers, "connections_limit": args.peers,
                           "alert_mask": lt.alert.category_t.error_notification | lt.alert.category_t.tracker_notification})
     params = lt.add_torrent_params()
     params.ti = lt.torrent_info(args.torrent)
