@@ -781,7 +781,8 @@ def plot(data: dict[str, Any], path: Path) -> None:
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" '
              f'font-size="11"><rect width="100%" height="100%" fill="white"/>',
              f'<text x="{left}" y="20" font-size="13">boot storm: {nodes} nodes, {cfg["image_mib"]} MiB image, nodes '
-             f'{cfg["node_mbit"]:g} Mbit/s, servers {cfg["server_mbit"]:g} Mbit/s</text>',
+             f'{cfg["node_mbit"]:g} Mbit/s, servers {cfg["server_mbit"]:g} Mbit/s'
+             f'{" (p2p at %gx)" % cfg["p2p_scale"] if "p2p" in scenarios and "p2p_scale" in cfg else ""}</text>',
              f'<line x1="{left}" y1="{top + plot_h}" x2="{left + plot_w}" y2="{top + plot_h}" stroke="black"/>',
              f'<line x1="{left}" y1="{top}" x2="{left}" y2="{top + plot_h}" stroke="black"/>']
     step = next(v for v in (1, 2, 5, 10, 20, 30, 60, 120, 300, 600) if horizon / v <= 10)
