@@ -39,6 +39,8 @@ def main() -> int:
     session = lt.session({"listen_interfaces": args.listen, "enable_dht": False, "enable_lsd": False,
                           "enable_upnp": False, "enable_natpmp": False, "upload_rate_limit": args.upload_bytes,
                           "unchoke_slots_limit": args.peers, "connections_limit": args.peers,
+                          # peers of one address (a test's swarm on loopback) are peers too
+                          "allow_multiple_connections_per_ip": True,
                           "alert_mask": lt.alert.category_t.error_notification | lt.alert.category_t.tracker_notification})
     params = lt.add_torrent_params()
     params.ti = lt.torrent_info(args.torrent)
