@@ -21,10 +21,11 @@ and deletes it. Scenarios:
 * ``cache``: one origin, an nginx cache per rack in front of it (proxy_cache_lock on); the nodes of
   a rack fetch from their cache, then the origin. The origin must send <= 1.1 copies per cache.
 * ``p2p``: aria2c on every node, with hpc-fetch's own settings (hpc-fetch -t: the torrent is an artifact too;
-  a node that has the image keeps seeding while the others fetch), opentracker and an aria2c seeder on the one
-  server, whose upload is limited to a quarter of a node's rate; a node the swarm gives no byte for 30 s falls
-  back to HTTP from the same server. p100 <= 0.5x the one-server HTTP bound, the server sends <= 3
-  copies (seeder + HTTP), 100 % complete.
+  a node that has the image keeps seeding while the others fetch), opentracker and a seeder on the one server:
+  libtorrent in super-seeding mode (storm_seeder.py: each piece leaves the server about once) at a node's rate,
+  stopping once every piece is held by 2 nodes; a node the swarm gives no byte for 30 s falls back to HTTP from
+  the same server. p100 <= 0.5x the one-server HTTP bound, the server sends <= 3 copies (seeder, tracker and
+  HTTP: the link's transmit counter), 100 % complete.
 
 Rates are scaled down so that the simulated wire, not the 2 shared cores, is the bottleneck and the
 whole run takes minutes: a 2 MiB image, nodes at 4 Mbit/s, servers at 40 Mbit/s (the 1:10 of 100 Mbit/s
@@ -34,12 +35,19 @@ image at 40 Gbit/s servers has the same bound in units of image / rate); the abs
 carry over. Bytes each server sent are its link's transmit counter (the wire, headers included) and
 nginx's own log (payload; a killed server's last requests are not logged).
 
+Simulation settings (they spare the 2 cores, they are not the first stage's): ``p2p`` runs at half the rates
+(``--p2p-scale``: its bound doubles, the goals are ratios to it, and 200 aria2c need half the CPU per second of
+the storm); its torrent has 32 pieces (``--piece-kib 64``: a node's messages grow with pieces x peers). The clock
+starts when every node's process is up and waits on the start (spawning 200 processes is the host's time, not a
+node's). Each scenario records where the host's CPU went (/proc: user, system, softirq, by command) and its load.
+
     python benchmarks/storm_bench.py [--nodes 200] [--image-mib 2] [--node-mbit 4] [--server-mbit 40]
                                      [--scenarios k1,k2,k4,kill,switch,cache,p2p] [--quick]
                                      [--plot docs/images/storm.svg] [--output benchmarks/results/storm.json]
 
 ``--quick``: 24 nodes, every scenario (a smoke run: the bounds are then close to one node's own time, the
-ratios are not judged). Needs root (namespaces), nginx, aria2, opentracker (scripts/setup.sh).
+ratios are not judged). Needs root (namespaces), nginx, aria2, opentracker, iptables, python3-libtorrent
+(scripts/setup.sh).
 """
 
 from __future__ import annotations
@@ -54,9 +62,9 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import comparisons
 
@@ -82,14 +90,16 @@ GOAL_P2P = 0.5
 GOAL_P2P_COPIES = 3.0
 BOOT_SCRIPT = "ipxe/images/storm.ipxe"  # the per-image boot script (the deploy's layout, docs/scale.md)
 TRACKER_PORT = 6969
+SYSTEM_PYTHON = "/usr/bin/python3"  # the seeder's: Debian's python3-libtorrent is for it
 KERNEL_MIB = 1  # the "kernel" of the switch scenario: a second artifact named by the same script
 
-# What each simulated node runs: wait for the storm's start (a shared lock the benchmark holds), then
+# What each simulated node runs: say it is up, wait for the storm's start (a shared lock the benchmark holds), then
 # (switch) read the boot script and take the hashes it names, fetch with hpc-fetch, hash what it got.
 NODE_SCRIPT = r"""
 set -u
+: >"$READY"
 flock -s "$LOCK" true
-sleep "$DELAY"
+[ "$DELAY" = 0.000 ] || sleep "$DELAY"
 start=$(date +%s.%N)
 kernel=-
 image=$IMAGE
@@ -196,6 +206,9 @@ class Config:
     node_mbit: float
     server_mbit: float
     seed_mbit: float  # the server's seeder's upload limit (peer-to-peer)
+    piece_kib: int = 64  # the torrent's piece size
+    seeder_stop_copies: int = 2  # the seeder stops once every piece is held by this many nodes (0: never)
+    p2p_scale: float = 0.5  # the p2p scenario's rates, times the others' (a simulation setting)
 
     @property
     def image_bytes(self) -> int:
@@ -235,6 +248,76 @@ def neighbour_room(nodes: int) -> Iterator[None]:
                 (NEIGH_SYSCTL / name).write_text(f"{value}\n")
 
 
+class CpuProfile:
+    """Where the host's CPU went during a storm: /proc/stat's split (user, system, softirq: the veths, the bridge and
+    htb run there, idle) and the CPU seconds of the processes by command, sampled every second (a process that lives
+    less than a second - sh, du, sleep, curl of a node's script - is not seen by name: its share is in ``unnamed_s``,
+    user + system time no sampled process accounts for). The host's, so other work on it counts too: the load average
+    is recorded with it."""
+
+    def __init__(self, interval: float = 1.0) -> None:
+        self.interval = interval
+        self.hz = os.sysconf("SC_CLK_TCK")
+        self.seen: dict[str, tuple[str, int]] = {}
+        self.by_command: dict[str, int] = {}
+        self.load_max = 0.0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.stat0: list[int] = []
+        self.began = 0.0
+
+    @staticmethod
+    def _stat() -> list[int]:
+        with open("/proc/stat", encoding="ascii") as handle:
+            return [int(v) for v in handle.readline().split()[1:]]
+
+    def _sample(self, baseline: bool = False) -> None:
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry.name}/stat", encoding="utf-8", errors="replace") as handle:
+                    raw = handle.read()
+            except OSError:
+                continue
+            comm = raw[raw.index("(") + 1:raw.rindex(")")]
+            comm = "kworker" if comm.startswith("kworker/") else comm  # a kworker's name changes with its work
+            fields = raw[raw.rindex(")") + 2:].split()
+            ticks = int(fields[11]) + int(fields[12])  # utime + stime
+            key = f"{entry.name}@{fields[19]}"  # pid and start time: a pid used again is another process
+            last = self.seen.get(key)
+            before = last[1] if last else (ticks if baseline else 0)
+            self.seen[key] = (comm, ticks)
+            if ticks > before:
+                self.by_command[comm] = self.by_command.get(comm, 0) + ticks - before
+        with open("/proc/loadavg", encoding="ascii") as handle:
+            self.load_max = max(self.load_max, float(handle.read().split()[0]))
+
+    def _run(self) -> None:
+        while not self.stop.wait(self.interval):
+            self._sample()
+
+    def begin(self) -> "CpuProfile":
+        self.stat0, self.began = self._stat(), time.monotonic()
+        self._sample(baseline=True)
+        self.thread.start()
+        return self
+
+    def end(self) -> dict[str, Any]:
+        self.stop.set()
+        self.thread.join()
+        self._sample()
+        delta = [b - a for a, b in zip(self.stat0, self._stat())]
+        user, nice, system, idle, iowait, irq, softirq = (v / self.hz for v in delta[:7])
+        named = sum(self.by_command.values()) / self.hz
+        top = sorted(self.by_command.items(), key=lambda kv: -kv[1])[:8]
+        return {"wall_s": round(time.monotonic() - self.began, 1), "cpus": os.cpu_count(),
+                "user_s": round(user + nice, 1), "system_s": round(system, 1), "softirq_s": round(softirq + irq, 1),
+                "idle_s": round(idle + iowait, 1), "load_max": self.load_max,
+                "by_command_s": {comm: round(t / self.hz, 1) for comm, t in top},
+                "unnamed_s": round(max(0.0, user + nice + system - named), 1)}
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     if not ordered:
@@ -260,6 +343,7 @@ class Storm:
         self.net = Net(tag)
         self.servers: dict[str, Nginx] = {}
         self.extra_procs: list[subprocess.Popen] = []
+        self.cpu: dict[str, Any] = {}
 
     def url(self, host: str) -> str:
         return f"http://{self.net.hosts[host].address}"
@@ -279,9 +363,11 @@ class Storm:
 
     def run_nodes(self, orders: list[list[str]], image: str, delays: Optional[list[float]] = None,
                   script_url: Optional[list[str]] = None, extra: str = "",
-                  events: Optional[list[tuple[float, Any]]] = None) -> list[dict[str, Any]]:
+                  events: Optional[list[tuple[float, Any]]] = None,
+                  watch: Optional[Callable[[float], None]] = None) -> list[dict[str, Any]]:
         """Start every node's first stage at once (they wait on a lock), run ``events`` (seconds after
-        the start, callable), and collect each node's result."""
+        the start, callable) and ``watch`` (in a thread of its own from the start, given the start's time), and
+        collect each node's result."""
         lock = self.work / "start.lock"
         lock.touch()
         out_dir = self.work / "nodes"
@@ -297,6 +383,7 @@ class Storm:
                        "IMAGE": image, "SERVERS": ",".join(order), "FETCH": str(FETCH_SCRIPT),
                        "OUT": str(out_dir / f"n{index}.img"), "LOG": str(out_dir / f"n{index}.log"),
                        "RESULT": str(out_dir / f"n{index}.result"), "EXTRA": extra,
+                       "READY": str(out_dir / f"n{index}.ready"),
                        "SCRIPT_URL": script_url[index] if script_url else ""}
                 # The first stage's own settings (hpc-fetch's defaults); HPC_FETCH_* from the caller's environment
                 # only to try other values by hand.
@@ -304,10 +391,19 @@ class Storm:
                 procs.append(subprocess.Popen(
                     ["ip", "netns", "exec", self.net.hosts[f"n{index}"].name, "sh", "-c", NODE_SCRIPT],
                     env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
-            time.sleep(1.0)  # every node is blocked on the lock
+            # The clock starts when every node's process is up and waits on the lock (the common release): spawning
+            # hundreds of processes on the benchmark host's cores is the simulation's cost, not a node's boot time.
+            ready = [out_dir / f"n{index}.ready" for index in range(len(orders))]
+            up_by = time.monotonic() + 120
+            while time.monotonic() < up_by and not all(path.exists() for path in ready):
+                time.sleep(0.1)
+            time.sleep(0.5)  # the last ones reach their flock
             start = time.time()
+            profile = CpuProfile().begin()
             fcntl.flock(held, fcntl.LOCK_UN)
         timers = []
+        if watch:
+            threading.Thread(target=watch, args=(start,), daemon=True).start()
         for at, action in events or []:
             timer = threading.Timer(at, action)
             timer.start()
@@ -316,6 +412,7 @@ class Storm:
         results_at = [out_dir / f"n{index}.result" for index in range(len(orders))]
         while time.monotonic() < deadline and not all(path.exists() for path in results_at):
             time.sleep(0.5)
+        self.cpu = profile.end()
         for proc in procs:  # what still runs is a node seeding after its fetch (or one past the deadline)
             if proc.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
@@ -362,6 +459,9 @@ def summary(cfg: Config, results: list[dict[str, Any]], storm: Storm, server_hos
         "server_wire_bytes": wire, "server_http_bytes": http,
         "server_copies": {h: round(b / cfg.image_bytes, 2) for h, b in wire.items()},
         "seconds": sorted(round(s, 3) for s in done),
+        # when each node's script ran after the release (its own clock reading): the simulation's start-up spread
+        "started_p100_s": round(max((r["start"] for r in results if r.get("start") is not None), default=0), 2),
+        "cpu": storm.cpu,
     }
 
 
@@ -510,13 +610,12 @@ def bencode(value: Any) -> bytes:
     raise TypeError(value)
 
 
-def make_torrent(image: Path, announce: str) -> tuple[bytes, str]:
-    """A single-file .torrent of ``image`` (at least 128 pieces, 16-256 KiB each: a piece is shared on only once it
-    is whole and checked, so small pieces spread sooner), and its info hash (hex: Debian's opentracker serves a
-    whitelist)."""
+def make_torrent(image: Path, announce: str, piece_kib: int = 64) -> tuple[bytes, str]:
+    """A single-file .torrent of ``image`` in pieces of ``piece_kib`` KiB, and its info hash (hex: Debian's opentracker
+    serves a whitelist)."""
     import hashlib  # pylint: disable=import-outside-toplevel
 
-    piece = max(16 << 10, min(256 << 10, 1 << (max(1, image.stat().st_size // 128).bit_length() - 1)))
+    piece = piece_kib << 10
     pieces = b""
     with open(image, "rb") as handle:
         for block in iter(lambda: handle.read(piece), b""):
@@ -525,16 +624,39 @@ def make_torrent(image: Path, announce: str) -> tuple[bytes, str]:
     return bencode({"announce": announce, "info": info}), hashlib.sha1(bencode(info), usedforsecurity=False).hexdigest()
 
 
+class ServerTraffic:
+    """Bytes the server's IP layer sent, by what sent them: nginx (HTTP, port 80), the tracker, and the rest (the
+    seeder's peer connections); iptables counters in the server's namespace (IP packets: the link's own header is on
+    the wire counter only)."""
+
+    def __init__(self, namespace: str) -> None:
+        self.namespace = namespace
+        for port in (80, TRACKER_PORT):
+            sh("ip", "netns", "exec", namespace, "iptables", "-A", "OUTPUT", "-p", "tcp", "--sport", str(port))
+        sh("ip", "netns", "exec", namespace, "iptables", "-A", "OUTPUT")
+
+    def bytes(self) -> dict[str, int]:
+        out = sh("ip", "netns", "exec", self.namespace, "iptables", "-L", "OUTPUT", "-v", "-x", "-n").stdout
+        counts = [int(line.split()[1]) for line in out.splitlines()[2:] if line.strip()]
+        http, tracker, everything = counts[0], counts[1], counts[2]
+        return {"http": http, "tracker": tracker, "seeder": everything - http - tracker}
+
+
 def scenario_p2p(cfg: Config, work: Path, image: Path, digest: str) -> dict[str, Any]:
+    # Every rate times --p2p-scale (a simulation setting): the bound and the goals stay the same in units of
+    # image / rate, and 200 aria2c need that much less of the host's CPU per second of the storm.
+    cfg = replace(cfg, node_mbit=cfg.node_mbit * cfg.p2p_scale, server_mbit=cfg.server_mbit * cfg.p2p_scale,
+                  seed_mbit=cfg.seed_mbit * cfg.p2p_scale)
     with world(cfg, work, "p2p", [("s0", cfg.server_mbit)]) as storm:
         root = storm.work / "root"
         publish(root, image)
         address = storm.net.hosts["s0"].address
         torrent = storm.work / "image.torrent"
-        meta, info_hash = make_torrent(image, f"http://{address}:{TRACKER_PORT}/announce")
+        meta, info_hash = make_torrent(image, f"http://{address}:{TRACKER_PORT}/announce", cfg.piece_kib)
         torrent.write_bytes(meta)
         torrent_hex = publish(root, torrent)
         storm.serve("s0", root)
+        traffic = ServerTraffic(storm.net.hosts["s0"].name)
         allowed = storm.work / "tracker-whitelist"
         allowed.write_text(info_hash + "\n")
         allowed.chmod(0o644)
@@ -546,22 +668,35 @@ def scenario_p2p(cfg: Config, work: Path, image: Path, digest: str) -> dict[str,
         seed_dir.mkdir()
         os.link(image, seed_dir / image.name)
         limit = int(cfg.seed_mbit * 1e6 / 8)
-        # The seeder seeds as long as the storm lasts; its upload limit bounds the server's share (a quarter of a
-        # node's rate: 3 copies of the image take 12 node-times). Capping its copies instead (--seed-ratio) left
-        # pieces no node had when it stopped: every peer then stalled at the same bytes.
-        storm.spawn("s0", ["aria2c", f"--dir={seed_dir}", "--seed-ratio=0.0", "--bt-seed-unverified=true",
-                           "--check-integrity=false", f"--max-overall-upload-limit={limit}",
-                           "--enable-dht=false", "--bt-enable-lpd=false", "--summary-interval=0",
-                           "--bt-tracker-interval=2", "--bt-max-peers=200", str(torrent)],
-                    storm.work / "seeder.log")
+        # The server's seeder: libtorrent in super-seeding mode (benchmarks/storm_seeder.py: each piece leaves the
+        # server about once), at its upload limit, stopping once every piece is held by --seeder-stop-copies nodes.
+        # aria2c has no super-seeding: as a plain seed it sent the same pieces again and again (7 copies before 3
+        # nodes were done, at a node's rate), and capping its upload (--seed-ratio) left pieces no node had.
+        seeder = storm.spawn("s0", [SYSTEM_PYTHON, str(Path(__file__).with_name("storm_seeder.py")),
+                                    "--torrent", str(torrent), "--dir", str(seed_dir), "--listen", f"{address}:6881",
+                                    "--upload-bytes", str(limit), "--stop-copies", str(cfg.seeder_stop_copies)],
+                             storm.work / "seeder.log")
         time.sleep(2)
+        stopped: dict[str, float] = {}
+
+        def seeder_stop(began: float) -> None:
+            seeder.wait()
+            stopped["at"] = time.time() - began
+
         # hpc-fetch's own aria2c settings (the first stage's); -l: the swarm may give no byte for 30 s before a
         # node falls back to HTTP
-        results = storm.run_nodes(orders_for(cfg.nodes, ["s0"], storm), digest, extra=f"-t {torrent_hex} -l 30")
+        results = storm.run_nodes(orders_for(cfg.nodes, ["s0"], storm), digest, extra=f"-t {torrent_hex} -l 30",
+                                  watch=seeder_stop)
         out = summary(cfg, results, storm, ["s0"], {digest})
+        sent = traffic.bytes()
+        out["server_ip_copies"] = {what: round(b / cfg.image_bytes, 2) for what, b in sent.items()}
+        out["seeder_stopped_at_s"] = round(stopped["at"], 2) if "at" in stopped else None
+        out["seeder_log"] = (storm.work / "seeder.log").read_text(errors="replace")[-500:]
         logs = "".join(p.read_text(errors="replace") for p in (storm.work / "nodes").glob("*.log"))
         out["fell_back_to_http"] = logs.count("fetching over HTTP")
-    out.update(servers=1, bound_s=round(cfg.bound(1), 2), seeder_upload_mbit=cfg.seed_mbit)
+    out.update(servers=1, bound_s=round(cfg.bound(1), 2), node_mbit=cfg.node_mbit, server_mbit=cfg.server_mbit,
+               seeder_upload_mbit=cfg.seed_mbit, piece_kib=cfg.piece_kib,
+               seeder_stop_copies=cfg.seeder_stop_copies)
     out["ratio_to_bound"] = round(out["p100_s"] / out["bound_s"], 3) if out["p100_s"] else None
     return out
 
@@ -646,7 +781,8 @@ def plot(data: dict[str, Any], path: Path) -> None:
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" '
              f'font-size="11"><rect width="100%" height="100%" fill="white"/>',
              f'<text x="{left}" y="20" font-size="13">boot storm: {nodes} nodes, {cfg["image_mib"]} MiB image, nodes '
-             f'{cfg["node_mbit"]:g} Mbit/s, servers {cfg["server_mbit"]:g} Mbit/s</text>',
+             f'{cfg["node_mbit"]:g} Mbit/s, servers {cfg["server_mbit"]:g} Mbit/s'
+             f'{" (p2p at %gx)" % cfg["p2p_scale"] if "p2p" in scenarios and "p2p_scale" in cfg else ""}</text>',
              f'<line x1="{left}" y1="{top + plot_h}" x2="{left + plot_w}" y2="{top + plot_h}" stroke="black"/>',
              f'<line x1="{left}" y1="{top}" x2="{left}" y2="{top + plot_h}" stroke="black"/>']
     step = next(v for v in (1, 2, 5, 10, 20, 30, 60, 120, 300, 600) if horizon / v <= 10)
@@ -683,7 +819,13 @@ def main() -> int:
     parser.add_argument("--image-mib", type=int, default=2)
     parser.add_argument("--node-mbit", type=float, default=4.0)
     parser.add_argument("--server-mbit", type=float, default=40.0)
-    parser.add_argument("--seed-mbit", type=float, help="upload limit of the server's seeder (default: node rate / 4)")
+    parser.add_argument("--seed-mbit", type=float, help="upload limit of the server's seeder (default: node rate)")
+    parser.add_argument("--p2p-scale", type=float, default=0.5,
+                        help="the p2p scenario's rates (node, server, seeder) are the others' times this")
+    parser.add_argument("--piece-kib", type=int, default=64,
+                        help="the p2p torrent's piece size (default 64: 32 pieces of the 2 MiB image)")
+    parser.add_argument("--seeder-stop-copies", type=int, default=2,
+                        help="the server's seeder stops once every piece is held by this many nodes (0: never)")
     parser.add_argument("--scenarios", default=",".join(SCENARIOS))
     parser.add_argument("--quick", action="store_true", help="24 nodes (a smoke run)")
     parser.add_argument("--report-only", action="store_true", help="only redraw the table and plot from --output")
@@ -703,15 +845,21 @@ def main() -> int:
     unknown = sorted(set(names) - set(SCENARIOS))
     if unknown:
         parser.error(f"--scenarios: unknown {', '.join(unknown)}; known: {', '.join(SCENARIOS)}")
-    missing = [t for t in ("nginx", "curl", "tc", "flock") + (("aria2c", "opentracker") if "p2p" in names else ())
+    missing = [t for t in ("nginx", "curl", "tc", "flock") + (("aria2c", "opentracker", "iptables") if "p2p" in names else ())
                if shutil.which(t) is None]
+    if "p2p" in names and subprocess.run([SYSTEM_PYTHON, "-c", "import libtorrent"], capture_output=True,
+                                         check=False).returncode != 0:
+        missing.append("python3-libtorrent")
     if missing or os.geteuid() != 0:
         print(f"needs root and {', '.join(missing) or 'nothing else'} (scripts/setup.sh)", file=sys.stderr)
         return 2
-    cfg = Config(args.nodes, args.image_mib, args.node_mbit, args.server_mbit, args.seed_mbit or args.node_mbit / 4)
+    cfg = Config(args.nodes, args.image_mib, args.node_mbit, args.server_mbit, args.seed_mbit or args.node_mbit,
+                 args.piece_kib, args.seeder_stop_copies, p2p_scale=args.p2p_scale)
     work = Path(tempfile.mkdtemp(prefix="storm-", dir=REPO / "build" if (REPO / "build").is_dir() else None))
     data: dict[str, Any] = {"config": {"nodes": cfg.nodes, "image_mib": cfg.image_mib, "node_mbit": cfg.node_mbit,
                                        "server_mbit": cfg.server_mbit, "seed_mbit": cfg.seed_mbit, "quick": args.quick,
+                                       "piece_kib": cfg.piece_kib, "seeder_stop_copies": cfg.seeder_stop_copies,
+                                       "p2p_scale": cfg.p2p_scale,
                                        "node_alone_s": round(cfg.node_seconds(), 2)},
                             "scenarios": {}, "host": {"cpus": os.cpu_count()}}
     began = time.monotonic()
@@ -733,6 +881,7 @@ def main() -> int:
             s = data["scenarios"][name]
             print(f"[storm] {name}: p50 {s['p50_s']} s, p100 {s['p100_s']} s (bound {s['bound_s']} s), "
                   f"verified {s['verified']}/{s['nodes']}, copies {s['server_copies']} ({s['wall_s']} s)", flush=True)
+            print(f"[storm] {name}: cpu {json.dumps(s['cpu'])}", flush=True)
     finally:
         if args.keep:
             print(f"work directory kept: {work}")

@@ -19,7 +19,7 @@ test_packages=(
   docker-registry graphviz busybox-static ipxe-qemu
   e2fsprogs fdisk parted iproute2 util-linux nodejs curl shellcheck
   strace openssl lighttpd default-jre-headless apt-utils socat
-  nginx openssh-server openssh-client aria2 opentracker
+  nginx openssh-server openssh-client aria2 opentracker iptables python3-libtorrent
   qemu-user-static binfmt-support arch-test qemu-system-arm
 )
 

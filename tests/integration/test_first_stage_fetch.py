@@ -15,6 +15,8 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -148,3 +150,56 @@ def test_a_swarm_that_gives_no_byte_is_left_for_http_after_the_stall_time(tmp_pa
     assert f"fetched sha256:{digest} from http://{nginx.listen}/" in done.stderr, done.stderr
     assert out.read_bytes() == path.read_bytes()
     assert sorted(p.name for p in out.parent.iterdir()) == ["root.squashfs"]
+
+
+@pytest.mark.skipif(shutil.which("aria2c") is None or shutil.which("opentracker") is None or subprocess.run(
+    ["/usr/bin/python3", "-c", "import libtorrent"], capture_output=True, check=False).returncode != 0,
+    reason="needs aria2, opentracker, python3-libtorrent (scripts/setup.sh)")
+def test_a_node_takes_the_image_from_the_swarm_as_soon_as_it_is_complete(tmp_path, image):
+    """A real swarm on loopback: opentracker and the storm's super-seeding seeder (libtorrent). The node looks at its
+    bytes only every 30 s (HPC_FETCH_POLL_S) and the swarm may stall 30 s: aria2c's completion hook wakes it, so it
+    has the image, fetched peer-to-peer and verified, within seconds, and leaves its seeder's process id."""
+    path, digest = image
+    shared = Path(tempfile.mkdtemp(prefix="swarm-"))  # opentracker reads its whitelist as nobody
+    procs = []
+    try:
+        shared.chmod(0o755)
+        tracker_port, peer_port = free_port(), free_port()
+        torrent = shared / "image.torrent"
+        meta, info_hash = make_torrent(path, f"http://127.0.0.1:{tracker_port}/announce")
+        torrent.write_bytes(meta)
+        torrent_hex = publish(tmp_path / "good", torrent)
+        (shared / "whitelist").write_text(info_hash + "\n")
+        (shared / "whitelist").chmod(0o644)
+        seed_dir = shared / "seed"
+        seed_dir.mkdir()
+        os.link(path, seed_dir / path.name)
+        tracker = ["opentracker", "-i", "127.0.0.1", "-p", str(tracker_port), "-P",
+                   str(tracker_port), "-d", "/", "-w", str(shared / "whitelist")]
+        seeder = ["/usr/bin/python3", str(REPO / "benchmarks" / "storm_seeder.py"), "--torrent", str(torrent),
+                  "--dir", str(seed_dir), "--listen", f"127.0.0.1:{peer_port}", "--upload-bytes", str(8 << 20),
+                  "--stop-copies", "0"]
+        for argv in (tracker, seeder):
+            procs.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL,  # pylint: disable=consider-using-with
+                                          stderr=subprocess.DEVNULL))
+        out = tmp_path / "out" / "root.squashfs"
+        out.parent.mkdir()
+        with served(tmp_path / "nginx", tmp_path / "good") as nginx:
+            started = time.monotonic()
+            done = run(fetch_argv([f"http://{nginx.listen}"], digest, out, "-t", torrent_hex, "-l", "30"),
+                       env={"HPC_FETCH_POLL_S": "30", "HPC_FETCH_SEED_S": "1", "HPC_FETCH_TRACKER_S": "1"})
+            took = time.monotonic() - started
+        assert done.returncode == 0, done.stderr
+        assert f"fetched sha256:{digest} peer-to-peer" in done.stderr, done.stderr
+        assert took < 20, (took, done.stderr)  # not the 30 s poll
+        assert out.read_bytes() == path.read_bytes()
+        seeding = int((out.parent / "root.squashfs.seeder").read_text())
+        deadline = time.monotonic() + 30  # it seeds HPC_FETCH_SEED_S (1 s), then ends: nothing is left running
+        while time.monotonic() < deadline and Path(f"/proc/{seeding}").exists():
+            time.sleep(0.2)
+        assert not Path(f"/proc/{seeding}").exists()
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+        shutil.rmtree(shared, ignore_errors=True)

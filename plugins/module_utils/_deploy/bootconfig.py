@@ -748,6 +748,13 @@ def sync_files(root: str, files: Mapping[str, str], check_mode: bool = False, re
     so an edit by hand is still found and overwritten.
     """
     result = SyncResult([], [], 0, [])
+    # A directory where an entry goes cannot be replaced by a rename: refused before anything is written.
+    in_the_way = [os.path.join(root, rel) for rel in sorted(files) if os.path.isdir(os.path.join(root, rel))
+                  and not os.path.islink(os.path.join(root, rel))]
+    if in_the_way:
+        raise BootConfigError(f"{', '.join(in_the_way)}: a directory where the boot entry (a file) goes; nothing was "
+                              "written. Move it out of the boot root (bootconfig writes only files there) and run "
+                              "again")
     if not check_mode:
         result.removed.extend(remove_interrupted_writes(root))
     made_dirs: set[str] = set()

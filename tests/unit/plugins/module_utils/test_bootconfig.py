@@ -23,6 +23,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils._deploy.bootconfig i
     render,
     unified,
 )
+from ansible_collections.hpc.stateless.plugins.module_utils._deploy import bootconfig_task
 from ansible_collections.hpc.stateless.plugins.module_utils._deploy.bootlink import apply_state
 from ansible_collections.hpc.stateless.plugins.module_utils._pack.kernel import DRACUT_KERNEL_ARGS, LIVE_BOOT_KERNEL_ARGS
 
@@ -348,6 +349,21 @@ def test_no_temp_files_are_left(root):
     leftovers = [p for p in root.rglob(".*") if p.name not in (".hpc-stateless.lock", STATE_FILE)]
     assert leftovers == []
     assert all(oct(p.stat().st_mode & 0o777) == "0o644" for p in (root / "pxelinux.cfg").iterdir())
+
+
+def test_a_directory_where_an_entry_goes_is_refused_naming_it_and_nothing_is_written(root):
+    """Not a traceback from the rename: an error naming the path, before any entry is written (check mode too)."""
+    in_the_way = root / "pxelinux.cfg" / "default"
+    (in_the_way / "site-notes").mkdir(parents=True)
+    for check_mode in (True, False):
+        with pytest.raises(BootConfigError, match=rf"^{re.escape(str(in_the_way))}: a directory where the boot entry "
+                                                  r"\(a file\) goes; nothing was written. Move it out"):
+            run(root, nodes(3), check_mode=check_mode)
+    assert sorted(p.name for p in (root / "pxelinux.cfg").iterdir()) == ["default"]
+    assert not (root / "ipxe").exists()
+    failed = bootconfig_task.run({"boot_root": str(root), "images": {"compute": IMAGES["compute"]},
+                                  "nodes": nodes(1), "lock_timeout": 0}, False, False)
+    assert failed["failed"] and str(in_the_way) in failed["msg"]
 
 
 def test_temp_files_of_a_killed_render_are_removed_by_the_next(root):

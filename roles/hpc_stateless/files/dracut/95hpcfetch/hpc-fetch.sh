@@ -33,6 +33,7 @@ wait_s=${HPC_FETCH_WAIT:-2}
 reserve_mib=${HPC_FETCH_RESERVE_MIB:-256}
 connect_s=${HPC_FETCH_CONNECT_TIMEOUT:-5}
 stall_s=${HPC_FETCH_STALL:-15}
+poll_s=${HPC_FETCH_POLL_S:-5}
 torrent=${HPC_FETCH_TORRENT:-}
 
 log() { echo "hpc-fetch: $*" >&2; }
@@ -66,7 +67,7 @@ is_count() { case $1 in '' | *[!0-9]*) return 1 ;; esac; }
 hex=$(hex_of "$image") || usage "hpc.image (-i) must be <64 lowercase hex> (the sha256), got '$image'"
 [ -n "$torrent" ] && { torrent_hex=$(hex_of "$torrent") || usage "hpc.torrent (-t) must be <64 lowercase hex> (the sha256), got '$torrent'"; }
 [ -n "$out" ] || usage "no output file (-o)"
-for n in "$rounds" "$wait_s" "$reserve_mib" "$connect_s" "$stall_s"; do
+for n in "$rounds" "$wait_s" "$reserve_mib" "$connect_s" "$stall_s" "$poll_s"; do
     is_count "$n" || usage "'$n' is not a whole number (-r -w -m -c -l)"
 done
 [ "$rounds" -ge 1 ] || usage "rounds (-r) must be at least 1"
@@ -173,8 +174,11 @@ held_kib() {
 # fetching find peers: the image is a hard link of the seeded file (same tmpfs), and aria2c's
 # process id is in OUT.seeder (the caller may wait for it).
 # aria2c: no DHT and no local peer discovery (a closed network: the tracker on the boot server
-# names the peers); ask the tracker every HPC_FETCH_TRACKER_S seconds (default 5; opentracker
-# would say 30 min) so a node learns of the peers that joined after it; up to 80 peers.
+# names the peers); ask the tracker every HPC_FETCH_TRACKER_S seconds (default 15; opentracker
+# would say 30 min) so a node learns of the peers that joined after it; up to HPC_FETCH_PEERS peers
+# (default 20: enough to reach the swarm, and each peer costs the node messages for every piece).
+# The watch looks at the bytes held every HPC_FETCH_POLL_S seconds (default 5, at most the stall
+# time); the completion hook wakes it at once.
 fetch_p2p() {
     command -v aria2c >/dev/null 2>&1 || { log "no aria2c here: fetching over HTTP"; return 1; }
     tfile="$out.torrent"
@@ -193,8 +197,11 @@ fetch_p2p() {
     p2p="$out.p2p"
     rm -rf "$p2p"
     mkdir -p "$p2p"
-    # aria2c runs this once every piece is in and checked, before it seeds: the image is complete.
-    printf '#!/bin/sh\n: >"%s/.complete"\n' "$p2p" >"$p2p/.on-complete"
+    # aria2c runs this once every piece is in and checked, before it seeds: the image is complete. It ends the
+    # watch's wait at once (the watch looks at the bytes held only every POLL seconds).
+    # shellcheck disable=SC2016  # $w is the hook's own variable
+    printf '#!/bin/sh\n: >"%s/.complete"\nread -r w <"%s/.wait" 2>/dev/null && kill "$w" 2>/dev/null\nexit 0\n' \
+        "$p2p" "$p2p" >"$p2p/.on-complete"
     chmod 0755 "$p2p/.on-complete"
     seed_mmin=$(( ${HPC_FETCH_SEED_S:-120} * 1000 / 60 ))  # aria2c takes (fractional) minutes
     # HPC_FETCH_ARIA2_OPTS: extra aria2c options, split into words on purpose.
@@ -202,7 +209,7 @@ fetch_p2p() {
     aria2c -q --dir="$p2p" --seed-time="$((seed_mmin / 1000)).$(printf %03d $((seed_mmin % 1000)))" \
         --seed-ratio=0.0 --bt-stop-timeout=0 \
         --file-allocation=none --bt-enable-lpd=false --enable-dht=false --enable-dht6=false \
-        --check-integrity=false --bt-tracker-interval="${HPC_FETCH_TRACKER_S:-5}" --bt-max-peers=80 \
+        --check-integrity=false --bt-tracker-interval="${HPC_FETCH_TRACKER_S:-15}" --bt-max-peers="${HPC_FETCH_PEERS:-20}" \
         --bt-request-peer-speed-limit=100M --summary-interval=0 --console-log-level=error \
         --on-bt-download-complete="$p2p/.on-complete" \
         ${HPC_FETCH_ARIA2_OPTS:-} "$tfile" >&2 &
@@ -210,7 +217,15 @@ fetch_p2p() {
     got=
     last=0
     quiet=0
+    # Every POLL seconds (at most the stall time; a node's own CPU is spared the checks in between)
+    [ "$poll_s" -ge 1 ] || poll_s=1
+    [ "$poll_s" -le "$stall_s" ] || poll_s=$stall_s
     while kill -0 "$apid" 2>/dev/null && [ ! -e "$p2p/.complete" ]; do
+        sleep "$poll_s" &
+        echo $! >"$p2p/.wait"
+        [ -e "$p2p/.complete" ] || wait $!
+        : >"$p2p/.wait"
+        [ -e "$p2p/.complete" ] && break
         for f in "$p2p"/*; do
             [ -f "$f" ] && case $f in *.aria2) ;; *) got=$f ;; esac
         done
@@ -219,13 +234,12 @@ fetch_p2p() {
             last=$held
             quiet=0
         else
-            quiet=$((quiet + 1))
+            quiet=$((quiet + poll_s))
             if [ "$quiet" -ge "$stall_s" ]; then
                 log "the swarm gave no byte for ${stall_s} s (${last} KiB of the image held): fetching over HTTP"
                 break
             fi
         fi
-        sleep 1
     done
     rm -f "$tfile"
     for f in "$p2p"/*; do
