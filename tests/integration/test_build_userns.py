@@ -1,18 +1,20 @@
 """A root build with ``hpc_stateless_build_userns: true``: the roles run as an unprivileged host uid, the image is right.
 
 The project is the default base layer (tagged in from the default build) and a leaf layer whose role
-(tests/roles/userns_escape) installs a package with apt from the host's package cache, tries to overwrite a
-root-owned host file (through ``/proc/1/root`` and through a second ``chroot`` out of the build's), tries the host's
-disk (a block device node of it made in the build, its raw bytes read through that node, through ``/proc/1/root/dev``
-and through the host's ``/dev`` after the second ``chroot``, and a mount of it), and writes a setuid and a setgid binary, a file of uid/gid 1234/4321, a binary with ``cap_net_bind_service`` and a file whose
-ACL names uid 1234 (buildah's commit carries no ACL: the test says so, so a buildah that starts to is noticed).
-Built once mapped and once unmapped (the control: there the escape does reach the host - the file is overwritten,
-and the host's own disk node opens as it does for host root - so the mapped assertions can fail). The control
-cannot make the node or mount the disk either: ``buildah run`` gives the build only containers.conf's default
-capabilities, which hold neither CAP_MKNOD nor CAP_SYS_ADMIN; root that reaches the host's ``/`` needs neither, it
-opens the host's own node (on a host whose device cgroup refuses the disk even to root, the control gets that
-refusal, EPERM, where the mapped build is refused by the node's owner and mode, EACCES). The committed layer's own tar (``buildah push oci:``) is read: every owner as
-the container has it (none of root's subordinate range), the bits and the v2 capability.
+(tests/roles/userns_escape) installs a package with apt from the host's package cache, tries to overwrite a root-
+owned host file (through ``/proc/1/root`` and through a second ``chroot`` out of the build's), tries the host's disk
+(a block device node of it made in the build, its raw bytes read through that node, through ``/proc/1/root/dev`` and
+through the host's ``/dev`` after the second ``chroot``, and a mount of it), and writes a link in ``/`` itself (as
+the kernel's postinst makes ``/vmlinuz``), a setuid and a setgid binary, a file of uid/gid 1234/4321, a binary with
+``cap_net_bind_service`` and a file whose ACL names uid 1234 (buildah's commit carries no ACL: the test says so, so
+a buildah that starts to is noticed). Built once mapped and once unmapped (the control: there the escape does reach
+the host - the file is overwritten, and the host's own disk node opens as it does for host root - so the mapped
+assertions can fail). The control cannot make the node or mount the disk either: ``buildah run`` gives the build
+only containers.conf's default capabilities, which hold neither CAP_MKNOD nor CAP_SYS_ADMIN; root that reaches the
+host's ``/`` needs neither, it opens the host's own node (on a host whose device cgroup refuses the disk even to
+root, the control gets that refusal, EPERM, where the mapped build is refused by the node's owner and mode, EACCES).
+The committed layer's own tar (``buildah push oci:``) is read: every owner as the container has it (none of root's
+subordinate range), the bits and the v2 capability.
 """
 
 from __future__ import annotations
@@ -165,6 +167,8 @@ def test_committed_layer_holds_the_containers_ids_bits_and_capability(builds, si
     numeric = members["srv/userns-numeric"]
     assert (stat.S_IMODE(numeric.mode), numeric.uid, numeric.gid) == (0o600, 1234, 4321)
     assert members["usr/bin/m4"].uid == 0
+    link = members["userns-link"]  # written into "/" itself, which the layer's upper directory is
+    assert (link.issym(), link.linkname, link.uid, link.gid) == (True, "srv/userns-escape", 0, 0)
     capability = members["usr/local/bin/userns-cap"].pax_headers["SCHILY.xattr.security.capability"]
     magic, permitted = struct.unpack_from("<II", capability.encode("latin-1"))
     assert magic == 0x02000001 and permitted == 1 << 10, capability  # v2, effective, cap_net_bind_service
