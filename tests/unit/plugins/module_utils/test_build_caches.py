@@ -22,7 +22,7 @@ import pytest
 
 from ansible_collections.hpc.stateless.plugins.module_utils._build import caches
 
-from signing_keys import SigningKey
+from signing_keys import SigningKey, throwaway_key
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the views are overlay mounts: root, as a build")
 
@@ -184,9 +184,8 @@ LIST_PREFIX = "deb.example_debian_dists_bookworm_"
 
 @pytest.fixture(scope="module")
 def archive_key(tmp_path_factory):
-    key = SigningKey(tmp_path_factory.mktemp("keys"), "archive")
-    yield key
-    key.close()
+    with throwaway_key(tmp_path_factory.mktemp("keys"), "archive") as key:
+        yield key
 
 
 def signed_lists(root: Path, key: SigningKey, packages: str) -> Path:
@@ -241,15 +240,12 @@ def test_a_package_script_that_forges_its_roots_lists_gets_nothing_into_the_pool
 def test_a_release_file_signed_by_another_key_or_no_keyring_vouches_for_nothing(tmp_path, archive_key):
     root = tmp_path / "root"
     signed_lists(root, archive_key, stanza("new", "2", NEW))
-    other = SigningKey(tmp_path / "other", "other")
-    try:
+    with throwaway_key(tmp_path / "other", "other") as other:
         for keyrings in ([str(other.binary)], []):
             pool = tmp_path / f"pool-{len(keyrings)}"
             pool.mkdir()
             assert caches.merge(str(bootstrap_upper(tmp_path / f"u{len(keyrings)}")), str(pool), str(root),
                                 keyrings) == []
-    finally:
-        other.close()
 
 
 def test_a_list_named_by_no_signed_release_file_vouches_for_nothing(tmp_path, archive_key):
