@@ -431,8 +431,8 @@ def test_a_commit_tmpdir_another_user_made_first_is_refused_and_nothing_is_writt
     assert (planted / name / "keep").is_dir()  # nothing below another user's directory is removed
 
 
-def test_a_start_in_a_user_namespace_maps_roots_subordinate_range_and_a_scratch_start_does_not(host, monkeypatch,
-                                                                                                 tmp_path):
+def test_a_start_in_a_user_namespace_maps_roots_subordinate_range_and_a_scratch_start_does_not(
+        host, monkeypatch, tmp_path):
     ranges = (idshift.IdRange(165536, 65536), idshift.IdRange(300000, 65536))
     monkeypatch.setattr(idshift, "root_ranges", lambda: ranges)
     monkeypatch.setattr(layer.rootless, "is_rootless", lambda: False)
