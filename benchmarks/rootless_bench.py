@@ -4,21 +4,24 @@
 """Rootless benchmark: the default DAG built by root and by an unprivileged user, side by side.
 
 One invocation builds the layers of the default inventory (build stage only) under a fresh private
-prefix three times, one after the other, from the same cached bootstrap:
+prefix once per side, one after the other, from the same cached bootstrap:
 
-1. as root (root's containers-storage, overlay);
-2. as the build user (tests/integration/rootless_support.USER, made with subordinate ids when
+1. as root (root's containers-storage, overlay), roles with the host's ids (``hpc_stateless_build_userns: false``);
+2. as root with the roles in a user namespace (``hpc_stateless_build_userns: true``, docs/rootless.md): container
+   root is root's subordinate uid, the layer's ids mapped back before each commit (the "mapped" side, under a
+   prefix of its own so that nothing of the first is cached for it);
+3. as the build user (tests/integration/rootless_support.USER, made with subordinate ids when
    missing) in its own storage with the overlay driver (the kernel's, rootless);
-3. as the same user with the vfs driver (a storage of its own, CONTAINERS_STORAGE_CONF), what
+4. as the same user with the vfs driver (a storage of its own, CONTAINERS_STORAGE_CONF), what
    rootless buildah falls back to without a storage.conf.
 
 Reported: wall time of each build, the commit time (sum of the ``Commit layer`` tasks, from
 ansible.posix.profile_tasks), the disk the user's storage grew by (``du`` of its graph root
-before and after), and whether all three built the same content keys. Nothing is judged: the
+before and after), and whether every side built the same content keys. Nothing is judged: the
 issue asks for the ratio. The bootstrap image is copied into the user's storages first (not
 timed). Every image the benchmark built is removed at the end.
 
-    python benchmarks/rootless_bench.py [--inventory DIR] [--sides overlay,root,vfs] [--lock FILE] [--output FILE]
+    python benchmarks/rootless_bench.py [--inventory DIR] [--sides overlay,root,vfs,mapped] [--lock FILE] [--output FILE]
 
 ``--lock FILE`` holds an flock on FILE during each build only (a host shared with test runs).
 """
@@ -49,7 +52,9 @@ from rootless_support import (USER, as_user, buildah_as, copy_images, ensure_sto
                               playbook_env, tag_root_bootstrap, tags, write_user_file)
 
 COMMIT_TASK = re.compile(r"Commit layer (\S+) -+ ([0-9.]+)s")
-SIDES = ("overlay", "root", "vfs")  # the rootless side first: it is the one that may fail
+SIDES = ("overlay", "root", "vfs", "mapped")  # the rootless side first: it is the one that may fail
+#: The sides root builds, each with its hpc_stateless_build_userns.
+ROOT_SIDES = {"root": False, "mapped": True}
 
 
 def log(message: str) -> None:
@@ -94,10 +99,12 @@ def build(side: str, inventory: Path, prefix: str, project: Path, env: dict[str,
     argv = [str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", str(inventory), str(REPO / "site.yml"),
             "-e", f"hpc_stateless_image_prefix={prefix}", "-e", f"hpc_stateless_project_dir={project}",
             "-e", '{"hpc_stateless_site_stages": ["build"]}']
+    if side in ROOT_SIDES:
+        argv += ["-e", json.dumps({"hpc_stateless_build_userns": ROOT_SIDES[side]})]
     profile = {"ANSIBLE_CALLBACKS_ENABLED": "hpc.stateless.buildah_isolation,ansible.posix.profile_tasks",
                "PROFILE_TASKS_TASK_OUTPUT_LIMIT": "all", "PROFILE_TASKS_SORT_ORDER": "none"}
     started = time.monotonic()
-    if side == "root":
+    if side in ROOT_SIDES:
         proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, check=False,
                               env={**os.environ, **playbook_env(profile), "BUILDAH_ISOLATION": "chroot"})
     else:
@@ -134,6 +141,12 @@ def rows(result: dict) -> list[dict]:
             "default DAG build: root vs rootless (overlay)", "root", sides["root"]["seconds"],
             "rootless, overlay", sides["overlay"]["seconds"], "reported side by side", None, also=same,
             note=f"commits {sides['root']['commit_total_seconds']} s vs {sides['overlay']['commit_total_seconds']} s"))
+    if "mapped" in sides and "root" in sides:
+        out.append(comparisons.comparison(
+            "default DAG build as root: roles in a user namespace vs the host's ids", "mapped",
+            sides["mapped"]["seconds"], "unmapped", sides["root"]["seconds"], "reported side by side", None,
+            also=same, note=f"commits {sides['mapped']['commit_total_seconds']} s vs "
+                            f"{sides['root']['commit_total_seconds']} s"))
     if "overlay" in sides and "vfs" in sides:
         out.append(comparisons.comparison(
             "rootless commit time: vfs vs overlay", "vfs", sides["vfs"]["commit_total_seconds"],
@@ -161,41 +174,47 @@ def main() -> int:
     inventory = (REPO / args.inventory).resolve()
     account = ensure_user(USER)
     ensure_storage_conf(account)
-    envs = {"root": {}, "overlay": {}, "vfs": vfs_env(account)}
-    prefix = f"localhost/hpc-stateless-rootlessbench-{uuid.uuid4().hex[:6]}"
+    envs = {"root": {}, "mapped": {}, "overlay": {}, "vfs": vfs_env(account)}
+    base_prefix = f"localhost/hpc-stateless-rootlessbench-{uuid.uuid4().hex[:6]}"
+    # The two root sides share root's storage: each its own prefix, or the second would find the first's layers.
+    prefixes = {side: base_prefix + ("-mapped" if side == "mapped" else "") for side in SIDES}
     work = Path(tempfile.mkdtemp(prefix="hpc-rootless-bench-"))
     logs = Path(args.output).resolve().parent / "rootless-logs"  # each build's output, kept
     logs.mkdir(parents=True, exist_ok=True)
     os.chmod(work, 0o755)
-    result: dict = {"image": f"default DAG of {args.inventory}", "inventory": args.inventory, "prefix": prefix,
+    result: dict = {"image": f"default DAG of {args.inventory}", "inventory": args.inventory, "prefix": base_prefix,
                     "user": USER, "sides": {}}
     try:
-        tag_root_bootstrap(prefix)
+        for tagged in sorted({prefixes[side] for side in wanted}):  # root's bootstrap under each prefix
+            tag_root_bootstrap(tagged)
         for side in wanted:
-            if side != "root":
-                copied = copy_images(f"{prefix}/bootstrap/base", USER, work, envs[side])
+            if side not in ROOT_SIDES:
+                copied = copy_images(f"{prefixes[side]}/bootstrap/base", USER, work, envs[side])
                 log(f"{side}: bootstrap image copied into the user's storage ({len(copied)})")
         for side in wanted:  # one after the other, never at the same time
             project = work / side
             project.mkdir()
-            user = None if side == "root" else USER
+            user = None if side in ROOT_SIDES else USER
             if user:
                 os.chown(project, account.pw_uid, account.pw_gid)
             root_dir = graph_root(user, envs[side])
             with held(args.lock):
                 before = disk_bytes(root_dir) if user else 0
-                result["sides"][side] = build(side, inventory, prefix, project, envs[side], logs)
+                result["sides"][side] = build(side, inventory, prefixes[side], project, envs[side], logs)
                 if user:
                     result["sides"][side]["disk_bytes"] = disk_bytes(root_dir) - before
                     result["sides"][side]["graph_root"] = str(root_dir)
         layers = sorted({layer for side in result["sides"].values() for layer in side["commit_seconds"]})
-        keys = {side: layer_keys(None if side == "root" else USER, envs[side], prefix, layers)
+        keys = {side: layer_keys(None if side in ROOT_SIDES else USER, envs[side], prefixes[side], layers)
                 for side in result["sides"]}
         result["keys"] = keys
         result["same_keys"] = len({json.dumps(k, sort_keys=True) for k in keys.values()}) == 1
     finally:
         for side in wanted:
-            remove_prefix(None if side == "root" else USER, envs[side], prefix)
+            if side not in ROOT_SIDES:
+                remove_prefix(USER, envs[side], prefixes[side])
+        for tagged in sorted({prefixes[side] for side in wanted}):
+            remove_prefix(None, {}, tagged)
         shutil.rmtree(work, ignore_errors=True)
     result["comparisons"] = rows(result)
     return comparisons.write_results(result, Path(args.output))

@@ -72,7 +72,8 @@ options:
         uid may. O(state=committed) maps the ids of the layer's changes back to the container's (owners, the
         setuid/setgid bits, file capabilities, POSIX ACLs) before C(buildah commit).
       - False runs them as host root; a parent of C(scratch) (a bootstrap written from the host) is never mapped,
-        nor a rootless build's container (its root is the unprivileged user already).
+        nor a rootless build's container (its root is the unprivileged user already). The playbooks pass
+        C(hpc_stateless_build_userns), true by default.
     type: bool
     default: false
   state:

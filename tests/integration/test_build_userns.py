@@ -1,13 +1,20 @@
 """A root build with ``hpc_stateless_build_userns: true``: the roles run as an unprivileged host uid, the image is right.
 
 The project is the default base layer (tagged in from the default build) and a leaf layer whose role
-(tests/roles/userns_escape) installs a package with apt from the host's package cache, tries to overwrite a
-root-owned host file (through ``/proc/1/root`` and through a second ``chroot`` out of the build's), and writes a
-setuid and a setgid binary, a file of uid/gid 1234/4321, a binary with ``cap_net_bind_service`` and a file whose
-ACL names uid 1234 (buildah's commit carries no ACL: the test says so, so a buildah that starts to is noticed).
-Built once mapped and once unmapped (the control: there the escape does reach the host, so the mapped
-assertions can fail). The committed layer's own tar (``buildah push oci:``) is read: every owner as
-the container has it (none of root's subordinate range), the bits and the v2 capability.
+(tests/roles/userns_escape) installs a package with apt from the host's package cache, tries to overwrite a root-
+owned host file (through ``/proc/1/root`` and through a second ``chroot`` out of the build's), tries the host's disk
+(a block device node of it made in the build, its raw bytes read through that node, through ``/proc/1/root/dev`` and
+through the host's ``/dev`` after the second ``chroot``, and a mount of it), and writes a link in ``/`` itself (as
+the kernel's postinst makes ``/vmlinuz``), a setuid and a setgid binary, a file of uid/gid 1234/4321, a binary with
+``cap_net_bind_service`` and a file whose ACL names uid 1234 (buildah's commit carries no ACL: the test says so, so
+a buildah that starts to is noticed). Built once mapped and once unmapped (the control: there the escape does reach
+the host - the file is overwritten, and the host's own disk node opens as it does for host root - so the mapped
+assertions can fail). The control cannot make the node or mount the disk either: ``buildah run`` gives the build
+only containers.conf's default capabilities, which hold neither CAP_MKNOD nor CAP_SYS_ADMIN; root that reaches the
+host's ``/`` needs neither, it opens the host's own node (on a host whose device cgroup refuses the disk even to
+root, the control gets that refusal, EPERM, where the mapped build is refused by the node's owner and mode, EACCES).
+The committed layer's own tar (``buildah push oci:``) is read: every owner as the container has it (none of root's
+subordinate range), the bits and the v2 capability.
 """
 
 from __future__ import annotations
@@ -33,12 +40,32 @@ UNTOUCHED = "the host's own\n"
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="root builds: the integration suite runs as root")
 
 
+def host_disk(path: Path) -> tuple[str, str] | None:
+    """The block device holding ``path`` (else the host's ``/``) as ``("MAJOR:MINOR", name in /dev)``; None on a
+    host where neither is on a block device (an overlay or tmpfs root)."""
+    for where in (path, Path("/")):
+        dev = os.stat(where).st_dev
+        number = f"{os.major(dev)}:{os.minor(dev)}"
+        uevent = Path("/sys/dev/block", number, "uevent")
+        if os.major(dev) and uevent.is_file():
+            fields = dict(line.split("=", 1) for line in uevent.read_text().splitlines() if "=" in line)
+            if fields.get("DEVNAME") and Path("/dev", fields["DEVNAME"]).exists():
+                return number, fields["DEVNAME"]
+    return None
+
+
+DISK = host_disk(Path(tempfile.gettempdir()))
+
+
 def inventory(root: Path, run: str, marker: Path) -> Path:
     default = yaml.safe_load((REPO / "inventory" / "group_vars/all/layers.yml").read_text(encoding="utf-8"))
     spec = {"hpc_stateless_layers": {
         "base": default["hpc_stateless_layers"]["base"],
         LEAF: {"parent": "base", "roles": ["userns_escape"],
-               "vars": {"userns_escape_marker": str(marker), "userns_escape_run": run}},
+               "vars": {"userns_escape_marker": str(marker), "userns_escape_run": run,
+                        # Without a block device the tries name none that exists.
+                        "userns_escape_disk": DISK[0] if DISK else "0:0",
+                        "userns_escape_disk_name": DISK[1] if DISK else "userns-escape-no-disk"}},
     }}
     path = root / run / "inventory"
     (path / "group_vars/all").mkdir(parents=True)
@@ -85,12 +112,46 @@ def test_unmapped_build_reaches_the_host(builds):
     assert builds["unmapped"]["marker"] != UNTOUCHED
 
 
+def host_root_reads(path: str) -> str:
+    """What host root gets reading the disk ``path``, in the words of the role's escape.py: ``read ext`` (its
+    superblock), ``read N bytes`` or ``errnoN``."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(4096)
+    except OSError as exc:
+        return f"errno{exc.errno}"
+    return "read ext" if head[1024 + 56:1024 + 58] == b"\x53\xef" else f"read {len(head)} bytes"
+
+
+def test_unmapped_build_reaches_the_host_disk_as_host_root_does(builds):
+    """The control: after the second chroot, the build opens the host's own disk node and gets exactly what host
+    root gets (its superblock read; on a host whose device cgroup refuses even root the disk - this one: EPERM -
+    that refusal, not the mapped build's EACCES). Making a node or mounting is refused even here: buildah run
+    gives the build containers.conf's default capabilities, without CAP_MKNOD and CAP_SYS_ADMIN."""
+    if DISK is None:
+        pytest.skip("the host's / and temporary directory are on no block device: no disk to read")
+    tries = builds["unmapped"]["tries"]
+    assert f"hostdisk {host_root_reads('/dev/' + DISK[1])}\n" in tries, tries
+    assert "mknod errno1" in tries and "mount errno1" in tries, tries
+
+
 def test_mapped_build_cannot_touch_the_host_file(builds):
     tries = builds["mapped"]["tries"]
     assert builds["mapped"]["marker"] == UNTOUCHED, tries
     assert "wrote" not in tries, tries
     # Both ways were really tried: each line says which errno stopped it.
     assert "proc1root errno" in tries and "chroot errno" in tries, tries
+
+
+def test_mapped_build_cannot_reach_the_host_disk(builds):
+    """No node of the disk (EPERM), no mount of it (EPERM), its raw bytes neither through /proc/1/root (EACCES)
+    nor through the host's own node after the second chroot (EACCES: the node is root's, mode 0600)."""
+    tries = builds["mapped"]["tries"]
+    assert "mknod errno1" in tries and "mount errno1" in tries, tries
+    assert "proc1disk errno13" in tries, tries
+    if DISK is not None:
+        assert "hostdisk errno13" in tries, tries
+    assert "read" not in tries and "mounted" not in tries and "made" not in tries, tries
 
 
 @pytest.mark.parametrize("side", ["mapped", "unmapped"])
@@ -106,6 +167,8 @@ def test_committed_layer_holds_the_containers_ids_bits_and_capability(builds, si
     numeric = members["srv/userns-numeric"]
     assert (stat.S_IMODE(numeric.mode), numeric.uid, numeric.gid) == (0o600, 1234, 4321)
     assert members["usr/bin/m4"].uid == 0
+    link = members["userns-link"]  # written into "/" itself, which the layer's upper directory is
+    assert (link.issym(), link.linkname, link.uid, link.gid) == (True, "srv/userns-escape", 0, 0)
     capability = members["usr/local/bin/userns-cap"].pax_headers["SCHILY.xattr.security.capability"]
     magic, permitted = struct.unpack_from("<II", capability.encode("latin-1"))
     assert magic == 0x02000001 and permitted == 1 << 10, capability  # v2, effective, cap_net_bind_service

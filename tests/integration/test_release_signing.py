@@ -21,16 +21,15 @@ from pack_support import pack_module, run_module, small_root
 
 sys.path.insert(0, str(REPO / "tests" / "unit" / "plugins" / "module_utils"))
 from bootlink_fixtures import tree_snapshot  # noqa: E402  pylint: disable=wrong-import-position
-from signing_keys import SIGNATURE, SUMS, SigningKey, gpgv, sha256sum_check  # noqa: E402  pylint: disable=wrong-import-position
+from signing_keys import SIGNATURE, SUMS, gpgv, sha256sum_check, throwaway_key  # noqa: E402  pylint: disable=wrong-import-position
 
 NOT_CHECKED = "hpc_stateless_boot_keyring is not set: releases are published WITHOUT checking their signature"
 
 
 @pytest.fixture(scope="module")
 def site_key(tmp_path_factory):
-    key = SigningKey(tmp_path_factory.mktemp("keys"), "site")
-    yield key
-    key.close()
+    with throwaway_key(tmp_path_factory.mktemp("keys"), "site") as key:
+        yield key
 
 
 def pack(out: Path, image: str, version: str, base: Path) -> Path:

@@ -34,6 +34,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils._process import INIT
 from ansible_collections.hpc.stateless.plugins.module_utils import _process
 from ansible_collections.hpc.stateless.plugins.module_utils._archive.index import (
     APT_RETRY_COUNT,
+    DISTRO_KEYRINGS,
     FetchFailed,
     fetch_url,
     fetch_with_retries,
@@ -367,6 +368,17 @@ def mmdebstrap_argv(spec: BootstrapSpec, binary: str = "mmdebstrap") -> list[str
     argv += list(spec.extra_args)
     argv += [spec.release, spec.path, *source_lines(spec)]
     return argv
+
+
+def merge_keyrings(spec: BootstrapSpec) -> list[str]:
+    """The keyrings whose signature on a Release file of the root lets its apt lists vouch for what the bootstrap
+    downloaded into the package cache: the sources' own (``keyring``), else the distribution's archive keyrings of
+    the host (those mmdebstrap's apt trusts); none without signature checks (``gpg_check: false``: nothing is
+    merged)."""
+    if not spec.gpg_check:
+        return []
+    given = sorted({source.signed_by for source in spec.sources if source.signed_by})
+    return given or [keyring for keyring in DISTRO_KEYRINGS if os.path.isfile(keyring)]
 
 
 def source_lines(spec: BootstrapSpec) -> list[str]:
@@ -935,8 +947,10 @@ class RootfsBootstrap:
                     stdout, stderr = self.run(argv, environ)
                     out = stdout or stderr  # mmdebstrap reports on stderr
                 if view:
-                    # What the bootstrap downloaded, checked against the root's own apt lists (_build/caches.py).
-                    caches.merge(os.path.join(view, "upper"), spec.cache_dir, spec.path)
+                    # What the bootstrap downloaded, checked against the root's apt lists that a Release file signed
+                    # by the sources' keys vouches for: the packages' scripts may have rewritten the lists
+                    # (_build/caches.py).
+                    caches.merge(os.path.join(view, "upper"), spec.cache_dir, spec.path, merge_keyrings(spec))
                 if spec.family == "debootstrap":
                     self.write_sources()
                 if upgrade:

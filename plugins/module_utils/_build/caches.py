@@ -25,7 +25,9 @@ pool, every later build installs. So no build can change or add a file of the po
 * :func:`merge` - at commit, the package files the build added (regular files of ``.upper``: never a link,
   never a file the pool already has, a ``.deb`` only when its SHA256 is what the committing image's lists say)
   are copied into the pool, each under a temporary name and renamed, read through a descriptor opened
-  without following links.
+  without following links. A bootstrap's merge (mmdebstrap's apt reads the whole pool, unvouched) takes only the
+  lists a Release file signed by the sources' keys names (:func:`signed_apt_archive_hashes`): the packages'
+  scripts may rewrite the root's lists.
 * :func:`remove_views` - the views of a working container go with it (unmounted first; the removal of a failed
   or killed build's container, the next run's clean-up, removes them too).
 
@@ -47,6 +49,7 @@ import urllib.parse
 from typing import Collection, Mapping, Optional
 
 from ansible_collections.hpc.stateless.plugins.module_utils import _imagepath, _paths, _process
+from ansible_collections.hpc.stateless.plugins.module_utils._archive.index import parse_release, verify_signature
 from ansible_collections.hpc.stateless.plugins.module_utils._build.records import APT_LISTS
 from ansible_collections.hpc.stateless.plugins.module_utils._fs import mounts_below
 
@@ -156,6 +159,63 @@ def apt_archive_hashes(root: str, names: Optional[Collection[str]] = None) -> di
     return found
 
 
+def _list_path(name: str, prefix: str) -> str:
+    """The index path a list file ``<prefix><part>_<part>`` names below its suite (``main/binary-amd64/Packages``):
+    apt's list names join the URI's parts with ``_`` and quote a ``_`` of a part as ``%5f``."""
+    return "/".join(urllib.parse.unquote(part) for part in name[len(prefix):].split("_"))
+
+
+def signed_apt_archive_hashes(root: str, keyrings: Collection[str], names: Optional[Collection[str]] = None) -> dict:
+    """:func:`apt_archive_hashes`, but only of the Packages lists that a Release file of the tree vouches for: an
+    ``*_InRelease`` (or ``*_Release`` with its ``*_Release.gpg``) whose signature ``gpgv`` finds good by a key of
+    ``keyrings`` and whose SHA256 entry of the list's index path is the list's own.
+
+    The lists of a bootstrapped root are written by apt before the packages' scripts run, and those scripts may
+    rewrite them (as root of the tree): its own lists would vouch for whatever a script put beside them. A
+    Release file cannot be forged without the archive's key. Without a keyring (``gpg_check: false``) nothing
+    is vouched for."""
+    found: dict = {}
+    packages = None if names is None else {_package_of(n) for n in names}
+    if not keyrings or (packages is not None and not packages):
+        return found
+    try:
+        listed = _imagepath.list_dir(root, APT_LISTS)
+    except OSError:
+        return found
+    present = set(listed)
+
+    def read(name: str) -> Optional[bytes]:
+        try:
+            return _imagepath.read_file(root, f"{APT_LISTS}/{name}", follow_last=False)
+        except OSError:
+            return None
+
+    for name in listed:
+        if name.endswith("_InRelease"):
+            prefix, signed, detached = name[:-len("InRelease")], read(name), None
+        elif name.endswith("_Release") and f"{name}.gpg" in present and name[:-len("Release")] + "InRelease" not in present:
+            prefix, signed, detached = name[:-len("Release")], read(name), read(f"{name}.gpg")
+            if detached is None:
+                continue
+        else:
+            continue
+        if signed is None:
+            continue
+        try:
+            content = verify_signature(signed, list(keyrings), detached)
+        except (ValueError, OSError, _process.ProcessError):
+            continue
+        vouched = parse_release(content.decode("utf-8", "replace"))["SHA256"]
+        for listed_name in listed:
+            if not (listed_name.startswith(prefix) and listed_name.endswith("_Packages")):
+                continue
+            want = vouched.get(_list_path(listed_name, prefix))  # type: ignore[union-attr]
+            data = read(listed_name) if want else None
+            if data is not None and (hashlib.sha256(data).hexdigest(), len(data)) == want:
+                parse_packages_hashes(data, packages, found)
+    return found
+
+
 def _sha256_fd(fd: int) -> str:
     digest = hashlib.sha256()
     while True:
@@ -211,10 +271,13 @@ def _link_fd(fd: int, target: str) -> None:
 
 
 # -- the view ---------------------------------------------------------------------------------------------
-def _expected_of(root: Optional[str], rels: list[str]) -> Expected:
-    """What the apt lists of the tree ``root`` say of the ``.deb`` files among ``rels`` (nothing without a tree)."""
+def _expected_of(root: Optional[str], rels: list[str], keyrings: Optional[Collection[str]] = None) -> Expected:
+    """What the apt lists of the tree ``root`` say of the ``.deb`` files among ``rels`` (nothing without a tree);
+    with ``keyrings``, only the lists a signed Release file of the tree vouches for (:func:`signed_apt_archive_hashes`)."""
     debs = [os.path.basename(rel) for rel in rels if rel.endswith(".deb")]
-    return apt_archive_hashes(root, debs) if root and debs else {}
+    if not root or not debs:
+        return {}
+    return apt_archive_hashes(root, debs) if keyrings is None else signed_apt_archive_hashes(root, keyrings, debs)
 
 
 def _read_memo(path: str) -> dict:
@@ -267,14 +330,15 @@ def seed(pool: str, lower: str, root: Optional[str] = None, memo_path: Optional[
     return linked
 
 
-def merge(upper: str, pool: str, root: Optional[str] = None) -> list[str]:
+def merge(upper: str, pool: str, root: Optional[str] = None, keyrings: Optional[Collection[str]] = None) -> list[str]:
     """Copy the package files the build added (regular files of ``upper`` the pool lacks, which the archive
-    vouches for: :func:`_archive_says`, with the apt lists of the image tree ``root``) into ``pool``, each
-    atomically; return them (relative)."""
+    vouches for: :func:`_archive_says`, with the apt lists of the image tree ``root``; with ``keyrings`` only the
+    lists a Release file signed by one of them vouches for) into ``pool``, each atomically; return them
+    (relative)."""
     added = []
     files = [rel for rel in (_package_files(upper) if os.path.isdir(upper) else [])
              if not os.path.lexists(os.path.join(pool, rel))]
-    expected = _expected_of(root, files)
+    expected = _expected_of(root, files, keyrings)
     for rel in files:
         final = os.path.join(pool, rel)
         try:

@@ -220,6 +220,11 @@ class LayerBuilder:
             result.changed = True
         try:
             result.mountpoint = self.buildah.mount(self.container)
+            if ranges:
+                # The tree's "/" is the layer's upper directory, which containers-storage makes host root's: an id the
+                # namespace does not map, so container root could not write "/" (the kernel's postinst links
+                # /vmlinuz there). Given to the mapped root; the commit maps it back with the layer's other changes.
+                os.chown(result.mountpoint, ranges[0].start, ranges[1].start, follow_symlinks=False)
             self._bind_caches(result.mountpoint, caches,
                               (ranges[0].start, ranges[1].start) if ranges else None)
             aptconf.install(result.mountpoint)

@@ -7,10 +7,12 @@ that signing started for that home.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import Iterator
 
 SIGNATURE = "SHA256SUMS.asc"
 SUMS = "SHA256SUMS"
@@ -51,6 +53,17 @@ class SigningKey:
         subprocess.run(["gpgconf", "--homedir", str(self.home), "--kill", "gpg-agent"], check=False,
                        capture_output=True)
         shutil.rmtree(self.home, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def throwaway_key(base: Path, name: str) -> Iterator[SigningKey]:
+    """A :class:`SigningKey` for the block (a module's fixture: ``with throwaway_key(...) as key: yield key``),
+    its gpg-agent stopped and its home removed after."""
+    key = SigningKey(base, name)
+    try:
+        yield key
+    finally:
+        key.close()
 
 
 def gpgv(keyring: Path, directory: Path) -> subprocess.CompletedProcess:

@@ -22,6 +22,8 @@ import pytest
 
 from ansible_collections.hpc.stateless.plugins.module_utils._build import caches
 
+from signing_keys import SigningKey, throwaway_key
+
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the views are overlay mounts: root, as a build")
 
 
@@ -173,3 +175,84 @@ def test_a_pool_file_is_hashed_once_while_it_is_the_same_file(tmp_path, tree, vi
         handle.write(b"!<arch>\nevil")
     view = open_view(views, pool, tree)
     assert os.listdir(view) == [] and len(hashed) == 2
+
+
+# -- a bootstrap's merge: the lists a signed Release file vouches for ---------------------------------------
+FORGED = b"!<arch>\nforged package\n"
+LIST_PREFIX = "deb.example_debian_dists_bookworm_"
+
+
+@pytest.fixture(scope="module")
+def archive_key(tmp_path_factory):
+    with throwaway_key(tmp_path_factory.mktemp("keys"), "archive") as key:
+        yield key
+
+
+def signed_lists(root: Path, key: SigningKey, packages: str) -> Path:
+    """apt's lists of a root as an update leaves them: a Packages list and the InRelease, signed by ``key``, that
+    names its SHA256 (apt keeps the lists uncompressed, the Release file lists that form too)."""
+    lists = root / "var" / "lib" / "apt" / "lists"
+    lists.mkdir(parents=True)
+    (lists / f"{LIST_PREFIX}main_binary-amd64_Packages").write_text(packages)
+    data = packages.encode()
+    release = root / "Release"
+    release.write_text("Origin: Example\nSuite: stable\nCodename: bookworm\nDate: Sat, 11 Nov 2023 09:00:00 UTC\n"
+                       f"SHA256:\n {hashlib.sha256(data).hexdigest()} {len(data)} main/binary-amd64/Packages\n")
+    key.gpg("--yes", "--local-user", key.fingerprint, "--digest-algo", "SHA256", "--clearsign", "--output",
+            str(lists / f"{LIST_PREFIX}InRelease"), str(release))
+    return lists
+
+
+def bootstrap_upper(tmp_path: Path) -> Path:
+    upper = tmp_path / "upper"
+    upper.mkdir(parents=True)
+    (upper / "new_2_amd64.deb").write_bytes(NEW)
+    return upper
+
+
+def test_a_bootstrap_merge_takes_what_the_signed_lists_vouch_for(tmp_path, archive_key):
+    root = tmp_path / "root"
+    signed_lists(root, archive_key, stanza("good", "1", GOOD) + "\n" + stanza("new", "2", NEW))
+    pool = tmp_path / "pool"
+    pool.mkdir()
+    assert caches.merge(str(bootstrap_upper(tmp_path)), str(pool), str(root), [str(archive_key.binary)]) == [
+        "new_2_amd64.deb"]
+    assert (pool / "new_2_amd64.deb").read_bytes() == NEW
+
+
+def test_a_package_script_that_forges_its_roots_lists_gets_nothing_into_the_pool(tmp_path, archive_key):
+    """The lists rewritten after apt verified them (a maintainer script runs as root of the tree): they vouch for a
+    forged file under a package's name. The tree's own lists took it; the signed Release file does not."""
+    root = tmp_path / "root"
+    lists = signed_lists(root, archive_key, stanza("good", "1", GOOD) + "\n" + stanza("new", "2", NEW))
+    (lists / f"{LIST_PREFIX}main_binary-amd64_Packages").write_text(stanza("new", "2", FORGED))
+    upper = tmp_path / "upper"
+    upper.mkdir()
+    (upper / "new_2_amd64.deb").write_bytes(FORGED)
+    pool = tmp_path / "pool"
+    pool.mkdir()
+    assert caches.merge(str(upper), str(pool), str(root), [str(archive_key.binary)]) == []
+    assert not list(pool.iterdir())
+    # What the tree's own lists say alone would have let it in: the gap the signed Release file closes.
+    assert caches.merge(str(upper), str(tmp_path / "unsigned-pool"), str(root)) == ["new_2_amd64.deb"]
+
+
+def test_a_release_file_signed_by_another_key_or_no_keyring_vouches_for_nothing(tmp_path, archive_key):
+    root = tmp_path / "root"
+    signed_lists(root, archive_key, stanza("new", "2", NEW))
+    with throwaway_key(tmp_path / "other", "other") as other:
+        for keyrings in ([str(other.binary)], []):
+            pool = tmp_path / f"pool-{len(keyrings)}"
+            pool.mkdir()
+            assert caches.merge(str(bootstrap_upper(tmp_path / f"u{len(keyrings)}")), str(pool), str(root),
+                                keyrings) == []
+
+
+def test_a_list_named_by_no_signed_release_file_vouches_for_nothing(tmp_path, archive_key):
+    """A list a script added beside the signed ones (another suite's name): no Release file names its hash."""
+    root = tmp_path / "root"
+    lists = signed_lists(root, archive_key, stanza("good", "1", GOOD))
+    (lists / "deb.evil_debian_dists_bookworm_main_binary-amd64_Packages").write_text(stanza("new", "2", NEW))
+    (lists / f"{LIST_PREFIX}contrib_binary-amd64_Packages").write_text(stanza("new", "2", NEW))
+    assert caches.signed_apt_archive_hashes(str(root), [str(archive_key.binary)]) == {
+        "good_1_amd64.deb": (hashlib.sha256(GOOD).hexdigest(), len(GOOD))}

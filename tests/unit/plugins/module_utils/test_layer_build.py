@@ -431,20 +431,26 @@ def test_a_commit_tmpdir_another_user_made_first_is_refused_and_nothing_is_writt
     assert (planted / name / "keep").is_dir()  # nothing below another user's directory is removed
 
 
-def test_a_start_in_a_user_namespace_maps_roots_subordinate_range_and_a_scratch_start_does_not(host, monkeypatch):
+def test_a_start_in_a_user_namespace_maps_roots_subordinate_range_and_a_scratch_start_does_not(
+        host, monkeypatch, tmp_path):
     ranges = (idshift.IdRange(165536, 65536), idshift.IdRange(300000, 65536))
     monkeypatch.setattr(idshift, "root_ranges", lambda: ranges)
     monkeypatch.setattr(layer.rootless, "is_rootless", lambda: False)
+    merged = tmp_path / "merged"
+    merged.mkdir(mode=0o555)
     host.replies = {
         (BUILDAH, "inspect", "--type", "image"): (1, "", "no such image"),
         (BUILDAH, "inspect", "--type", "image", "--format", "{{.FromImageID}}", "localhost/p/base:b"): (0, "x", ""),
         (BUILDAH, "containers"): (0, "[]", ""),
-        (BUILDAH, "mount"): (0, "/var/lib/containers/storage/overlay/x/merged\n", ""),
+        (BUILDAH, "mount"): (0, f"{merged}\n", ""),
     }
     builder().start("localhost/p/base:b", [], False, userns=True)
     assert [BUILDAH, "from", "--pull=never", "--quiet", "--userns-uid-map", "0:165536:65536", "--userns-gid-map",
             "0:300000:65536", "--name", container_name("localhost/p", "compute", KEY), "localhost/p/base:b"] \
         in host.calls
+    # The tree's "/" (the upper directory, host root's as containers-storage makes it) is the mapped root's.
+    assert (merged.stat().st_uid, merged.stat().st_gid) == (165536, 300000)
+    os.chown(merged, 0, 0)
     host.calls.clear()
     builder().start("scratch", [], False, userns=True)
     assert not [c for c in host.calls if "--userns-uid-map" in c]
@@ -453,6 +459,7 @@ def test_a_start_in_a_user_namespace_maps_roots_subordinate_range_and_a_scratch_
     host.calls.clear()
     builder().start("localhost/p/base:b", [], False, userns=True)
     assert [c for c in host.calls if c[1] == "from"] and not [c for c in host.calls if "--userns-uid-map" in c]
+    assert merged.stat().st_uid == 0  # neither a scratch nor a rootless start gives "/" away
 
 
 def test_root_without_a_subordinate_range_is_refused_naming_the_line(host, monkeypatch):

@@ -541,3 +541,14 @@ def test_debootstrap_s_wget_tries_again_when_the_mirror_s_name_does_not_resolve(
     assert "WGETRC" not in RootfsBootstrap(RootfsRequest(path=str(tmp_path / "root"), bootstrap=keys,
                                                          cache_dir=str(tmp_path / "c"), layer="base"),
                                            mode="root").environment(str(home))
+
+
+def test_the_bootstrap_merge_trusts_the_sources_keyring_or_the_distributions_and_none_without_checks(tmp_path):
+    """The keys whose Release signature lets a bootstrapped root's lists vouch for its downloads (_build/caches.py):
+    the keyring given, else the host's archive keyrings; without signature checks nothing is merged."""
+    keyring = tmp_path / "site.gpg"
+    keyring.write_bytes(b"key")
+    assert bootstrap_module.merge_keyrings(deb(keyring=str(keyring))) == [str(keyring)]
+    assert bootstrap_module.merge_keyrings(deb()) == [
+        k for k in bootstrap_module.DISTRO_KEYRINGS if os.path.isfile(k)]
+    assert bootstrap_module.merge_keyrings(deb(gpg_check=False)) == []
