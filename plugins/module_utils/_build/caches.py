@@ -46,7 +46,7 @@ import os
 import shutil
 import stat
 import urllib.parse
-from typing import Collection, Mapping, Optional
+from typing import Collection, Mapping, Optional, cast
 
 from ansible_collections.hpc.stateless.plugins.module_utils import _imagepath, _paths, _process
 from ansible_collections.hpc.stateless.plugins.module_utils._archive.index import parse_release, verify_signature
@@ -205,11 +205,11 @@ def signed_apt_archive_hashes(root: str, keyrings: Collection[str], names: Optio
             content = verify_signature(signed, list(keyrings), detached)
         except (ValueError, OSError, _process.ProcessError):
             continue
-        vouched = parse_release(content.decode("utf-8", "replace"))["SHA256"]
+        vouched = cast("dict[str, tuple[str, int]]", parse_release(content.decode("utf-8", "replace"))["SHA256"])
         for listed_name in listed:
             if not (listed_name.startswith(prefix) and listed_name.endswith("_Packages")):
                 continue
-            want = vouched.get(_list_path(listed_name, prefix))  # type: ignore[union-attr]
+            want = vouched.get(_list_path(listed_name, prefix))
             data = read(listed_name) if want else None
             if data is not None and (hashlib.sha256(data).hexdigest(), len(data)) == want:
                 parse_packages_hashes(data, packages, found)
