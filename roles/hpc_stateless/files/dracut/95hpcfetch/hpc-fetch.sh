@@ -68,7 +68,7 @@ hex=$(hex_of "$image") || usage "hpc.image (-i) must be <64 lowercase hex> (the 
 [ -n "$torrent" ] && { torrent_hex=$(hex_of "$torrent") || usage "hpc.torrent (-t) must be <64 lowercase hex> (the sha256), got '$torrent'"; }
 [ -n "$out" ] || usage "no output file (-o)"
 for n in "$rounds" "$wait_s" "$reserve_mib" "$connect_s" "$stall_s" "$poll_s"; do
-    is_count "$n" || usage "'$n' is not a whole number (-r -w -m -c -l)"
+    is_count "$n" || usage "'$n' is not a whole number (-r -w -m -c -l, HPC_FETCH_POLL_S)"
 done
 [ "$rounds" -ge 1 ] || usage "rounds (-r) must be at least 1"
 
@@ -164,6 +164,14 @@ held_kib() {
     du -k "$1" >"$p2p/.held" 2>/dev/null && read -r held _ <"$p2p/.held"
 }
 
+# The image file aria2c writes in $p2p (the torrent names it; not aria2c's .aria2 control file), in $got;
+# unchanged while there is none yet.
+swarm_file() {
+    for f in "$p2p"/*; do
+        [ -f "$f" ] && case $f in *.aria2) ;; *) got=$f ;; esac
+    done
+}
+
 # Peer-to-peer first when a torrent is named and aria2c is here: the .torrent comes from the servers
 # (verified), aria2c fetches the pieces from peers (each piece checked against the torrent), and an
 # image that is still incomplete when the swarm stops making progress is left to the HTTP loop below.
@@ -226,9 +234,7 @@ fetch_p2p() {
         [ -e "$p2p/.complete" ] || wait $!
         : >"$p2p/.wait"
         [ -e "$p2p/.complete" ] && break
-        for f in "$p2p"/*; do
-            [ -f "$f" ] && case $f in *.aria2) ;; *) got=$f ;; esac
-        done
+        swarm_file
         held_kib "${got:-/nonexistent}"
         if [ "$held" -gt "$last" ]; then
             last=$held
@@ -242,9 +248,7 @@ fetch_p2p() {
         fi
     done
     rm -f "$tfile"
-    for f in "$p2p"/*; do
-        [ -f "$f" ] && case $f in *.aria2) ;; *) got=$f ;; esac
-    done
+    swarm_file
     if [ -e "$p2p/.complete" ] && [ -n "$got" ] && ln -f "$got" "$part" 2>/dev/null; then
         if accept "the swarm"; then
             log "fetched sha256:$hex peer-to-peer"
