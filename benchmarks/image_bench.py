@@ -119,11 +119,12 @@ def fresh_runs(work: Path) -> dict[str, Any]:
         raise SystemExit(f"make image failed (exit {proc.returncode}); the end of its log:\n{tail}")
     first_log = (work / "image1.log").read_text(encoding="utf-8")
     second_log = (work / "image2.log").read_text(encoding="utf-8")
-    stages = stages_of(first_log)
+    parsed = tasks(first_log)
+    stages = stages_of(parsed, first_log)
     stages["set-up (venv, pip, collection link) and make"] = round(runs["1"]["seconds"] - stages.pop("playbook"), 2)
     served = sorted(str(p.relative_to(clone / "build/tftpboot")) for p in (clone / "build/tftpboot").iterdir()
                     if p.is_symlink())
-    return {"first": {**runs["1"], "stages": stages, "top_tasks": top_tasks(first_log, 12), "served_links": served},
+    return {"first": {**runs["1"], "stages": stages, "top_tasks": top_tasks(parsed, 12), "served_links": served},
             "second": {**runs["2"], "nothing_changed": nothing_changed(second_log)},
             "load_average_before": [round(v, 2) for v in load_before],
             "load_average_after": [round(v, 2) for v in os.getloadavg()],
@@ -155,10 +156,11 @@ def tasks(text: str) -> list[tuple[str, str, str, float]]:
     return [(p, t, h or hosts.get(n, ""), s) for p, t, h, s, n in out]
 
 
-def stages_of(text: str) -> dict[str, float]:
-    """Seconds per stage of site.yml's run: plan, bootstrap, each layer, verify, pack, deploy, and the total."""
+def stages_of(parsed: list[tuple[str, str, str, float]], text: str) -> dict[str, float]:
+    """Seconds per stage of site.yml's run (``parsed``: :func:`tasks` of its log ``text``): plan, bootstrap, each
+    layer, verify, pack, deploy, and the total."""
     stages: dict[str, float] = {}
-    for play, task, host, secs in tasks(text):
+    for play, task, host, secs in parsed:
         if task.startswith("Bootstrap the root file system"):
             name = "bootstrap"
         elif play.startswith("Build stale layers"):
@@ -177,8 +179,8 @@ def stages_of(text: str) -> dict[str, float]:
     return stages
 
 
-def top_tasks(text: str, count: int) -> list[dict[str, Any]]:
-    ranked = sorted(tasks(text), key=lambda t: -t[3])[:count]
+def top_tasks(parsed: list[tuple[str, str, str, float]], count: int) -> list[dict[str, Any]]:
+    ranked = sorted(parsed, key=lambda t: -t[3])[:count]
     return [{"task": task, "seconds": round(secs, 2)} for _play, task, _host, secs in ranked]
 
 

@@ -231,8 +231,9 @@ def neighbour_room(nodes: int) -> Iterator[None]:
     """Room in the kernel's ARP table for the storm, restored afterwards. The table is one for every network
     namespace (its limits are the host's: above gc_thresh2, 512 by default, entries are collected, above gc_thresh3,
     1024, refused): every scenario needs an entry per node and server on both sides, a failover a second one, and
-    peer-to-peer, where every node talks to up to 80 peers, one per node and peer; an overflowing table drops the
-    nodes' connections ("neighbor table overflow!" in the kernel log; nodes time out connecting even to the server)."""
+    peer-to-peer, where every node talks to its peers (hpc-fetch's HPC_FETCH_PEERS, 20), one per node and peer; an
+    overflowing table drops the nodes' connections ("neighbor table overflow!" in the kernel log; nodes time out
+    connecting even to the server)."""
     wanted = {"gc_thresh1": nodes * 32, "gc_thresh2": nodes * 64, "gc_thresh3": nodes * 128}
     before = {}
     try:
