@@ -30,6 +30,8 @@ import os
 import stat
 from dataclasses import dataclass
 
+from ansible_collections.hpc.stateless.plugins.module_utils._paths import temp_name
+
 MAX_LINKS = 40  # what the kernel allows in one lookup (MAXSYMLINKS)
 
 _PATH_FLAGS = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -314,3 +316,53 @@ def copy_out(root: str, path: str, directory: str, name: str, mode: int = 0o644,
         return copy_fd(fd, directory, name, mode, sync)
     finally:
         os.close(fd)
+
+
+# -- files the host writes into an image tree ----------------------------------------------------------
+def make_dirs(root: str, path: str, mode: int = 0o755) -> int:
+    """A descriptor of the directory ``path`` of the tree ``root``, each missing component made inside the tree
+    (``mkdir`` relative to a descriptor of its parent, found by :func:`open_dir`): a link on the way is resolved
+    inside ``root``, never on the host. FileNotFoundError when a component is a file."""
+    done = ""
+    for part in _parts(path):
+        below = f"{done}/{part}" if done else part
+        if lstat(root, below) is None:
+            parent = open_dir(root, done)
+            try:
+                os.mkdir(part, mode, dir_fd=parent)
+            except FileExistsError:
+                pass  # made meanwhile, or a dangling link: open_dir below decides
+            finally:
+                os.close(parent)
+        done = below
+    return open_dir(root, done)
+
+
+def replace_file(root: str, path: str, data: bytes, mode: int = 0o644) -> None:
+    """Write ``data`` as the file ``path`` of the tree ``root`` (its directory made first where missing, see
+    :func:`make_dirs`), atomically: a new file under a temporary name (:func:`create_file`'s flags), synced, then
+    renamed over ``path`` relative to the directory's descriptor; whatever had the name (a link too) is replaced,
+    never followed."""
+    directory, name = os.path.split(path.strip("/"))
+    if not name or name in (".", ".."):
+        raise ValueError(f"{path!r} names no file")
+    dir_fd = make_dirs(root, directory)
+    try:
+        temp = os.path.basename(temp_name(name))
+        fd = os.open(temp, _CREATE_FLAGS, mode, dir_fd=dir_fd)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                os.fchmod(handle.fileno(), mode)
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.rename(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        except BaseException:
+            try:
+                os.unlink(temp, dir_fd=dir_fd)
+            except FileNotFoundError:
+                pass
+            raise
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)

@@ -19,6 +19,10 @@ description:
     C(zypper --root) (openSUSE Leap, openSUSE Tumbleweed, SLES).
   - The kernel's install hooks build no initramfs (C(INITRD=No)); a stateless image never boots from
     one, and M(hpc.stateless.pack) makes the boot artifact.
+  - As root with O(userns=true) (what the build passes by default) the tool and every package script run as root
+    of a user namespace whose ids are root's subordinate range, an unprivileged host uid; the tree's ids are mapped
+    back and its device nodes made by host root afterwards, so the root is the same as one bootstrapped without
+    the namespace. Only C(mmdebstrap) runs so.
   - Runs without root too. As root inside a user namespace (a build under C(buildah unshare)) the tools
     run as they are; as an ordinary user each tool runs under C(buildah unshare), so file owners map as
     in buildah's rootless storage. The record's C(mode) says which.
@@ -228,6 +232,20 @@ options:
     description: The layer the root is for; named in messages and in the record's sources.
     type: str
     version_added: 0.1.0
+  userns:
+    description:
+      - As root on the host, run the tool in a user namespace that maps its ids 0..65535 to root's subordinate range
+        (the line of C(root) in C(/etc/subuid) and C(/etc/subgid)), so the package scripts run as an unprivileged host
+        uid, and a second C(chroot) or a write through C(/proc/1/root) reaches only what that uid may. The tree's
+        owners and groups are mapped back afterwards and the device nodes of C(/dev) made by host root; the record's
+        C(mode) is C(mapped).
+      - Only O(tool=mmdebstrap) supports it; another tool fails naming the opt-out. A given O(keyring) or local
+        mirror must be readable by any uid.
+      - Ignored without root (the tools run in the user's namespace then). The build passes
+        C(hpc_stateless_build_userns), true by default.
+    type: bool
+    default: false
+    version_added: 0.1.0
   force:
     description:
       - Wipe the contents of O(path) and bootstrap again when it holds a different record or unknown
@@ -345,6 +363,7 @@ def argument_spec() -> dict[str, Any]:
         **bootstrap_options(required=False),
         cache_dir=dict(type="path"),
         layer=dict(type="str"),
+        userns=dict(type="bool", default=False),
         force=dict(type="bool", default=False),
     )
 

@@ -13,7 +13,9 @@ One builder per tool: mmdebstrap (Debian, Ubuntu; the default) or debootstrap (s
 ``dnf --installroot`` (EL family, Fedora) and ``zypper --root`` (SUSE).
 
 Where the build runs decides how the tools run (:func:`privilege_mode`): as root on the host
-they run as they are; as root inside a user namespace (``buildah unshare``, the rootless build)
+they run as they are, or, mapped (``userns``, the build's default), in a user namespace whose root is
+root's subordinate uid, their files' ids shifted back and the device nodes made by host root after
+(:func:`mapped_argv`); as root inside a user namespace (``buildah unshare``, the rootless build)
 they run as they are too, but device nodes cannot be made; as an ordinary user every command is
 wrapped in ``buildah unshare``, so the root's owners map exactly as buildah's own storage maps them.
 """
@@ -25,13 +27,14 @@ import json
 import os
 import shlex
 import shutil
+import stat
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 from ansible_collections.hpc.stateless.plugins.module_utils._process import INITIAL_ID_MAP, parse_id_map
-from ansible_collections.hpc.stateless.plugins.module_utils import _process
+from ansible_collections.hpc.stateless.plugins.module_utils import _imagepath, _process
 from ansible_collections.hpc.stateless.plugins.module_utils._archive.index import (
     APT_RETRY_COUNT,
     DISTRO_KEYRINGS,
@@ -40,8 +43,8 @@ from ansible_collections.hpc.stateless.plugins.module_utils._archive.index impor
     fetch_with_retries,
 )
 from ansible_collections.hpc.stateless.plugins.module_utils._fs import Flock, LockBusy, mounts_below, wait_message
-from ansible_collections.hpc.stateless.plugins.module_utils._paths import write_atomic
-from ansible_collections.hpc.stateless.plugins.module_utils._build import caches
+from ansible_collections.hpc.stateless.plugins.module_utils._build import caches, idshift
+from ansible_collections.hpc.stateless.plugins.module_utils._build.idshift import IdRange
 from ansible_collections.hpc.stateless.plugins.module_utils._build.rootless import HOST_CACHE_ROOT, host_cache_path
 from ansible_collections.hpc.stateless.plugins.module_utils._contract.arch import RPM_ARCHES, host_arch
 from ansible_collections.hpc.stateless.plugins.module_utils._contract.inventory import (
@@ -75,6 +78,9 @@ TOOL_PACKAGES: dict[str, str] = {
     "debootstrap": "debootstrap",
     "dnf": "dnf",
     "zypper": "zypper",
+    "unshare": "util-linux",
+    "newuidmap": "uidmap",
+    "newgidmap": "uidmap",
 }
 
 # Installed when `packages` is empty: enough for Ansible (python3) and for the
@@ -112,10 +118,29 @@ CACHE_STATE_IN_ROOT: dict[str, tuple[str, ...]] = {
 FAMILY_TOOLS: dict[str, tuple[str, ...]] = BOOTSTRAP_TOOLS
 
 # How the tools run, from where the build runs (see privilege_mode).
-MODE_ROOT = "root"          # root on the host
+MODE_ROOT = "root"          # root on the host, the tools too
+MODE_MAPPED = "mapped"      # root on the host; each command runs as root of a user namespace: root's subordinate uid
 MODE_USERNS = "userns"      # uid 0 inside a user namespace, e.g. under `buildah unshare`
 MODE_UNSHARE = "unshare"    # an ordinary user: each command runs under `buildah unshare`
-MODES = (MODE_ROOT, MODE_USERNS, MODE_UNSHARE)
+MODES = (MODE_ROOT, MODE_MAPPED, MODE_USERNS, MODE_UNSHARE)
+#: The tools a mapped bootstrap can run: the others need root on the host (debootstrap makes device nodes) or a
+#: package cache they may write in place (dnf, zypper), which a mapped root must never be given.
+MAPPED_TOOLS = ("mmdebstrap",)
+#: A mapped bootstrap's outer step, in a mount namespace of its own as host root: the tree (often the mount of a
+#: container in root's 0700 containers-storage, which the mapped uid may not search) bound where it may, then the
+#: tool started in the user namespace (:func:`mapped_argv`). The bind ends with the namespace.
+MAPPED_BIND_SCRIPT = 'mount --bind "$1" "$2" && shift 2 && exec "$@"'
+
+# What a root bootstrapped as host root has in /dev (mmdebstrap's root mode makes it, and removes it again where it
+# cannot make the nodes): host root makes it after a mapped bootstrap, so the tree is the same either way.
+DEV_NODES: tuple[tuple[str, int, int], ...] = (
+    ("console", 5, 1), ("full", 1, 7), ("null", 1, 3), ("ptmx", 5, 2), ("random", 1, 8), ("tty", 5, 0),
+    ("urandom", 1, 9), ("zero", 1, 5),
+)
+DEV_LINKS: tuple[tuple[str, str], ...] = (
+    ("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2"),
+)
+DEV_DIRS = ("pts", "shm")
 
 # The kernel's postinst hooks (initramfs-tools, dracut) skip building an initramfs when
 # INITRD=No: a stateless image never boots from one, pack builds the boot artifact.
@@ -171,6 +196,8 @@ class BootstrapSpec:
     updates: bool | None = None
     security: bool | None = None
     layer: str = ""
+    #: MODE_MAPPED: the (uid, gid) ranges of the user namespace the commands run in (idshift.root_ranges).
+    id_ranges: tuple[IdRange, IdRange] | None = None
     family: str = field(init=False)
     #: Every source the root installs from and keeps (_contract/sources.py), the release first.
     sources: tuple[Source, ...] = field(init=False)
@@ -185,11 +212,26 @@ class BootstrapSpec:
         object.__setattr__(self, "tool", resolve_tool(self.distro, self.tool))
         if self.mode not in MODES:
             raise ValueError(f"mode {self.mode!r} is not one of {', '.join(MODES)}")
-        if self.mode != MODE_ROOT and self.tool == "debootstrap":
+        if self.mode == MODE_MAPPED:
+            if self.tool not in MAPPED_TOOLS:
+                raise ValueError(unmapped_tool_message(self.tool, self.layer))
+            if self.id_ranges is None:
+                raise ValueError("a mapped bootstrap needs the id ranges of its user namespace")
+        elif self.mode != MODE_ROOT and self.tool == "debootstrap":
             raise ValueError("tool debootstrap needs root on the host (it makes device nodes); this build runs "
                              f"without it ({mode_description(self.mode)}): use tool: mmdebstrap, the default")
         if not self.cache_dir:
             object.__setattr__(self, "cache_dir", default_cache_dir(self.family))
+
+
+def unmapped_tool_message(tool: str, layer: str = "") -> str:
+    """Why ``tool`` cannot bootstrap in a user namespace, and the two ways on."""
+    where = f"the vars of layer {layer}" if layer else "the layer's vars"
+    other = "use tool: mmdebstrap (the default), or " if tool == "debootstrap" else ""
+    return (f"tool {tool} cannot run its package scripts in a user namespace, and this root build runs them there "
+            f"(hpc_stateless_build_userns: true, the default; the rootfs module's userns option): {other}set "
+            f"hpc_stateless_build_userns: false in {where} to run them as host root, an explicit opt-in for packages "
+            "you trust (docs/rootless.md)")
 
 
 def distro_family(distro: str) -> str:
@@ -215,6 +257,7 @@ def mode_description(mode: str) -> str:
     """Return a phrase that says where a build in `mode` runs (for messages)."""
     return {
         MODE_ROOT: "as root",
+        MODE_MAPPED: "as root, the tools as root of a user namespace",
         MODE_USERNS: "as root inside a user namespace",
         MODE_UNSHARE: "as an ordinary user",
     }[mode]
@@ -280,8 +323,8 @@ def downloaded_packages_in_root(spec: BootstrapSpec) -> list[str]:
     debootstrap keeps every .deb it installed in <root>/var/cache/apt/archives (about 50 MB for a
     minbase root), and each layer above would carry them; the host cache already holds them.
     """
-    if spec.family != "debootstrap":
-        return []
+    if spec.tool != "debootstrap":
+        return []  # mmdebstrap's archive is the package cache's overlay, unmounted before its cleanup
     archives = os.path.join(spec.path, "var", "cache", "apt", "archives")
     try:
         names = os.listdir(archives)
@@ -348,6 +391,7 @@ def mmdebstrap_argv(spec: BootstrapSpec, binary: str = "mmdebstrap") -> list[str
     # entries where it cannot make them); its own unshare mode maps root to the first
     # subordinate id, which is not how buildah's storage maps it.
     argv = [binary, "--mode=root", *debian_selection_args(spec), APT_RETRIES]
+    target = mapped_target(spec) if spec.mode == MODE_MAPPED else spec.path
     if spec.arch:
         argv.append(f"--architectures={spec.arch}")
     if not spec.gpg_check:
@@ -366,8 +410,34 @@ def mmdebstrap_argv(spec: BootstrapSpec, binary: str = "mmdebstrap") -> list[str
         f'--customize-hook=umount "$1/{archives}"',
     ]
     argv += list(spec.extra_args)
-    argv += [spec.release, spec.path, *source_lines(spec)]
+    argv += [spec.release, target, *source_lines(spec)]
     return argv
+
+
+def mapped_target(spec: BootstrapSpec) -> str:
+    """Where a mapped bootstrap's tool sees the tree: a directory of its bootstrap view (caches.bootstrap_view),
+    which the mapped uid may search, the tree bound there by :data:`MAPPED_BIND_SCRIPT`."""
+    return os.path.join(caches.bootstrap_view(spec.cache_dir, spec.path), caches.BOOTSTRAP_TARGET)
+
+
+def mapped_argv(spec: BootstrapSpec, argv: list[str], binaries: dict[str, str] | None = None) -> list[str]:
+    """``argv`` run as root of a user namespace whose ids 0.. are root's subordinate range (``spec.id_ranges``).
+
+    Host root first makes a mount namespace and binds the tree at :func:`mapped_target`; util-linux ``unshare``
+    then makes the user namespace (its maps written by newuidmap/newgidmap from root's /etc/subuid and
+    /etc/subgid lines) with a mount namespace of its own, in which the tool mounts what it needs (/proc, the
+    package cache's overlay) and which no mount outlives. The tool's files carry the range's host ids on disk:
+    :meth:`RootfsBootstrap.apply` maps them back (idshift.shift_back).
+    """
+    binaries = binaries or {}
+    unshare = binaries.get("unshare", "unshare")
+    if spec.id_ranges is None:
+        raise ValueError("a mapped bootstrap needs the id ranges of its user namespace")
+    uids, gids = spec.id_ranges
+    return [unshare, "--mount", "--propagation=private", "--", "sh", "-c", MAPPED_BIND_SCRIPT, "sh",
+            spec.path, mapped_target(spec),
+            unshare, "--user", "--mount", f"--map-users={uids.start},0,{uids.count}",
+            f"--map-groups={gids.start},0,{gids.count}", "--setuid=0", "--setgid=0", "--", *argv]
 
 
 def merge_keyrings(spec: BootstrapSpec) -> list[str]:
@@ -506,6 +576,8 @@ def bootstrap_commands(spec: BootstrapSpec, binaries: dict[str, str] | None = No
         commands = [dnf_argv(spec, binaries.get("dnf", "dnf"))]
     else:
         commands = zypper_argvs(spec, binaries.get("zypper", "zypper"), binaries.get("rpm", "rpm"))
+    if spec.mode == MODE_MAPPED:
+        commands = [mapped_argv(spec, argv, binaries) for argv in commands]
     if spec.mode == MODE_UNSHARE:
         buildah = binaries.get("buildah", "buildah")
         inner = ["env", *[f"{name}={value}" for name, value in sorted((inner_env or {}).items())]] if inner_env else []
@@ -571,6 +643,8 @@ def required_binaries(spec: BootstrapSpec) -> dict[str, str]:
         needed["rpm"] = "rpm"
     if spec.mode == MODE_UNSHARE:
         needed["buildah"] = "buildah"
+    if spec.mode == MODE_MAPPED:
+        needed.update({name: TOOL_PACKAGES[name] for name in ("unshare", "newuidmap", "newgidmap")})
     return needed
 
 
@@ -678,6 +752,8 @@ class RootfsRequest:
     cache_dir: str | None = None
     force: bool = False
     layer: str = ""
+    #: As root on the host: run the tool in a user namespace from root's subordinate range (MODE_MAPPED).
+    userns: bool = False
 
     @classmethod
     def from_params(cls, params: dict[str, Any]) -> RootfsRequest:
@@ -685,10 +761,11 @@ class RootfsRequest:
         given = params.get("bootstrap") or params
         return cls(path=params["path"], bootstrap={key: given.get(key) for key in BOOTSTRAP_KEYS},
                    cache_dir=params.get("cache_dir"), force=bool(params.get("force")),
-                   layer=params.get("layer") or "")
+                   layer=params.get("layer") or "", userns=bool(params.get("userns")))
 
-    def spec(self, mode: str = MODE_ROOT) -> BootstrapSpec:
-        """The BootstrapSpec of this request for a build in ``mode``; ValueError names the offending option."""
+    def spec(self, mode: str = MODE_ROOT, id_ranges: tuple[IdRange, IdRange] | None = None) -> BootstrapSpec:
+        """The BootstrapSpec of this request for a build in ``mode`` (MODE_MAPPED: in a user namespace of
+        ``id_ranges``); ValueError names the offending option."""
         path = os.path.abspath(self.path)
         if os.path.realpath(path) == "/":
             raise ValueError("path must not be / : the rootfs module never bootstraps over the build host")
@@ -713,6 +790,7 @@ class RootfsRequest:
             updates=keys["updates"],
             security=keys["security"],
             layer=self.layer,
+            id_ranges=id_ranges,
         )
 
 
@@ -728,7 +806,56 @@ def current_mode() -> str:
 
 def cache_root(mode: str) -> str:
     """Return the root of the default package caches for a build in `mode`."""
-    return DEFAULT_CACHE_ROOT if mode == MODE_ROOT else host_cache_path(DEFAULT_CACHE_ROOT)
+    return DEFAULT_CACHE_ROOT if mode in (MODE_ROOT, MODE_MAPPED) else host_cache_path(DEFAULT_CACHE_ROOT)
+
+
+def make_dev_entries(root: str) -> list[str]:
+    """Make in the tree ``root``'s /dev what a bootstrap as host root leaves there (:data:`DEV_NODES`,
+    :data:`DEV_LINKS`, :data:`DEV_DIRS`), owned by root, each only where nothing has its name; the names made.
+    Relative to a descriptor of /dev found inside the tree: nothing of the tree leads the host elsewhere."""
+    made = []
+    directory = _imagepath.make_dirs(root, "dev")
+    try:
+        def absent(name: str) -> bool:
+            try:
+                os.stat(name, dir_fd=directory, follow_symlinks=False)
+            except FileNotFoundError:
+                return True
+            return False
+
+        for name, major, minor in DEV_NODES:
+            if absent(name):
+                os.mknod(name, 0o666 | stat.S_IFCHR, os.makedev(major, minor), dir_fd=directory)
+                os.chmod(name, 0o666, dir_fd=directory)  # the node just made: mknod's mode is the umask's
+                made.append(name)
+        for name, target in DEV_LINKS:
+            if absent(name):
+                os.symlink(target, name, dir_fd=directory)
+                made.append(name)
+        for name in DEV_DIRS:
+            if absent(name):
+                os.mkdir(name, 0o755, dir_fd=directory)
+                made.append(name)
+    finally:
+        os.close(directory)
+    return made
+
+
+def unreadable_by_others(path: str) -> str | None:
+    """None when any uid may read ``path`` (a file or a directory tree's top) and search its parents; otherwise the
+    first component that stops it."""
+    parts = os.path.abspath(path).split("/")[1:]
+    for depth in range(1, len(parts) + 1):
+        component = "/" + "/".join(parts[:depth])
+        try:
+            mode = os.stat(component).st_mode
+        except OSError as exc:
+            return f"{component}: {exc.strerror}"
+        last = depth == len(parts)
+        needed = (stat.S_IROTH | (stat.S_IXOTH if stat.S_ISDIR(mode) else 0)) if last else stat.S_IXOTH
+        if mode & needed != needed:
+            return f"{component} is mode {stat.S_IMODE(mode):04o}"
+    return None
 
 
 def tail(text: str, lines: int = OUTPUT_TAIL_LINES) -> list[str]:
@@ -770,11 +897,15 @@ class RootfsBootstrap:
         self.check_mode = check_mode
         self.warn = warn or (lambda msg: None)
         try:
-            self.spec = request.spec(mode or current_mode())
+            mode = mode or current_mode()
+            ranges = None
+            if mode == MODE_ROOT and request.userns:
+                mode, ranges = MODE_MAPPED, idshift.root_ranges()
+            self.spec = request.spec(mode, ranges)
             # Builds the command lines once, so an unsupported combination (arch with zypper) fails
             # here with its message, before anything is read or run.
             bootstrap_commands(self.spec)
-        except ValueError as exc:
+        except (ValueError, idshift.IdShiftError) as exc:
             raise RootfsError(str(exc)) from None
         self.record_path = os.path.join(self.spec.path, RECORD_RELPATH)
         self.result: dict[str, Any] = {"changed": False, "path": self.spec.path, "cmd": [], "commands": []}
@@ -785,11 +916,11 @@ class RootfsBootstrap:
 
     def read_existing_record(self) -> dict[str, Any] | None:
         """Return the stored record, None without one; fail on an unreadable record unless forced."""
-        if not os.path.exists(self.record_path):
+        if _imagepath.lstat(self.spec.path, RECORD_RELPATH, follow_last=False) is None:
             return None
         try:
-            with open(self.record_path, encoding="utf-8") as handle:
-                record = json.load(handle)
+            # Read inside the tree, as every file of it: its links lead nowhere on the host.
+            record = json.loads(_imagepath.read_file(self.spec.path, RECORD_RELPATH, follow_last=False) or b"")
             if not isinstance(record, dict):
                 raise ValueError("not a JSON object")
             return record
@@ -901,10 +1032,9 @@ class RootfsBootstrap:
                              inside], check=False, env=C_LOCALE).ok
 
     def write_record(self, record: dict[str, Any]) -> None:
-        """Write the record atomically (temp file in the same directory, then rename)."""
-        directory = os.path.dirname(self.record_path)
-        os.makedirs(directory, mode=0o755, exist_ok=True)
-        write_atomic(self.record_path, json.dumps(record, indent=2, sort_keys=True) + "\n")
+        """Write the record atomically, inside the tree (no link of it followed on the host)."""
+        _imagepath.replace_file(self.spec.path, RECORD_RELPATH,
+                                (json.dumps(record, indent=2, sort_keys=True) + "\n").encode("utf-8"))
 
     def apply(self) -> dict[str, Any]:
         """Bootstrap if needed and return the module result."""
@@ -930,6 +1060,11 @@ class RootfsBootstrap:
             self.wipe(binaries)
         os.makedirs(spec.path, mode=0o755, exist_ok=True)
         os.makedirs(spec.cache_dir, mode=0o755, exist_ok=True)
+        mapped_root = (spec.id_ranges[0].start, spec.id_ranges[1].start) if spec.id_ranges else None
+        if mapped_root:
+            self.check_mapped_access()
+            # The tree's "/" (a container's mount, host root's) is the mapped root's while the tool writes it.
+            os.chown(spec.path, *mapped_root)
         with tempfile.TemporaryDirectory(prefix="hpc-stateless-rootfs-") as home:
             environ = self.environment(home)
             if spec.mode == MODE_UNSHARE and "HOME" in environ:
@@ -942,10 +1077,12 @@ class RootfsBootstrap:
             view = ""
             try:
                 if spec.tool == "mmdebstrap":
-                    view = caches.new_bootstrap_view(spec.cache_dir, spec.path)
+                    view = caches.new_bootstrap_view(spec.cache_dir, spec.path, mapped_root)
                 for argv in commands:
                     stdout, stderr = self.run(argv, environ)
                     out = stdout or stderr  # mmdebstrap reports on stderr
+                if spec.id_ranges:
+                    self.unmap(*spec.id_ranges)
                 if view:
                     # What the bootstrap downloaded, checked against the root's apt lists that a Release file signed
                     # by the sources' keys vouches for: the packages' scripts may have rewritten the lists
@@ -971,6 +1108,32 @@ class RootfsBootstrap:
         self.result.update(record=record, stdout_lines=tail(out), diff={"before": existing or {}, "after": record})
         return self.result
 
+    def unmap(self, uids: IdRange, gids: IdRange) -> None:
+        """After a mapped bootstrap: the tree's ids of the range back to the container's, and /dev as a bootstrap by
+        host root leaves it (made by host root: no user namespace may make a device node)."""
+        try:
+            idshift.shift_back(self.spec.path, uids, gids)
+            make_dev_entries(self.spec.path)
+        except (idshift.IdShiftError, OSError) as exc:
+            self.fail(f"cannot give the bootstrapped tree {self.spec.path} its ids and device nodes: {exc}. No record "
+                      "was written; rerun with force: true (or remove the working container) to bootstrap again.")
+
+    def check_mapped_access(self) -> None:
+        """Fail before anything runs when the mapped root cannot read a keyring or a local mirror it is given
+        (it is an unprivileged host uid: "other" to files of host root)."""
+        given = [("keyring", self.spec.keyring)] if self.spec.keyring and self.spec.gpg_check else []
+        given += [(f"{source.kind} mirror", source.uri[len("file://"):] if source.uri.startswith("file://")
+                   else source.uri) for source in self.spec.sources]
+        for what, path in given:
+            if not path.startswith("/"):
+                continue
+            problem = unreadable_by_others(path)
+            if problem:
+                self.fail(f"the {what} {path} cannot be read by the bootstrap's mapped root (root's subordinate uid "
+                          f"{self.spec.id_ranges[0].start if self.spec.id_ranges else '?'}, which the package scripts "
+                          f"run as): {problem}. Make it readable by all (chmod o+r, its directories o+x), or set "
+                          "hpc_stateless_build_userns: false for this layer (docs/rootless.md).")
+
     def check_sources(self) -> None:
         """Fail before anything is written unless every source's mirror serves its suite (names the source)."""
         for source in self.spec.sources:
@@ -993,11 +1156,9 @@ class RootfsBootstrap:
         for source in self.spec.sources:
             target = image_keyring_path(source)
             if target:
-                inside = os.path.join(self.spec.path, target.lstrip("/"))
-                os.makedirs(os.path.dirname(inside), mode=0o755, exist_ok=True)
                 with open(source.signed_by, "rb") as handle:
-                    write_atomic(inside, handle.read(), mode=0o644)
-        write_atomic(os.path.join(self.spec.path, SOURCES_LIST.lstrip("/")), sources_list_text(self.spec), mode=0o644)
+                    _imagepath.replace_file(self.spec.path, target, handle.read(), mode=0o644)
+        _imagepath.replace_file(self.spec.path, SOURCES_LIST, sources_list_text(self.spec).encode("utf-8"), mode=0o644)
 
     def locked_cache(self, timeout: float = CACHE_LOCK_TIMEOUT) -> Flock:
         """Take the package cache's lock (:func:`cache_lock`); a wait is a warning naming the holder, and a

@@ -455,13 +455,39 @@ def bootstrap_view(cache_dir: str, root: str) -> str:
     return os.path.join(views_root(os.path.dirname(os.path.abspath(cache_dir))), f"bootstrap-{digest}")
 
 
-def new_bootstrap_view(cache_dir: str, root: str) -> str:
+#: In a mapped bootstrap's view, where its tool sees the tree (_build/bootstrap.py mapped_target).
+BOOTSTRAP_TARGET = "root"
+#: apt's lock file and download directory in a package archive: in a mapped bootstrap's ``upper`` they are the
+#: mapped root's, and hide the pool's (host root's, which that root may not open).
+APT_ARCHIVE_STATE = (("lock", False), ("partial", True))
+
+
+def new_bootstrap_view(cache_dir: str, root: str, owner: Optional[tuple[int, int]] = None) -> str:
     """:func:`bootstrap_view`, made afresh (a killed bootstrap's writes removed) with its empty ``upper`` and
-    ``work``, as mmdebstrap's setup hook mounts them (:func:`_build.bootstrap.mmdebstrap_argv`)."""
+    ``work``, as mmdebstrap's setup hook mounts them (:func:`_build.bootstrap.mmdebstrap_argv`).
+
+    ``owner``: the (uid, gid) of a mapped bootstrap's root, whose overlay ``upper``, ``work``, the tree's mount point
+    (:data:`BOOTSTRAP_TARGET`) and apt's state in ``upper`` (:data:`APT_ARCHIVE_STATE`) are its own."""
     view = bootstrap_view(cache_dir, root)
     remove_tree(view)
-    for name in ("upper", "work"):
+    names = ("upper", "work") + ((BOOTSTRAP_TARGET,) if owner else ())
+    for name in names:
         os.makedirs(os.path.join(view, name), mode=0o700)
+    if owner:
+        made = [os.path.join(view, name) for name in names]
+        for name, is_dir in APT_ARCHIVE_STATE:
+            path = os.path.join(view, "upper", name)
+            if is_dir:
+                os.mkdir(path, 0o700)
+            else:
+                os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o640))
+            made.append(path)
+        for path in made:
+            os.chown(path, *owner, follow_symlinks=False)
+        # The mapped root (any other uid to the host) searches the view's directory and the one above it.
+        os.chmod(view, 0o755)
+        parent = os.path.dirname(view)
+        os.chmod(parent, stat.S_IMODE(os.stat(parent).st_mode) | 0o011)
     return view
 
 
