@@ -71,8 +71,9 @@ options:
         unprivileged host uid, and a second C(chroot) or a write through C(/proc/1/root) reaches only what that
         uid may. O(state=committed) maps the ids of the layer's changes back to the container's (owners, the
         setuid/setgid bits, file capabilities, POSIX ACLs) before C(buildah commit).
-      - False runs them as host root; a parent of C(scratch) (a bootstrap written from the host) is never mapped,
-        nor a rootless build's container (its root is the unprivileged user already). The playbooks pass
+      - False runs them as host root. A container from C(scratch) is never mapped: the bootstrap maps its own tool
+        (M(hpc.stateless.rootfs) O(userns)) and gives the tree back with the container's ids; nor is a rootless
+        build's container (its root is the unprivileged user already). The playbooks pass
         C(hpc_stateless_build_userns), true by default.
     type: bool
     default: false

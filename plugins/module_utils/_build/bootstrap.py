@@ -342,8 +342,13 @@ def _as_file_url(location: str) -> str:
 def debian_selection_args(spec: BootstrapSpec) -> list[str]:
     """The options debootstrap and mmdebstrap share, spelled alike: the variant, the packages, the components."""
     args = [f"--variant={spec.variant}"] if spec.variant else []
-    if spec.packages:
-        args.append("--include=" + ",".join(effective_packages(spec)))
+    packages = effective_packages(spec)
+    names = [package for package in packages if "/" not in package]
+    if names:
+        args.append("--include=" + ",".join(names))
+    # A local .deb (mmdebstrap installs one given by its path): one option each, since mmdebstrap takes an option
+    # value holding a "/" whole, as one path.
+    args += [f"--include={package}" for package in packages if "/" in package]
     return args + ["--components=" + ",".join(spec.components or ("main",))]
 
 
@@ -1177,6 +1182,10 @@ class RootfsBootstrap:
         """Return the environment for the tools: C locale, no initramfs; for debootstrap the wget configuration of
         WGETRC_TEXT; for rpm tools a private HOME with our rpm macros (``home``: the run's private directory)."""
         environ = {**C_LOCALE, **NO_INITRD_ENV}
+        if self.spec.mode == MODE_MAPPED:
+            # Host root's HOME is no home of the mapped root (dpkg would warn that it cannot read ~/.dpkg.cfg there):
+            # none, as for Debian's system users.
+            environ["HOME"] = "/nonexistent"
         if self.spec.tool == "debootstrap":
             wgetrc = os.path.join(home, "wgetrc")
             with open(wgetrc, "w", encoding="utf-8") as handle:

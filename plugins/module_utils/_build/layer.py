@@ -190,8 +190,8 @@ class LayerBuilder:
         """
         result = LayerResult(container=self.container, image=self.image)
         try:
-            # A scratch container's tree is written from the host (a bootstrap): its root is host root's. A rootless
-            # build's container root is the user already.
+            # A scratch container's tree is a bootstrap's, which maps its own tool and leaves the container's ids
+            # (_build/bootstrap.py MODE_MAPPED). A rootless build's container root is the user already.
             mapped = userns and parent_image != "scratch" and not check_mode and not rootless.is_rootless()
             ranges = idshift.root_ranges() if mapped else None
         except idshift.IdShiftError as exc:

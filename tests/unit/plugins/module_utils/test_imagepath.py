@@ -106,3 +106,36 @@ def test_copy_out_copies_the_images_file_only(root, tmp_path, host):
     with pytest.raises(FileNotFoundError):
         _imagepath.copy_out(str(root), "etc/shadow-link", str(out), "initrd.img")
     assert not (out / "initrd.img").exists()
+
+
+def test_replace_file_writes_inside_the_tree_whatever_its_links_say(tmp_path):
+    """A tree whose directories and file are links to the host's: the file lands where the tree itself resolves them
+    (an absolute link taken from the tree's root), a link in the file's place is replaced, the host's are untouched."""
+    host = tmp_path / "host"
+    (host / "lib").mkdir(parents=True)
+    host_file = tmp_path / "host-sources.list"
+    host_file.write_text("the host's\n")
+    root = tmp_path / "root"
+    (root / "etc" / "apt").mkdir(parents=True)
+    (root / "var").symlink_to(host)  # in the tree: <root><host>, made below
+    (root / str(host).lstrip("/")).mkdir(parents=True)
+    (root / "etc" / "apt" / "sources.list").symlink_to(host_file)
+    _imagepath.replace_file(str(root), "var/lib/hpc-stateless/rootfs.json", b"{}\n")
+    _imagepath.replace_file(str(root), "/etc/apt/sources.list", b"deb x\n", mode=0o600)
+    assert (root / str(host).lstrip("/") / "lib/hpc-stateless/rootfs.json").read_bytes() == b"{}\n"
+    assert sorted(p.name for p in host.iterdir()) == ["lib"] and not list((host / "lib").iterdir())
+    written = root / "etc" / "apt" / "sources.list"
+    assert not written.is_symlink() and written.read_text() == "deb x\n" and stat.S_IMODE(written.stat().st_mode) == 0o600
+    assert host_file.read_text() == "the host's\n"
+    assert sorted(p.name for p in (root / "etc" / "apt").iterdir()) == ["sources.list"]  # no temporary name left
+
+
+def test_make_dirs_refuses_a_file_on_the_way(tmp_path):
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "var").write_text("a file")
+    with pytest.raises(OSError):
+        _imagepath.make_dirs(str(root), "var/lib")
+    fd = _imagepath.make_dirs(str(root), "srv/a/b", mode=0o750)
+    os.close(fd)
+    assert stat.S_IMODE((root / "srv" / "a" / "b").stat().st_mode) == 0o750

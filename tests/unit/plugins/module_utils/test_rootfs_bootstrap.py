@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
+import stat
+import tempfile
 import subprocess
 from pathlib import Path
 
@@ -20,6 +23,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils._build.bootstrap imp
     CACHE_LOCK_NAME,
     DISTRO_FAMILIES,
     FAMILY_TOOLS,
+    MODE_MAPPED,
     MODE_ROOT,
     MODE_UNSHARE,
     MODE_USERNS,
@@ -40,6 +44,8 @@ from ansible_collections.hpc.stateless.plugins.module_utils._build.bootstrap imp
     effective_packages,
     in_user_namespace,
     APT_RETRIES,
+    make_dev_entries,
+    mapped_target,
     mmdebstrap_argv,
     privilege_mode,
     resolve_tool,
@@ -49,8 +55,11 @@ from ansible_collections.hpc.stateless.plugins.module_utils._build.bootstrap imp
     resolve_mirror,
     rpm_macros,
     rpmdb_path,
+    unreadable_by_others,
     zypper_argvs,
 )
+from ansible_collections.hpc.stateless.plugins.module_utils._build import idshift
+from ansible_collections.hpc.stateless.plugins.module_utils._build.idshift import IdRange
 
 ROOT = "/srv/root"
 ROCKY_URL = "https://dl.rockylinux.org/pub/rocky/9/BaseOS/x86_64/os/"
@@ -190,6 +199,15 @@ def test_mmdebstrap_full_argv():
     assert argv[-6:] == ["--verbose", "bookworm", ROOT, "deb file:///srv/mirror/debian bookworm main contrib",
                          "deb file:///srv/mirror/debian bookworm-updates main contrib",
                          "deb http://deb.debian.org/debian-security bookworm-security main contrib"]
+
+
+def test_a_local_deb_is_an_include_of_its_own():
+    """mmdebstrap takes an --include value holding a "/" whole, as the path of one .deb ("x.deb,hostname is not an
+    existing file")."""
+    argv = mmdebstrap_argv(deb(packages=("hostname", "/srv/debs/site_1.0_all.deb", "bash")))
+    assert [a for a in argv if a.startswith("--include=")] == ["--include=bash,hostname",
+                                                               "--include=/srv/debs/site_1.0_all.deb"]
+    assert [a for a in mmdebstrap_argv(deb(packages=("/a.deb",))) if a.startswith("--include")] == ["--include=/a.deb"]
 
 
 def test_mmdebstrap_no_gpg_check_allows_unsigned_and_drops_keyring():
@@ -555,3 +573,162 @@ def test_the_bootstrap_merge_trusts_the_sources_keyring_or_the_distributions_and
     assert bootstrap_module.merge_keyrings(deb()) == [
         k for k in bootstrap_module.DISTRO_KEYRINGS if os.path.isfile(k)]
     assert bootstrap_module.merge_keyrings(deb(gpg_check=False)) == []
+
+
+# --- a root build's bootstrap in a user namespace (mapped) -------------------------------------
+
+RANGES = (IdRange(165536, 65536), IdRange(300000, 65536))
+as_root = pytest.mark.skipif(os.geteuid() != 0, reason="device nodes and other owners need root (the unit suite runs as root)")
+
+
+def test_mapped_mode_runs_mmdebstrap_as_root_of_a_user_namespace():
+    """Host root binds the tree where the mapped uid may reach it, then unshare makes the user namespace of root's
+    range (and a mount namespace of its own) and runs mmdebstrap there, aimed at the bound tree."""
+    spec = deb(mode=MODE_MAPPED, id_ranges=RANGES, cache_dir="/var/cache/hpc-stateless/debootstrap")
+    binaries = {"unshare": "/usr/bin/unshare", "mmdebstrap": "/usr/bin/mmdebstrap"}
+    [argv] = bootstrap_commands(spec, binaries)
+    target = mapped_target(spec)
+    assert target == caches.bootstrap_view(spec.cache_dir, ROOT) + "/root"
+    inner = argv.index("/usr/bin/unshare", 1)
+    assert argv[:inner] == ["/usr/bin/unshare", "--mount", "--propagation=private", "--", "sh", "-c",
+                            'mount --bind "$1" "$2" && shift 2 && exec "$@"', "sh", ROOT, target]
+    assert argv[inner:inner + 8] == ["/usr/bin/unshare", "--user", "--mount", "--map-users=165536,0,65536",
+                                     "--map-groups=300000,0,65536", "--setuid=0", "--setgid=0", "--"]
+    tool = argv[inner + 8:]
+    assert tool == mmdebstrap_argv(spec, "/usr/bin/mmdebstrap")
+    assert tool[tool.index("bookworm") + 1] == target and ROOT not in tool
+    assert required_binaries(spec) == {"mmdebstrap": "mmdebstrap", "unshare": "util-linux", "newuidmap": "uidmap",
+                                       "newgidmap": "uidmap"}
+    assert bootstrap_record(spec)["mode"] == "mapped"
+
+
+@pytest.mark.parametrize("spec_of, tool, advice", [
+    (lambda **kw: deb(tool="debootstrap", **kw), "debootstrap", "use tool: mmdebstrap (the default), or set"),
+    (rocky, "dnf", "): set hpc_stateless_build_userns: false in the vars of layer base"),
+    (leap, "zypper", "): set hpc_stateless_build_userns: false in the vars of layer base"),
+])
+def test_mapped_mode_refuses_the_tools_that_need_host_root(spec_of, tool, advice):
+    with pytest.raises(ValueError) as caught:
+        spec_of(mode=MODE_MAPPED, id_ranges=RANGES, layer="base")
+    message = str(caught.value)
+    assert message.startswith(f"tool {tool} cannot run its package scripts in a user namespace"), message
+    assert advice in message and "docs/rootless.md" in message, message
+    with pytest.raises(ValueError, match="needs the id ranges"):
+        deb(mode=MODE_MAPPED)
+
+
+def _request(tmp_path, userns, **keys):
+    values = {key: None for key in BOOTSTRAP_KEYS}
+    values.update({"distro": "debian", "release": "bookworm", **keys})
+    return RootfsRequest(path=str(tmp_path / "root"), bootstrap=values, cache_dir=str(tmp_path / "c"), layer="base",
+                         userns=userns)
+
+
+def test_a_root_request_with_userns_bootstraps_mapped_in_roots_range(tmp_path, monkeypatch):
+    monkeypatch.setattr(idshift, "root_ranges", lambda: RANGES)
+    mapped = RootfsBootstrap(_request(tmp_path, True), mode=MODE_ROOT)
+    assert (mapped.spec.mode, mapped.spec.id_ranges) == (MODE_MAPPED, RANGES)
+    assert RootfsBootstrap(_request(tmp_path, False), mode=MODE_ROOT).spec.mode == MODE_ROOT
+    # A rootless build's tools already run as the user: the option changes nothing there.
+    assert RootfsBootstrap(_request(tmp_path, True), mode=MODE_USERNS).spec.mode == MODE_USERNS
+    with pytest.raises(RootfsError, match="tool dnf cannot run its package scripts in a user namespace"):
+        RootfsBootstrap(_request(tmp_path, True, distro="rocky", release="9", mirror=ROCKY_URL), mode=MODE_ROOT)
+
+    def no_range():
+        raise idshift.IdShiftError("root has no range of 65536: add the line 'root:165536:65536' to /etc/subuid")
+    monkeypatch.setattr(idshift, "root_ranges", no_range)
+    with pytest.raises(RootfsError, match="add the line 'root:165536:65536' to /etc/subuid"):
+        RootfsBootstrap(_request(tmp_path, True), mode=MODE_ROOT)
+
+
+@pytest.fixture
+def shared_tmp():
+    """A directory any uid may search (pytest's own temporary directories are root's alone, mode 0700)."""
+    path = Path(tempfile.mkdtemp(prefix="hpc-rootfs-unit-", dir="/var/tmp"))
+    os.chmod(path, 0o755)
+    yield path
+    shutil.rmtree(path)
+
+
+def test_a_mapped_bootstrap_fails_first_when_its_root_cannot_read_the_keyring(shared_tmp, monkeypatch):
+    """The mapped root is "other" to host root's files: a keyring in a private directory is named before anything
+    runs, with both ways on."""
+    monkeypatch.setattr(idshift, "root_ranges", lambda: RANGES)
+    tmp_path = shared_tmp
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    os.chmod(private, 0o700)
+    keyring = private / "site.gpg"
+    keyring.write_bytes(b"key")
+    job = RootfsBootstrap(_request(tmp_path, True, keyring=str(keyring)), mode=MODE_ROOT)
+    with pytest.raises(RootfsError, match=rf"the keyring {keyring} cannot be read by the bootstrap's mapped root "
+                                          rf"\(root's subordinate uid 165536.*\): {private} is mode 0700\. Make it "
+                                          "readable by all"):
+        job.check_mapped_access()
+    os.chmod(private, 0o755)
+    os.chmod(keyring, 0o644)
+    job.check_mapped_access()
+
+
+def test_unreadable_by_others_names_the_first_component_that_stops_any_uid(shared_tmp):
+    tmp_path = shared_tmp
+    top = tmp_path / "top"
+    (top / "sub").mkdir(parents=True)
+    target = top / "sub" / "file"
+    target.write_text("x")
+    for path in (tmp_path, top, top / "sub"):
+        os.chmod(path, 0o755)
+    os.chmod(target, 0o644)
+    assert unreadable_by_others(str(target)) is None
+    os.chmod(target, 0o600)
+    assert unreadable_by_others(str(target)) == f"{target} is mode 0600"
+    os.chmod(target, 0o644)
+    os.chmod(top, 0o750)
+    assert unreadable_by_others(str(target)) == f"{top} is mode 0750"
+    os.chmod(top, 0o755)
+    assert unreadable_by_others(str(top / "missing")) == f"{top / 'missing'}: No such file or directory"
+
+
+@as_root
+def test_dev_entries_are_made_as_a_bootstrap_by_host_root_leaves_them(tmp_path):
+    root = tmp_path / "root"
+    (root / "dev").mkdir(parents=True)
+    (root / "dev" / "null").write_text("a package's own file")  # never replaced
+    made = make_dev_entries(str(root))
+    assert "null" not in made and sorted(made) == sorted(
+        ["console", "full", "ptmx", "random", "tty", "urandom", "zero", "fd", "stdin", "stdout", "stderr", "pts", "shm"])
+    zero = os.lstat(root / "dev" / "zero")
+    assert stat.S_ISCHR(zero.st_mode) and stat.S_IMODE(zero.st_mode) == 0o666
+    assert (os.major(zero.st_rdev), os.minor(zero.st_rdev), zero.st_uid, zero.st_gid) == (1, 5, 0, 0)
+    assert os.readlink(root / "dev" / "stderr") == "/proc/self/fd/2"
+    assert stat.S_IMODE(os.lstat(root / "dev" / "pts").st_mode) == 0o755
+    assert (root / "dev" / "null").read_text() == "a package's own file"
+    assert make_dev_entries(str(root)) == []
+
+
+@as_root
+def test_dev_entries_never_follow_the_trees_links_onto_the_host(tmp_path):
+    """A tree whose /dev is a link to a host directory: resolved inside the tree, where it leads nowhere."""
+    host = tmp_path / "host-dir"
+    host.mkdir()
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "dev").symlink_to(host)
+    with pytest.raises(OSError):
+        make_dev_entries(str(root))
+    assert not list(host.iterdir())
+
+
+@as_root
+def test_a_mapped_bootstraps_view_is_its_roots(tmp_path):
+    cache = tmp_path / "cache" / "debootstrap"
+    cache.mkdir(parents=True)
+    view = Path(caches.new_bootstrap_view(str(cache), str(tmp_path / "root"), (165536, 300000)))
+    for rel in ("upper", "work", "root", "upper/lock", "upper/partial"):
+        info = os.lstat(view / rel)
+        assert (info.st_uid, info.st_gid) == (165536, 300000), rel
+    assert (view / "upper" / "partial").is_dir() and (view / "upper" / "lock").is_file()
+    assert stat.S_IMODE(os.stat(view).st_mode) == 0o755 and os.stat(view.parent).st_mode & 0o011 == 0o011
+    plain = Path(caches.new_bootstrap_view(str(cache), str(tmp_path / "root")))
+    assert sorted(p.name for p in plain.iterdir()) == ["upper", "work"] and not list((plain / "upper").iterdir())
+    assert os.stat(plain / "upper").st_uid == os.geteuid()
