@@ -15,13 +15,18 @@ prefix once per side, one after the other, from the same cached bootstrap:
 4. as the same user with the vfs driver (a storage of its own, CONTAINERS_STORAGE_CONF), what
    rootless buildah falls back to without a storage.conf.
 
+``--bootstrap-pairs N`` also times the default base layer's bootstrap by the rootfs module, mapped
+(``userns: true``: mmdebstrap and the package scripts in a user namespace) and unmapped, in turn, N times each,
+each into a fresh directory from the warm package cache, and compares the last two trees entry by entry.
+
 Reported: wall time of each build, the commit time (sum of the ``Commit layer`` tasks, from
 ansible.posix.profile_tasks), the disk the user's storage grew by (``du`` of its graph root
 before and after), and whether every side built the same content keys. Nothing is judged: the
 issue asks for the ratio. The bootstrap image is copied into the user's storages first (not
 timed). Every image the benchmark built is removed at the end.
 
-    python benchmarks/rootless_bench.py [--inventory DIR] [--sides overlay,root,vfs,mapped] [--lock FILE] [--output FILE]
+    python benchmarks/rootless_bench.py [--inventory DIR] [--sides overlay,root,vfs,mapped] [--bootstrap-pairs N]
+                                        [--lock FILE] [--output FILE]
 
 ``--lock FILE`` holds an flock on FILE during each build only (a host shared with test runs).
 """
@@ -40,16 +45,20 @@ import subprocess
 import sys
 import tempfile
 import time
+import statistics
 import uuid
 from pathlib import Path
+
+import yaml
 
 import comparisons
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "integration"))
 
-from rootless_support import (USER, as_user, buildah_as, copy_images, ensure_storage_conf, ensure_user,  # noqa: E402
-                              playbook_env, tag_root_bootstrap, tags, write_user_file)
+from rootless_support import (BOOTSTRAP_VARYING, USER, as_user, buildah_as, copy_images,  # noqa: E402
+                              ensure_storage_conf, ensure_user, playbook_env, tag_root_bootstrap, tags, tree_entries,
+                              write_user_file)
 
 COMMIT_TASK = re.compile(r"Commit layer (\S+) -+ ([0-9.]+)s")
 SIDES = ("overlay", "root", "vfs", "mapped")  # the rootless side first: it is the one that may fail
@@ -119,6 +128,42 @@ def build(side: str, inventory: Path, prefix: str, project: Path, env: dict[str,
     return {"seconds": round(seconds, 2), "commit_seconds": commits, "commit_total_seconds": round(sum(commits.values()), 2)}
 
 
+def bootstrap_pairs(pairs: int, inventory: Path, work: Path, logs: Path) -> dict:
+    """The inventory's base layer bootstrapped by the rootfs module mapped and unmapped in turn (A B A B ...), each
+    into a fresh directory: wall seconds of each run, their medians and ratio, and whether the last two trees hold
+    the same entries (rootless_support.tree_entries)."""
+    layers = yaml.safe_load((inventory / "group_vars" / "all" / "layers.yml").read_text(encoding="utf-8"))
+    keys = layers["hpc_stateless_layers"]["base"]["bootstrap"]
+    seconds: dict[str, list[float]] = {"mapped": [], "unmapped": []}
+    trees = {}
+    for pair in range(pairs):
+        for side in seconds:
+            root = work / f"bootstrap-{side}"
+            shutil.rmtree(root, ignore_errors=True)
+            root.mkdir()
+            args = work / f"bootstrap-{side}.json"
+            args.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": {"path": str(root), "bootstrap": keys,
+                                                                "layer": "bench", "userns": side == "mapped"}}))
+            started = time.monotonic()
+            proc = subprocess.run([str(REPO / ".venv" / "bin" / "python"), "-m",
+                                   "ansible_collections.hpc.stateless.plugins.modules.rootfs", str(args)],
+                                  env={**os.environ, "PYTHONPATH": str(REPO / ".collections")},
+                                  capture_output=True, text=True, check=False)
+            elapsed = time.monotonic() - started
+            (logs / f"bootstrap-{side}.json").write_text(proc.stdout + proc.stderr)
+            if proc.returncode != 0:
+                sys.exit(f"the {side} bootstrap failed (log {logs / f'bootstrap-{side}.json'}): {proc.stdout[-3000:]}")
+            seconds[side].append(round(elapsed, 2))
+            log(f"bootstrap {pair + 1}/{pairs} {side}: {elapsed:.1f} s")
+            if pair == pairs - 1:
+                trees[side] = tree_entries(root, BOOTSTRAP_VARYING)
+            shutil.rmtree(root)
+    medians = {side: statistics.median(values) for side, values in seconds.items()}
+    return {"pairs": pairs, "seconds": seconds, "median_seconds": medians,
+            "ratio": round(medians["mapped"] / medians["unmapped"], 3), "entries": len(trees["mapped"]),
+            "same_tree": trees["mapped"] == trees["unmapped"]}
+
+
 def layer_keys(user: str | None, env: dict[str, str], prefix: str, layers: list[str]) -> dict[str, list[str]]:
     listing = buildah_as(user, "images", "--json", env=env)
     return {layer: sorted(tags(listing, f"{prefix}/{layer}")) for layer in layers}
@@ -156,6 +201,14 @@ def rows(result: dict) -> list[dict]:
             "rootless disk use of the DAG: vfs vs overlay", "vfs", sides["vfs"]["disk_bytes"] / 2**20,
             "overlay", sides["overlay"]["disk_bytes"] / 2**20, "reported side by side", None, unit="MiB",
             note="growth of the user's graph root during the build"))
+    boot = result.get("bootstrap")
+    if boot:
+        out.append(comparisons.comparison(
+            "base layer bootstrap as root: mmdebstrap in a user namespace vs the host's ids", "mapped",
+            boot["median_seconds"]["mapped"], "unmapped", boot["median_seconds"]["unmapped"], "reported side by side",
+            None, a_samples=boot["seconds"]["mapped"], b_samples=boot["seconds"]["unmapped"],
+            also={"same tree": boot["same_tree"]},
+            note=f"median of {boot['pairs']} runs each, alternated; {boot['entries']} entries compared"))
     return out
 
 
@@ -163,6 +216,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--inventory", default="inventory")
     parser.add_argument("--sides", default=",".join(SIDES))
+    parser.add_argument("--bootstrap-pairs", type=int, default=0,
+                        help="also time the base layer's bootstrap mapped and unmapped, this many times each")
     parser.add_argument("--lock", help="flock this file during each build (shared hosts)")
     parser.add_argument("--output", default=str(REPO / "benchmarks" / "results" / "rootless.json"))
     args = parser.parse_args()
@@ -204,11 +259,14 @@ def main() -> int:
                 if user:
                     result["sides"][side]["disk_bytes"] = disk_bytes(root_dir) - before
                     result["sides"][side]["graph_root"] = str(root_dir)
+        if args.bootstrap_pairs > 0:
+            with held(args.lock):
+                result["bootstrap"] = bootstrap_pairs(args.bootstrap_pairs, inventory, work, logs)
         layers = sorted({layer for side in result["sides"].values() for layer in side["commit_seconds"]})
         keys = {side: layer_keys(None if side in ROOT_SIDES else USER, envs[side], prefixes[side], layers)
                 for side in result["sides"]}
         result["keys"] = keys
-        result["same_keys"] = len({json.dumps(k, sort_keys=True) for k in keys.values()}) == 1
+        result["same_keys"] = len({json.dumps(k, sort_keys=True) for k in keys.values()}) == 1 if keys else None
     finally:
         for side in wanted:
             if side not in ROOT_SIDES:

@@ -45,6 +45,11 @@ echo "{marker} end"
 /bin/busybox poweroff -f
 """
 
+# qemu (TCG) for an amd64 guest: the default CPU model with RDRAND, which TCG emulates, so the guest kernel (Debian's
+# trusts the CPU's RNG) seeds its random pool at once. Without it, under a loaded host, a getrandom() early in a boot
+# waited long enough for a soft lockup report of a udev worker, and the boot timed out.
+QEMU_AMD64 = ("qemu-system-x86_64", "-accel", "tcg", "-cpu", "qemu64,+rdrand")
+
 
 def _run(argv: list[str], **kwargs) -> subprocess.CompletedProcess:
     return subprocess.run(argv, check=True, capture_output=True, **kwargs)
@@ -153,7 +158,7 @@ def pxe_boot(boot_root: Path, mac: str, log: Path, bootfile: str = "pxelinux.0",
     first appeared on the console or in one of ``stamp_files`` (e.g. an HTTP server's access log;
     -1 if never).
     """
-    argv = ["qemu-system-x86_64", "-accel", "tcg", "-m", str(memory_mib), "-nodefaults", "-no-reboot",
+    argv = [*QEMU_AMD64, "-m", str(memory_mib), "-nodefaults", "-no-reboot",
             "-display", "none", "-serial", f"file:{log}", "-boot", "n",
             "-netdev", f"user,id=n0,tftp={boot_root},bootfile={bootfile}",
             "-device", f"e1000,netdev=n0,mac={mac}"]

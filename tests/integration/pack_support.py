@@ -23,6 +23,7 @@ from pathlib import Path
 
 import yaml
 from conftest import REPO, buildah, run_site, tag_default_layers
+from deploy_support import QEMU_AMD64
 
 DEFAULT_INVENTORY = REPO / "inventory"
 PACK_INVENTORY = REPO / "tests" / "integration" / "pack_inventory"
@@ -263,7 +264,7 @@ HEADLESS = ("-vga", "none")
 # arm64: qemu's generic "virt" board (PL011 serial ttyAMA0, virtio-mmio, a device tree), booted from the kernel
 # Image directly (qemu reads its header, gzip'd or not), and a Cortex-A57 (cheaper to emulate than -cpu max).
 QEMU_MACHINES = {
-    "amd64": (("qemu-system-x86_64", "-accel", "tcg"), "ttyS0"),
+    "amd64": (QEMU_AMD64, "ttyS0"),
     "arm64": (("qemu-system-aarch64", "-M", "virt", "-cpu", "cortex-a57", "-accel", "tcg"), "ttyAMA0"),
 }
 

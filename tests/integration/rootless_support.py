@@ -1,6 +1,7 @@
 """The unprivileged build user of the rootless test and benchmark: made when missing, commands run as it.
 
-Used by tests/integration/test_rootless.py and benchmarks/rootless_bench.py (both run as root).
+Used by tests/integration/test_rootless.py and benchmarks/rootless_bench.py (both run as root); also what a root
+tree holds entry by entry (:func:`tree_entries`), which test_bootstrap_userns.py and the benchmark compare.
 The user keeps its own containers-storage (~/.local/share/containers, overlay unless a
 storage.conf says otherwise) between runs, so a bootstrap image copied into it once is reused.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import stat
 import subprocess
 from pathlib import Path
 
@@ -122,3 +124,31 @@ def tag_root_bootstrap(prefix: str, source_prefix: str = "localhost/hpc-stateles
     source = f"{source_prefix}/bootstrap/{layer}"
     for tag in tags(buildah_as(None, "images", "--json"), source):
         buildah_as(None, "tag", f"{source}:{tag}", f"{prefix}/bootstrap/{layer}:{tag}")
+
+
+#: What differs between two bootstraps of the same packages whoever runs them (a :func:`tree_entries` skip): logs,
+#: debconf's and ldconfig's caches, and the rootfs module's record (its mode).
+BOOTSTRAP_VARYING = ("var/log/", "var/cache/debconf/", "var/cache/ldconfig/", "var/lib/hpc-stateless/rootfs.json")
+
+
+def tree_entries(root: Path, skip: tuple[str, ...] = ()) -> dict[str, tuple]:
+    """Every entry below ``root`` (relative path -> mode with its kind, owner, group, size of a file or a link, link
+    target, device numbers, file capability), but those in ``skip`` (a path, or a prefix ending in "/")."""
+    entries = {}
+    for top, dirs, files in os.walk(root):
+        for name in dirs + files:
+            path = Path(top, name)
+            rel = str(path.relative_to(root))
+            if any(rel == s.rstrip("/") or (s.endswith("/") and rel.startswith(s)) for s in skip):
+                continue
+            info = os.lstat(path)
+            link = os.readlink(path) if stat.S_ISLNK(info.st_mode) else None
+            try:
+                capability = None if link is not None else os.getxattr(path, "security.capability",
+                                                                      follow_symlinks=False)
+            except OSError:
+                capability = None
+            size = info.st_size if stat.S_ISREG(info.st_mode) or link is not None else None
+            device = (os.major(info.st_rdev), os.minor(info.st_rdev)) if stat.S_ISCHR(info.st_mode) else None
+            entries[rel] = (info.st_mode, info.st_uid, info.st_gid, size, link, device, capability)
+    return entries

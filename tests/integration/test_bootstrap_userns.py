@@ -25,9 +25,10 @@ import yaml
 
 from conftest import REPO
 from pack_support import run_module
+from rootless_support import BOOTSTRAP_VARYING, tree_entries
 
 from ansible_collections.hpc.stateless.plugins.module_utils._build import caches, idshift
-from ansible_collections.hpc.stateless.plugins.module_utils._build.bootstrap import RECORD_RELPATH, default_cache_dir
+from ansible_collections.hpc.stateless.plugins.module_utils._build.bootstrap import default_cache_dir
 from ansible_collections.hpc.stateless.plugins.module_utils._fs import mounts_below
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="a root build's bootstrap: the integration suite runs as root")
@@ -35,9 +36,8 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="a root build's bootst
 UNTOUCHED = "the host's own\n"
 ESCAPE = REPO / "tests" / "roles" / "userns_escape" / "files" / "escape.py"
 TRIES = "var/lib/hpc-escape-probe/tries"
-# What differs between two bootstraps of the same packages whoever runs them: logs, debconf's caches, the record
-# (its mode), and the probe's own results and leftovers in /tmp.
-VARYING = ("var/log/", "var/cache/debconf/", "var/cache/ldconfig/", RECORD_RELPATH, TRIES, "tmp/")
+# What differs between the two roots: what differs between any two bootstraps, and the probe's results and leftovers.
+VARYING = (*BOOTSTRAP_VARYING, TRIES, "tmp/")
 POSTINST = """#!/bin/sh
 set -e
 if [ "$1" = configure ]; then
@@ -80,29 +80,6 @@ def make_probe(debdir: Path, marker: Path) -> Path:
     shutil.rmtree(tree)
     os.chmod(deb, 0o644)
     return deb
-
-
-def listing(root: Path) -> dict[str, tuple]:
-    """Every entry of the tree but :data:`VARYING`: kind and mode, owner, group, size, link target, device numbers,
-    file capability."""
-    entries = {}
-    for top, dirs, files in os.walk(root):
-        for name in dirs + files:
-            path = Path(top, name)
-            rel = str(path.relative_to(root))
-            if any(rel == v.rstrip("/") or rel.startswith(v) for v in VARYING):
-                continue
-            info = os.lstat(path)
-            link = os.readlink(path) if stat.S_ISLNK(info.st_mode) else None
-            try:
-                capability = None if link is not None else os.getxattr(path, "security.capability",
-                                                                      follow_symlinks=False)
-            except OSError:
-                capability = None
-            size = info.st_size if stat.S_ISREG(info.st_mode) or link is not None else None
-            device = (os.major(info.st_rdev), os.minor(info.st_rdev)) if stat.S_ISCHR(info.st_mode) else None
-            entries[rel] = (info.st_mode, info.st_uid, info.st_gid, size, link, device, capability)
-    return entries
 
 
 def bootstrap(work: Path, side: str) -> dict:
@@ -156,7 +133,7 @@ def test_mapped_package_script_runs_as_roots_subordinate_uid_and_cannot_touch_th
 
 def test_the_mapped_root_is_the_unmapped_one(roots):
     """Owners, groups, modes (setuid bits), sizes, links, /dev's nodes and file capabilities: entry by entry."""
-    mapped, unmapped = listing(roots["mapped"]["root"]), listing(roots["unmapped"]["root"])
+    mapped, unmapped = tree_entries(roots["mapped"]["root"], VARYING), tree_entries(roots["unmapped"]["root"], VARYING)
     assert len(mapped) > 5000
     differing = sorted(rel for rel in set(mapped) | set(unmapped) if mapped.get(rel) != unmapped.get(rel))
     assert not differing, [(rel, mapped.get(rel), unmapped.get(rel)) for rel in differing[:10]]
