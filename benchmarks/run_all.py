@@ -133,7 +133,7 @@ BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in (
               ["--quick", "--plot", "build/storm-quick.svg"]),
     Benchmark("connection", "~10 min", lambda d: ["--image", d.root_ref], ["--rounds", "1"], True,
               lambda d: [d.root_ref]),
-    Benchmark("rootless", "~5 min", lambda d: ["--inventory", INVENTORY],
+    Benchmark("rootless", "~8 min", lambda d: ["--inventory", INVENTORY, "--bootstrap-pairs", "3"],
               ["--inventory", "tests/integration/rootless_inventory"]),
     Benchmark("rollout", "~8 min", lambda d: ["--nodes", "2,4,8"], ["--nodes", "2"]),
     Benchmark("edit", "~4 min", lambda d: [], ["--runs", "1"], True, lambda d: [d.image_ref]),

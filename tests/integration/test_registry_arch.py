@@ -11,13 +11,18 @@ architecture pulled from the one tag, its labels and image config saying its arc
 from __future__ import annotations
 
 import json
+import stat
 import subprocess
 import urllib.request
+from pathlib import Path
 
 import pytest
 import yaml
 
 from conftest import BUILDAH_ENV, REPO, buildah, image_labels, run_site
+from rootless_support import tree_entries
+
+from ansible_collections.hpc.stateless.plugins.module_utils._build import idshift
 # The fixture registry (docker-registry on 127.0.0.1), used by pytest by name.
 from test_plan_ci import registry  # noqa: F401  # pylint: disable=unused-import
 
@@ -101,3 +106,24 @@ def test_two_architectures_of_one_layer_build_side_by_side_and_share_one_tag(bui
             assert image_labels(image_id)["hpc.stateless.key"] == keys[arch]
         finally:
             buildah("rmi", remote, check=False)
+
+
+def test_each_architecture_is_bootstrapped_in_a_user_namespace(built, image_prefix):
+    """The build passes hpc_stateless_build_userns (true by default) to the bootstrap: the record says mapped, and
+    the committed root has the ids, setuid bits and device nodes of a bootstrap by host root (arm64's scripts ran
+    under qemu-user in the namespace)."""
+    uids, gids = idshift.root_ranges()
+    for name in (LAYER, f"{LAYER}-arm64"):
+        container = f"hpc-stateless-read-{name}"
+        buildah("from", "--pull=never", "--quiet", "--name", container, f"{image_prefix}/{name}:latest")
+        try:
+            root = Path(buildah("mount", container).strip())
+            assert json.loads((root / "var/lib/hpc-stateless/rootfs.json").read_text())["mode"] == "mapped", name
+            entries = tree_entries(root)
+        finally:
+            buildah("umount", container, check=False)
+            buildah("rm", container, check=False)
+        assert not [rel for rel, entry in entries.items() if entry[1] >= uids.start or entry[2] >= gids.start], name
+        passwd, null = entries["usr/bin/passwd"], entries["dev/null"]
+        assert (stat.S_IMODE(passwd[0]), passwd[1], passwd[2]) == (0o4755, 0, 0), name
+        assert stat.S_ISCHR(null[0]) and null[5] == (1, 3) and stat.S_IMODE(null[0]) == 0o666, name
