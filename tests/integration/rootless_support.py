@@ -127,8 +127,10 @@ def tag_root_bootstrap(prefix: str, source_prefix: str = "localhost/hpc-stateles
 
 
 #: What differs between two bootstraps of the same packages whoever runs them (a :func:`tree_entries` skip): logs,
-#: debconf's and ldconfig's caches, and the rootfs module's record (its mode).
-BOOTSTRAP_VARYING = ("var/log/", "var/cache/debconf/", "var/cache/ldconfig/", "var/lib/hpc-stateless/rootfs.json")
+#: debconf's and ldconfig's caches, the rootfs module's record (its mode), and apt's binary caches (a mapped
+#: bootstrap parses the lists in its namespace; an unmapped one leaves that to its layer's commit).
+BOOTSTRAP_VARYING = ("var/log/", "var/cache/debconf/", "var/cache/ldconfig/", "var/lib/hpc-stateless/rootfs.json",
+                     "var/cache/apt/srcpkgcache.bin", "var/cache/apt/pkgcache.bin")
 
 
 def tree_entries(root: Path, skip: tuple[str, ...] = ()) -> dict[str, tuple]:

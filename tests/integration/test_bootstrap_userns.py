@@ -139,6 +139,9 @@ def test_the_mapped_root_is_the_unmapped_one(roots):
     assert not differing, [(rel, mapped.get(rel), unmapped.get(rel)) for rel in differing[:10]]
     uids, gids = idshift.root_ranges()
     assert not [rel for rel, entry in mapped.items() if entry[1] >= uids.start or entry[2] >= gids.start]
+    # apt's lists parsed in the namespace, the caches given back to root.
+    parsed = os.lstat(roots["mapped"]["root"] / "var/cache/apt/srcpkgcache.bin")
+    assert parsed.st_size > 1_000_000 and (parsed.st_uid, parsed.st_gid) == (0, 0)
     passwd = mapped["usr/bin/passwd"]
     assert (stat.S_IMODE(passwd[0]), passwd[1], passwd[2]) == (0o4755, 0, 0)
     assert mapped["dev/null"][5] == (1, 3) and stat.S_ISCHR(mapped["dev/null"][0])

@@ -30,6 +30,8 @@ so it leaves with the layer's commit. Packs never carry either (_pack/tree.py).
 * :func:`lists_unparsed` - at the commit of a root layer: whether its tree has apt's lists but no
   ``srcpkgcache.bin`` (a bootstrapped root, whose bootstrap cleans apt's caches, or a root layer whose roles ran
   no apt). The build then runs :data:`PARSE_LISTS` in it, so no child parses them again and none writes a copy.
+  A bootstrap in a user namespace parses them there itself (_build/bootstrap.py ``parse_lists_argv``): its
+  container is not mapped, and the tree's apt-cache must not run as host root.
 
 The tree is the working container's mount on the host; nothing runs in it at either point (the agent is
 stopped before a commit, none is started yet at ``started``). Its paths are resolved inside it (its links

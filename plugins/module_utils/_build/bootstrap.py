@@ -43,7 +43,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils._archive.index impor
     fetch_with_retries,
 )
 from ansible_collections.hpc.stateless.plugins.module_utils._fs import Flock, LockBusy, mounts_below, wait_message
-from ansible_collections.hpc.stateless.plugins.module_utils._build import caches, idshift
+from ansible_collections.hpc.stateless.plugins.module_utils._build import aptconf, caches, idshift
 from ansible_collections.hpc.stateless.plugins.module_utils._build.idshift import IdRange
 from ansible_collections.hpc.stateless.plugins.module_utils._build.rootless import HOST_CACHE_ROOT, host_cache_path
 from ansible_collections.hpc.stateless.plugins.module_utils._contract.arch import RPM_ARCHES, host_arch
@@ -443,6 +443,22 @@ def mapped_argv(spec: BootstrapSpec, argv: list[str], binaries: dict[str, str] |
             spec.path, mapped_target(spec),
             unshare, "--user", "--mount", f"--map-users={uids.start},0,{uids.count}",
             f"--map-groups={gids.start},0,{gids.count}", "--setuid=0", "--setgid=0", "--", *argv]
+
+
+#: apt's lists parsed into its binary caches in the tree (aptconf.PARSE_LISTS), by its own apt-cache where it has one.
+PARSE_IN_TREE = f'if [ -x "$1/usr/bin/apt-cache" ]; then exec chroot "$1" {" ".join(aptconf.PARSE_LISTS)}; fi'
+
+
+def parse_lists_argv(spec: BootstrapSpec, binaries: dict[str, str] | None = None) -> list[str] | None:
+    """A mapped bootstrap's last command: the root's apt lists parsed (aptconf.PARSE_LISTS) in its user namespace.
+
+    The commit of a root layer parses lists it finds unparsed by running the tree's apt-cache in the working
+    container (_build/layer.py); a bootstrap's container is not mapped, so that would run a binary of the tree as
+    host root. Parsed here, the commit finds ``srcpkgcache.bin`` and runs nothing. None for any other bootstrap.
+    """
+    if spec.mode != MODE_MAPPED or spec.tool != "mmdebstrap":
+        return None
+    return mapped_argv(spec, ["sh", "-c", PARSE_IN_TREE, "sh", mapped_target(spec)], binaries)
 
 
 def merge_keyrings(spec: BootstrapSpec) -> list[str]:
@@ -1055,7 +1071,9 @@ class RootfsBootstrap:
         binaries = self.resolve_binaries()
         commands = bootstrap_commands(spec, binaries)
         upgrade = self.upgrade_command()
-        self.result.update(changed=True, cmd=commands[-1], commands=commands + ([upgrade] if upgrade else []),
+        parse = parse_lists_argv(spec, binaries)
+        self.result.update(changed=True, cmd=commands[-1],
+                           commands=commands + [argv for argv in (upgrade, parse) if argv],
                            record=wanted, diff={"before": existing or {}, "after": wanted})
         if self.check_mode:
             return self.result
@@ -1087,7 +1105,13 @@ class RootfsBootstrap:
                     stdout, stderr = self.run(argv, environ)
                     out = stdout or stderr  # mmdebstrap reports on stderr
                 if spec.id_ranges:
-                    self.unmap(*spec.id_ranges)
+                    # /dev first: the lists' parse in the namespace (any program of the tree) writes to /dev/null.
+                    self.finish_mapped("its device nodes", lambda: make_dev_entries(spec.path))
+                if parse:
+                    self.run(parse, environ)
+                if spec.id_ranges:
+                    ranges = spec.id_ranges
+                    self.finish_mapped("the container's ids", lambda: idshift.shift_back(spec.path, *ranges))
                 if view:
                     # What the bootstrap downloaded, checked against the root's apt lists that a Release file signed
                     # by the sources' keys vouches for: the packages' scripts may have rewritten the lists
@@ -1113,15 +1137,14 @@ class RootfsBootstrap:
         self.result.update(record=record, stdout_lines=tail(out), diff={"before": existing or {}, "after": record})
         return self.result
 
-    def unmap(self, uids: IdRange, gids: IdRange) -> None:
-        """After a mapped bootstrap: the tree's ids of the range back to the container's, and /dev as a bootstrap by
-        host root leaves it (made by host root: no user namespace may make a device node)."""
+    def finish_mapped(self, what: str, step: Callable[[], Any]) -> None:
+        """One of host root's steps after a mapped bootstrap: /dev as a bootstrap by host root leaves it (no user
+        namespace may make a device node), the tree's ids of the range back to the container's."""
         try:
-            idshift.shift_back(self.spec.path, uids, gids)
-            make_dev_entries(self.spec.path)
+            step()
         except (idshift.IdShiftError, OSError) as exc:
-            self.fail(f"cannot give the bootstrapped tree {self.spec.path} its ids and device nodes: {exc}. No record "
-                      "was written; rerun with force: true (or remove the working container) to bootstrap again.")
+            self.fail(f"cannot give the bootstrapped tree {self.spec.path} {what}: {exc}. No record was written; "
+                      "rerun with force: true (or remove the working container) to bootstrap again.")
 
     def check_mapped_access(self) -> None:
         """Fail before anything runs when the mapped root cannot read a keyring or a local mirror it is given

@@ -234,9 +234,11 @@ class LayerBuilder:
         return result
 
     def commit(self, labels: dict[str, str], extra_tags: list[str], check_mode: bool,
-               also_tag: list[str] | None = None) -> LayerResult:
+               also_tag: list[str] | None = None, userns: bool = False) -> LayerResult:
         """Commit the working container as the layer image, tagged with ``extra_tags`` in its repository and
-        with every reference in ``also_tag``: tagging an image is free, a second commit of the same tree is not."""
+        with every reference in ``also_tag``: tagging an image is free, a second commit of the same tree is not.
+        ``userns``: the build runs nothing of the tree as host root, so a container that is not mapped (a
+        bootstrap's, whose rootfs module parsed apt's lists in its own namespace) runs no command at the commit."""
         result = LayerResult(container=self.container, image=self.image, labels=labels)
         if self.buildah.image_exists(self.image):
             result.cached = True
@@ -271,7 +273,8 @@ class LayerBuilder:
         try:
             mountpoint = self.buildah.mount(self.container)
             self._release_binds(mountpoint)
-            if not labels.get(PARENT_LABEL) and aptconf.lists_unparsed(mountpoint):
+            if not labels.get(PARENT_LABEL) and aptconf.lists_unparsed(mountpoint) and not (
+                    userns and self._runs_as_host_root()):
                 self._parse_apt_lists()
             # apt's build-time configuration and binary caches (_build/aptconf.py) and the build connection's
             # Ansible temporary directory (_build/seal_tree.py) are no part of the image.
@@ -319,6 +322,16 @@ class LayerBuilder:
         except idshift.IdShiftError as exc:
             self._remove(self.container)
             raise LayerError(f"layer {self.name}: {exc}; its container was removed, run the build again") from exc
+
+    def _runs_as_host_root(self) -> bool:
+        """Whether a command run in the working container runs as host root: a root build's container that is not
+        mapped (_build/idshift.py)."""
+        if rootless.is_rootless():
+            return False
+        try:
+            return idshift.ranges_of(self.buildah.id_mapping(self.container)) is None
+        except idshift.IdShiftError:
+            return False  # mapped, in a shape the commit's shift refuses with its own message
 
     def _parse_apt_lists(self) -> None:
         """A root layer's apt lists parsed once, for every child (_build/aptconf.py). An apt that cannot parse them

@@ -65,7 +65,7 @@ def run(params: dict[str, Any], check_mode: bool, diff: bool = False,  # pylint:
         elif params["state"] == "committed":
             labels = layer_labels(params["name"], params["key"], params["parent"], params["parent_key"],
                                   params["git_commit"], params["labels"], params["inputs_key"], params["arch"] or host_arch())
-            result = builder.commit(labels, params["extra_tags"], check_mode, params["also_tag"])
+            result = builder.commit(labels, params["extra_tags"], check_mode, params["also_tag"], userns=params["userns"])
         else:
             result = builder.absent(check_mode)
     except LayerError as exc:

@@ -384,12 +384,15 @@ def test_the_build_connections_ansible_tmp_is_no_part_of_the_image(host, tmp_pat
     assert any(call[:2] == [BUILDAH, "commit"] for call in host.calls)
 
 
-@pytest.mark.parametrize("parent,has_cache,parsed", [
-    (None, False, True),  # a bootstrapped root: parsed once, for every child
-    (None, True, False),  # a root whose roles ran apt already wrote it
-    ("base", False, False),  # a child never writes a copy its parent lacks
+@pytest.mark.parametrize("parent,has_cache,userns,parsed", [
+    (None, False, False, True),  # a bootstrapped root: parsed once, for every child
+    (None, True, False, False),  # a root whose roles ran apt already wrote it
+    ("base", False, False, False),  # a child never writes a copy its parent lacks
+    # A mapped build's bootstrap container is not mapped: the tree's apt-cache would run as host root (the rootfs
+    # module parsed the lists in its user namespace).
+    (None, False, True, False),
 ])
-def test_a_root_layer_commits_its_apt_lists_parsed(host, tmp_path, monkeypatch, parent, has_cache, parsed):
+def test_a_root_layer_commits_its_apt_lists_parsed(host, tmp_path, monkeypatch, parent, has_cache, userns, parsed):
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     root = tmp_path / "merged"
     (root / "usr" / "bin").mkdir(parents=True)
@@ -405,7 +408,8 @@ def test_a_root_layer_commits_its_apt_lists_parsed(host, tmp_path, monkeypatch, 
     builder().start("scratch", [], False)
     monkeypatch.setattr(layer.records, "read_records", lambda mount: {})
     host.replies[(BUILDAH, "containers")] = (0, json.dumps([{"containername": name}]), "")
-    builder().commit(layer_labels("compute", KEY, parent, "b" if parent else None, "abc"), [], False)
+    monkeypatch.setattr(layer.rootless, "is_rootless", lambda: False)
+    builder().commit(layer_labels("compute", KEY, parent, "b" if parent else None, "abc"), [], False, userns=userns)
     runs = [call for call in host.calls if call[1] == "run"]
     assert runs == ([[BUILDAH, "run", name, "--", "apt-cache", "gencaches"]] if parsed else [])
     assert any(call[:2] == [BUILDAH, "commit"] for call in host.calls)

@@ -46,6 +46,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils._build.bootstrap imp
     APT_RETRIES,
     make_dev_entries,
     mapped_target,
+    parse_lists_argv,
     mmdebstrap_argv,
     privilege_mode,
     resolve_tool,
@@ -600,6 +601,13 @@ def test_mapped_mode_runs_mmdebstrap_as_root_of_a_user_namespace():
     assert required_binaries(spec) == {"mmdebstrap": "mmdebstrap", "unshare": "util-linux", "newuidmap": "uidmap",
                                        "newgidmap": "uidmap"}
     assert bootstrap_record(spec)["mode"] == "mapped"
+    # Then apt's lists are parsed in the namespace by the tree's own apt-cache (the commit of the bootstrap's
+    # container, which is not mapped, would run it as host root); no other bootstrap does.
+    parse = parse_lists_argv(spec, binaries)
+    assert parse[:inner + 8] == argv[:inner + 8]
+    assert parse[inner + 8:] == ["sh", "-c", 'if [ -x "$1/usr/bin/apt-cache" ]; then exec chroot "$1" apt-cache '
+                                 'gencaches; fi', "sh", target]
+    assert parse_lists_argv(deb()) is None and parse_lists_argv(deb(mode=MODE_USERNS)) is None
 
 
 @pytest.mark.parametrize("spec_of, tool, advice", [
