@@ -71,10 +71,10 @@ options:
         unprivileged host uid, and a second C(chroot) or a write through C(/proc/1/root) reaches only what that
         uid may. O(state=committed) maps the ids of the layer's changes back to the container's (owners, the
         setuid/setgid bits, file capabilities, POSIX ACLs) before C(buildah commit); and runs nothing in a
-        container that is not mapped (a bootstrap's: M(hpc.stateless.rootfs) parsed apt's lists in its own namespace),
-        where a binary of the tree would run as host root.
-      - False runs them as host root. A container from C(scratch) is never mapped: the bootstrap maps its own tool
-        (M(hpc.stateless.rootfs) O(userns)) and gives the tree back with the container's ids; nor is a rootless
+        container that is not mapped (a bootstrap's, whose M(hpc.stateless.rootfs) parsed apt's lists in its own
+        namespace), where a binary of the tree would run as host root.
+      - False runs them as host root. A container from C(scratch) is never mapped, since the bootstrap maps its own
+        tool (M(hpc.stateless.rootfs) O(userns)) and gives the tree back with the container's ids; nor is a rootless
         build's container (its root is the unprivileged user already). The playbooks pass
         C(hpc_stateless_build_userns), true by default.
     type: bool

@@ -146,8 +146,8 @@ def tree_entries(root: Path, skip: tuple[str, ...] = ()) -> dict[str, tuple]:
             info = os.lstat(path)
             link = os.readlink(path) if stat.S_ISLNK(info.st_mode) else None
             try:
-                capability = None if link is not None else os.getxattr(path, "security.capability",
-                                                                      follow_symlinks=False)
+                capability = None if link is not None else os.getxattr(
+                    path, "security.capability", follow_symlinks=False)
             except OSError:
                 capability = None
             size = info.st_size if stat.S_ISREG(info.st_mode) or link is not None else None

@@ -2,13 +2,14 @@
 
 A package made here with dpkg-deb, ``hpc-escape-probe``, carries the escape tries of the layer test's role
 (tests/roles/userns_escape/files/escape.py: a root-owned host file overwritten through ``/proc/1/root`` and through
-a second ``chroot``, the host's disk as a node made in the tree, through ``/proc/1/root/dev`` and the host's ``/dev``,
-a mount of it) and runs them from its ``postinst``, with the uid and the user namespace it runs in. mmdebstrap
-installs it (a local .deb given to ``--include``, which mmdebstrap's file-mirror-automount hook, one the module
-always passes, binds into the tree at the same path for dpkg) with the default base layer's packages from the real mirror, once mapped and once unmapped: the control,
-where the package script runs as host root and its second chroot does overwrite the host file, so the mapped
-assertions can fail. The two trees are then compared entry by entry (type, owner, group, mode, size, link target,
-device numbers, file capability): the mapping changes who ran the scripts, not the image.
+a second ``chroot``, the host's disk as a node made in the tree, through ``/proc/1/root/dev`` and the host's
+``/dev``, a mount of it) and runs them from its ``postinst``, with the uid and the user namespace it runs in.
+mmdebstrap installs it (a local .deb given to ``--include``, which mmdebstrap's file-mirror-automount hook, one the
+module always passes, binds into the tree at the same path for dpkg) with the default base layer's packages from the
+real mirror, once mapped and once unmapped: the control, where the package script runs as host root and its second
+chroot does overwrite the host file, so the mapped assertions can fail. The two trees are then compared entry by
+entry (type, owner, group, mode, size, link target, device numbers, file capability): the mapping changes who ran
+the scripts, not the image.
 """
 
 from __future__ import annotations
