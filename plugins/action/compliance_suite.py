@@ -41,6 +41,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils._verify.suite import
     bad_checks,
     chain_layers,
     chain_roles,
+    live_config,
     live_environment,
     live_inventory,
     parse_junit,
@@ -268,6 +269,8 @@ class ActionModule(ActionBase):
             inventory_file = os.path.join(scratch, "node.json")
             with open(inventory_file, "w", encoding="utf-8") as handle:
                 json.dump(live_inventory(node, settings), handle)
+            with open(live_config(inventory_file), "w", encoding="utf-8") as handle:
+                handle.write("# The live suite reads no configuration of the controller's (suite.live_environment).\n")
             env = live_environment(os.environ, node, inventory_file, str(layer), roles, waivers=waivers,
                                    inventory=inventory_dir(args.get("inventory")), chain=chain,
                                    bindirs=[os.path.dirname(os.path.abspath(sys.argv[0])), os.path.dirname(sys.executable)],

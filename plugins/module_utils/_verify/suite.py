@@ -152,7 +152,20 @@ def live_environment(base: Mapping[str, str], node: str, inventory_file: str, la
                        chain=chain, values=values)
     path = [d for d in bindirs if d] + [d for d in env.get("PATH", "").split(os.pathsep) if d]
     env["PATH"] = os.pathsep.join(dict.fromkeys(path))
+    # testinfra's ansible backend also reads the controller's ansible.cfg and pastes its [ssh_connection] ssh_args and
+    # control_path, unquoted, into the sh -c line that runs ssh. The inventory already holds them, resolved and
+    # quoted (live_inventory): the suite reads an empty configuration beside it instead (LIVE_CONFIG).
+    env["ANSIBLE_CONFIG"] = live_config(inventory_file)
     return env
+
+
+#: The live suite's Ansible configuration, an empty file beside its inventory (compliance_suite writes both).
+LIVE_CONFIG = "suite.cfg"
+
+
+def live_config(inventory_file: str) -> str:
+    """The path of the live suite's empty Ansible configuration (:data:`LIVE_CONFIG`) for ``inventory_file``."""
+    return os.path.join(os.path.dirname(os.path.abspath(inventory_file)), LIVE_CONFIG)
 
 
 def _environment(base: Mapping[str, str], target: str, layer: str, roles: Iterable[str], nsenter: str = "nsenter",

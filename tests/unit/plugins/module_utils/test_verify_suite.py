@@ -21,6 +21,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils._verify.suite import
     bad_checks,
     chain_roles,
     check_id,
+    live_config,
     live_environment,
     live_inventory,
     live_target,
@@ -249,6 +250,34 @@ def test_an_ssh_option_of_the_inventory_never_reaches_the_controllers_shell(tmp_
     assert sorted(p.name for p in tmp_path.glob("marker*")) == [], "an ssh option ran a command on the controller"
     # ssh itself was handed the word "$(touch ...)" as the interval, and refused it
     assert result.rc == 255 and b"invalid time value" in result.stderr_bytes, result
+
+
+def test_the_controllers_ansible_cfg_never_reaches_the_controllers_shell(tmp_path, monkeypatch):
+    """testinfra's ansible backend reads ``[ssh_connection] ssh_args`` and ``control_path`` of the ansible.cfg it finds
+    and pastes them unquoted into its ``sh -c`` ssh line: the live suite's environment names no configuration file
+    (the inventory holds those options resolved and quoted). Real testinfra, real ssh to a closed port."""
+    testinfra = pytest.importorskip("testinfra")
+    marker = tmp_path / "marker"
+    (tmp_path / "cp").mkdir()
+    config = tmp_path / "ansible.cfg"
+    config.write_text(f"[ssh_connection]\nssh_args = -o ServerAliveInterval=$(touch {marker}.args)\n"
+                      f"control_path = %(directory)s/$(touch {marker}.cp)\n\n"
+                      f"[persistent_connection]\ncontrol_path_dir = {tmp_path / 'cp'}\n")
+    inventory = tmp_path / "node.json"
+    inventory.write_text(json.dumps(live_inventory("node001", dict(SSH, host="127.0.0.1", port=9, timeout=2,
+                                                                   control_path=None))))
+    env = live_environment({**os.environ, "ANSIBLE_CONFIG": str(config)}, "node001", str(inventory), "base", ["base"],
+                           bindirs=[os.path.dirname(sys.executable)])
+    with open(live_config(str(inventory)), "w", encoding="utf-8") as handle:  # as compliance_suite writes it
+        handle.write("")
+    for name in ("ANSIBLE_CONFIG", "PATH"):  # what the suite's pytest process gets
+        monkeypatch.setenv(name, env[name])
+    host = testinfra.get_host(env["HPC_STATELESS_TEST_TARGET"])
+    try:
+        host.run("true")
+    except RuntimeError:  # ssh's exit status 255: the port is closed
+        pass
+    assert sorted(p.name for p in tmp_path.glob("marker*")) == [], "ansible.cfg's ssh options ran on the controller"
 
 
 def test_ssh_options_with_unbalanced_quotes_are_refused_naming_them():
