@@ -19,6 +19,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -26,9 +27,11 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.hpc.stateless.plugins.module_utils._archive.index import default_cache_dir
+from ansible_collections.hpc.stateless.plugins.module_utils._build import idshift
 from ansible_collections.hpc.stateless.plugins.module_utils._build.bootstrap import (
+    MODE_MAPPED,
     BootstrapSpec,
-    mmdebstrap_argv,
+    bootstrap_commands,
 )
 from ansible_collections.hpc.stateless.plugins.module_utils._build.caches import new_bootstrap_view, remove_tree
 
@@ -76,9 +79,18 @@ def fixture_outage(tmp_path):
     return run
 
 
+@pytest.fixture(name="shared")
+def fixture_shared():
+    """A directory any uid may search, for what the mapped bootstrap reads (pytest's tmp_path is root's alone)."""
+    path = Path(tempfile.mkdtemp(prefix="hpc-outage-", dir="/var/tmp"))
+    os.chmod(path, 0o755)
+    yield path
+    shutil.rmtree(path)
+
+
 @pytest.fixture(name="mirror")
-def fixture_mirror(tmp_path):
-    repo = AptRepo(tmp_path / "repo", suites=("bookworm-security",))
+def fixture_mirror(shared):
+    repo = AptRepo(shared / "repo", suites=("bookworm-security",))
     repo.add_package("openssl", "3.0.22-1")
     repo.publish()
     with repo.serve() as uri:
@@ -86,14 +98,18 @@ def fixture_mirror(tmp_path):
     repo.close()
 
 
-def test_a_bootstrap_retries_through_an_outage(outage, mirror, tmp_path):
-    """The bootstrap's own steps: the mirror probe (source_problem), then mmdebstrap with the product's argv
-    (variant extract of one small package: apt's download path, without a whole Debian from outside)."""
+def test_a_bootstrap_retries_through_an_outage(outage, mirror, shared):
+    """The bootstrap's own steps: the mirror probe (source_problem), then mmdebstrap with the product's command
+    line as a root build runs it by default, in a user namespace of root's subordinate range (variant extract of
+    one small package: apt's download path, without a whole Debian from outside)."""
     repo, uri = mirror
-    spec = BootstrapSpec(path=str(tmp_path / "root"), distro="debian", release="bookworm-security", mirror=uri,
+    ranges = idshift.root_ranges()
+    spec = BootstrapSpec(path=str(shared / "root"), distro="debian", release="bookworm-security", mirror=uri,
                          variant="extract", packages=("openssl",), keyring=str(repo.keyring), updates=False,
-                         security=False, cache_dir=str(tmp_path / "cache"))
+                         security=False, cache_dir=str(shared / "cache"), mode=MODE_MAPPED, id_ranges=ranges)
     os.makedirs(spec.cache_dir)
+    os.makedirs(spec.path)
+    os.chown(spec.path, ranges[0].start, ranges[1].start)  # as the rootfs module gives it to the mapped root
     probe = ("import sys, json\n"
              "from ansible_collections.hpc.stateless.plugins.module_utils._build.bootstrap import BootstrapSpec, "
              "source_problem\n"
@@ -105,13 +121,17 @@ def test_a_bootstrap_retries_through_an_outage(outage, mirror, tmp_path):
     assert proc.returncode == 0 and json.loads(proc.stdout) is None, proc.stdout + proc.stderr
     assert seconds >= OUTAGE
 
-    view = new_bootstrap_view(spec.cache_dir, spec.path)  # the overlay's directories, as the product makes them
+    # The overlay's directories, as the product makes them for the mapped root.
+    view = new_bootstrap_view(spec.cache_dir, spec.path, (ranges[0].start, ranges[1].start))
     try:
-        proc, seconds = outage(mmdebstrap_argv(spec))
+        [argv] = bootstrap_commands(spec)
+        proc, seconds = outage(argv)
     finally:
         remove_tree(view)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert (tmp_path / "root/usr/share/openssl/version").read_text(encoding="utf-8") == "3.0.22-1\n"
+    version = shared / "root/usr/share/openssl/version"
+    assert version.read_text(encoding="utf-8") == "3.0.22-1\n"
+    assert os.stat(version).st_uid == ranges[0].start  # written by the namespace's root
     assert seconds >= OUTAGE
     print(f"\nbootstrap through a {OUTAGE:g} s resolver outage: {seconds:.1f} s")
 
