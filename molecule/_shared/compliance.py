@@ -256,11 +256,17 @@ CONTAINER_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbi
                  "USER": "root", "LOGNAME": "root", "LANG": "C.UTF-8", "container": "systemd-nspawn"}
 
 
-def nsenter_argv(leader_pid: int, command: str, nsenter: str = "nsenter") -> list[str]:
+def own_user_namespace(pid: int) -> bool:
+    """True when process ``pid`` runs in another user namespace than ours (a container booted with one)."""
+    return os.stat(f"/proc/{pid}/ns/user").st_ino != os.stat("/proc/self/ns/user").st_ino
+
+
+def nsenter_argv(leader_pid: int, command: str, nsenter: str = "nsenter", user_ns: bool = False) -> list[str]:
     """argv that runs the shell ``command`` inside the namespaces and root of a booted container
-    whose leader (its PID 1) is ``leader_pid`` on the build host."""
-    return [nsenter, f"--target={leader_pid}", "--mount", "--uts", "--ipc", "--net", "--pid", "--cgroup",
-            "--root", "--wd", "--", "/bin/sh", "-c", command]
+    whose leader (its PID 1) is ``leader_pid`` on the build host; ``user_ns``: in its user namespace too
+    (the checks then run as the container's root, an unprivileged host uid)."""
+    return [nsenter, f"--target={leader_pid}", *(["--user"] if user_ns else []), "--mount", "--uts", "--ipc",
+            "--net", "--pid", "--cgroup", "--root", "--wd", "--", "/bin/sh", "-c", command]
 
 
 def _nsenter_backend_class() -> Any:
@@ -277,13 +283,15 @@ def _nsenter_backend_class() -> Any:
         def __init__(self, hostname: str, *args: Any, nsenter: str = "nsenter", **kwargs: Any) -> None:
             self.leader = int(str(hostname).strip("/"))
             self.nsenter = nsenter
+            # A leader in a user namespace of its own (verify's default) is entered in it too.
+            self.user_ns = own_user_namespace(self.leader)
             super().__init__(str(self.leader), *args, **kwargs)
 
         def run(self, command: str, *args: str, **kwargs: Any) -> Any:
             cmd = self.get_command(command, *args)
             if not os.path.exists(f"/proc/{self.leader}"):
                 raise RuntimeError(f"the booted container (leader PID {self.leader}) is no longer running")
-            proc = subprocess.run(nsenter_argv(self.leader, cmd, self.nsenter), env=CONTAINER_ENV, cwd="/",
+            proc = subprocess.run(nsenter_argv(self.leader, cmd, self.nsenter, self.user_ns), env=CONTAINER_ENV, cwd="/",
                                   stdin=subprocess.DEVNULL, capture_output=True, check=False)
             return self.result(proc.returncode, self.encode(cmd), proc.stdout, proc.stderr)
 

@@ -30,7 +30,8 @@ description:
   - Requires root on the controller, C(systemd-nspawn) (Debian/EL package C(systemd-container)),
     C(nsenter) (C(util-linux)) and, for O(image), C(buildah). No host systemd or machined is needed.
   - Commands entered with C(nsenter) run with the controller's root capabilities inside the container's
-    namespaces; that is why booted mode gives the container a private network (O(network=private)) by default.
+    namespaces (with O(userns), those of the container's root in its user namespace); that is why booted mode
+    gives the container a private network (O(network=private)) by default.
 options:
   remote_addr:
     description: Inventory name of the host; the default container host name and machine name derive from it.
@@ -105,6 +106,26 @@ options:
     ini:
       - section: nspawn_connection
         key: ephemeral
+  userns:
+    description:
+      - "Run the container of O(image) in a user namespace: its ids 0..65535 are host ids of root's subordinate
+        range (the line of C(root) in C(/etc/subuid) and C(/etc/subgid), the range a root build maps its containers
+        to), so the image's init, its services and every command entered with C(nsenter) are an unprivileged host
+        uid. The working container is started with the same mapping (its layers mounted idmapped), so nothing of
+        the image is copied or changed; binds (O(extra_args)) are idmapped, so the container sees their host
+        owners as they are."
+      - "V(false) runs the container as host root (systemd-nspawn without a user namespace is no security
+        boundary): only for images whose services are trusted."
+      - Needs O(image); a directory tree (O(root)) cannot be mapped here, it needs V(false).
+    type: bool
+    default: false
+    vars:
+      - name: ansible_nspawn_userns
+    env:
+      - name: ANSIBLE_NSPAWN_USERNS
+    ini:
+      - section: nspawn_connection
+        key: userns
   hostname:
     description:
       - Host name inside the container. Booted containers get it bind-mounted over C(/etc/hostname) so
@@ -334,6 +355,7 @@ class Connection(ConnectionBase):
                 boot_timeout=self.get_option("boot_timeout"),
                 stop_timeout=self.get_option("stop_timeout"),
                 runtime_dir=self.get_option("runtime_dir"),
+                userns=self.get_option("userns"),
                 nspawn=self._executable("nspawn_exe"),
                 nsenter=self._executable("nsenter_exe") if self.get_option("boot") else self.get_option("nsenter_exe"),
                 buildah=self._executable("buildah_exe") if image else self.get_option("buildah_exe"),

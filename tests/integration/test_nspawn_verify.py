@@ -135,19 +135,26 @@ def test_a_packed_tree_needs_image_release(packed_tree, runtime_dir):
     release.write_text("IMAGE=units\nVERSION=20260101T000000Z\nLAYER=units\nLAYER_KEY=abc\n"
                        "BUILD_TIME=2026-01-01T00:00:00Z\n")
     before = tree_listing(packed_tree)
-    proc = verify(runtime_dir, {"hpc_stateless_verify_layers": [], "hpc_stateless_verify_trees": {"units": str(packed_tree)}})
+    trees = {"hpc_stateless_verify_layers": [], "hpc_stateless_verify_trees": {"units": str(packed_tree)}}
+    # A directory tree cannot be mapped here: it boots as host root only when asked for by name.
+    proc = verify(runtime_dir, trees)
+    assert proc.returncode != 0
+    assert "hpc_stateless_verify_trees (units) boots directory trees, which cannot be booted in a user namespace" \
+        in proc.stdout, proc.stdout[-3000:]
+    trees["hpc_stateless_verify_userns"] = False
+    proc = verify(runtime_dir, trees)
     assert proc.returncode == 0, proc.stdout[-5000:]
     assert "/etc/image-release has IMAGE, VERSION, LAYER, LAYER_KEY, BUILD_TIME" in proc.stdout
     assert tree_listing(packed_tree) == before, "booting wrote into the tree (it must run on an overlay)"
     assert wait_clean(runtime_dir) == {}
 
     release.write_text("IMAGE=units\nVERSION=20260101T000000Z\n")
-    proc = verify(runtime_dir, {"hpc_stateless_verify_layers": [], "hpc_stateless_verify_trees": {"units": str(packed_tree)}})
+    proc = verify(runtime_dir, trees)
     assert proc.returncode != 0
     assert "/etc/image-release lacks ['LAYER', 'LAYER_KEY', 'BUILD_TIME']" in proc.stdout
 
     release.unlink()
-    proc = verify(runtime_dir, {"hpc_stateless_verify_layers": [], "hpc_stateless_verify_trees": {"units": str(packed_tree)}})
+    proc = verify(runtime_dir, trees)
     assert proc.returncode != 0
     assert "there is no /etc/image-release" in proc.stdout
     assert wait_clean(runtime_dir) == {}

@@ -63,16 +63,58 @@ def network_args(network: str) -> List[str]:
                       f"(for example /run/netns/NAME), not {network!r}")
 
 
+def private_users_args(private_users: Optional[Tuple[int, int]]) -> List[str]:
+    """systemd-nspawn arguments that run the container in a user namespace whose ids 0.. are host ids
+    ``start..start+count-1`` (``private_users``: ``(start, count)``; None: the host's ids).
+
+    The tree is already shown with those host ids (a buildah working container started with the same
+    mapping), so nspawn neither chowns it nor mounts it idmapped (``--private-users-ownership=off``).
+    """
+    if private_users is None:
+        return []
+    start, count = private_users
+    return [f"--private-users={int(start)}:{int(count)}", "--private-users-ownership=off"]
+
+
+def _bind_fields(value: str) -> List[str]:
+    """``SOURCE[:TARGET[:OPTIONS]]`` of a ``--bind=`` value split on its unescaped colons."""
+    return re.split(r"(?<!\\):", value)
+
+
+def idmapped_binds(args: List[str]) -> List[str]:
+    """``args`` with each ``--bind=``/``--bind-ro=`` that names no mount options given ``idmap``.
+
+    In a user namespace a bind mount shows the host's owners as nobody: the host's Lynis refuses to
+    read its own files, a daemon cannot read a test secret. ``idmap`` shows them as on the host (root as
+    root), as without the namespace. A bind that names its options is left as it is.
+    """
+    out = []
+    for arg in args:
+        option, sep, value = arg.partition("=")
+        if sep and option in ("--bind", "--bind-ro"):
+            fields = _bind_fields(value)
+            if len(fields) == 1:
+                arg = f"{option}={value}:{value}:idmap"
+            elif len(fields) == 2:
+                arg = f"{option}={value}:idmap"
+        out.append(arg)
+    return out
+
+
 def nspawn_command_argv(nspawn: str, root: str, machine: str, command: List[str],
                         hostname: Optional[str] = None, network: str = NETWORK_HOST,
-                        extra_args: Optional[List[str]] = None, user: Optional[str] = None) -> List[str]:
-    """argv that runs one command in ``root`` (directory mode)."""
+                        extra_args: Optional[List[str]] = None, user: Optional[str] = None,
+                        private_users: Optional[Tuple[int, int]] = None) -> List[str]:
+    """argv that runs one command in ``root`` (directory mode); ``private_users``: see
+    :func:`private_users_args`."""
     argv = [nspawn, "--quiet", "--pipe", "--as-pid2", "--register=no", "--keep-unit",
             f"--directory={root}", f"--machine={machine}"]
     if hostname:
         argv.append(f"--hostname={hostname}")
     argv += network_args(network)
-    argv += list(extra_args or [])
+    argv += private_users_args(private_users)
+    extra = list(extra_args or [])
+    argv += idmapped_binds(extra) if private_users else extra
     if user and user != "root":
         argv.append(f"--user={user}")
     return argv + ["--", *command]
@@ -80,28 +122,37 @@ def nspawn_command_argv(nspawn: str, root: str, machine: str, command: List[str]
 
 def nspawn_boot_argv(nspawn: str, root: str, machine: str, hostname: Optional[str] = None,
                      network: str = NETWORK_PRIVATE, extra_args: Optional[List[str]] = None,
-                     binds_ro: Optional[List[Tuple[str, str]]] = None) -> List[str]:
+                     binds_ro: Optional[List[Tuple[str, str]]] = None,
+                     private_users: Optional[Tuple[int, int]] = None) -> List[str]:
     """argv that boots ``root`` with its own systemd (booted mode).
 
     ``--register=no --keep-unit``: no machined and no host systemd are needed.
     ``--notify-ready=yes``: systemd-nspawn reports READY=1 once the container's systemd
     finished starting up, and X_NSPAWN_LEADER_PID before that.
+    ``private_users``: the container's ids are host ids of that range (:func:`private_users_args`),
+    and every bind is idmapped (:func:`idmapped_binds`).
     """
     argv = [nspawn, "--quiet", "--boot", "--register=no", "--keep-unit", "--notify-ready=yes",
             "--console=read-only", f"--directory={root}", f"--machine={machine}"]
     if hostname:
         argv.append(f"--hostname={hostname}")
-    for source, target in binds_ro or []:
-        argv.append(f"--bind-ro={source}:{target}")
+    binds = [f"--bind-ro={source}:{target}" for source, target in binds_ro or []]
+    argv += idmapped_binds(binds) if private_users else binds
     argv += network_args(network)
-    return argv + list(extra_args or [])
+    argv += private_users_args(private_users)
+    extra = list(extra_args or [])
+    return argv + (idmapped_binds(extra) if private_users else extra)
 
 
 def nsenter_argv(nsenter: str, leader_pid: int, command: List[str],
-                 uid: Optional[int] = None, gid: Optional[int] = None) -> List[str]:
-    """argv that runs ``command`` inside the namespaces and root of a booted container."""
-    argv = [nsenter, f"--target={leader_pid}", "--mount", "--uts", "--ipc", "--net", "--pid",
-            "--cgroup", "--root", "--wd"]
+                 uid: Optional[int] = None, gid: Optional[int] = None, user_ns: bool = False) -> List[str]:
+    """argv that runs ``command`` inside the namespaces and root of a booted container.
+
+    ``user_ns``: the container has a user namespace of its own (:func:`private_users_args`); the command
+    joins it too, so it is the container's root (an unprivileged host uid), not host root.
+    """
+    argv = [nsenter, f"--target={leader_pid}", *(["--user"] if user_ns else []), "--mount", "--uts", "--ipc",
+            "--net", "--pid", "--cgroup", "--root", "--wd"]
     if uid is not None:
         argv.append(f"--setuid={uid}")
     if gid is not None:

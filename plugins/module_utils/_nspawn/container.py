@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Optional
+from typing import Optional, Tuple
 
 from ansible_collections.hpc.stateless.plugins.module_utils._process import ToolMissing
 from ansible_collections.hpc.stateless.plugins.module_utils._contract import labels as _labels
+from ansible_collections.hpc.stateless.plugins.module_utils._build import idshift
 from ansible_collections.hpc.stateless.plugins.module_utils._build.buildah import Buildah, BuildahError
 from ansible_collections.hpc.stateless.plugins.module_utils._nspawn.commands import NspawnError
 from ansible_collections.hpc.stateless.plugins.module_utils._nspawn.spec import SessionSpec
@@ -38,16 +39,42 @@ def container_name(spec: SessionSpec) -> str:
     return container_stem(spec.runtime_dir) + spec.id
 
 
-def mount_image(spec: SessionSpec, name: str) -> str:
+def userns_range() -> Tuple[int, int]:
+    """``(start, count)``: the host ids a session in a user namespace maps its ids 0.. to - root's subordinate
+    range, the one a root build maps its containers to (``_build/idshift.py``). systemd-nspawn maps uids and gids
+    with one range, so root's uid and gid ranges must start at the same id."""
+    try:
+        uids, gids = idshift.root_ranges()
+    except idshift.IdShiftError as exc:
+        raise NspawnError(f"{exc}; or boot unmapped with ansible_nspawn_userns: false "
+                          "(hpc_stateless_verify_userns: false), as host root") from exc
+    if (uids.start, uids.count) != (gids.start, gids.count):
+        raise NspawnError(f"root's subordinate uids ({uids.start}, {uids.count} ids) and gids ({gids.start}, "
+                          f"{gids.count} ids) differ: systemd-nspawn maps both with one range; give root the same "
+                          "range in /etc/subuid and /etc/subgid, or set ansible_nspawn_userns: false")
+    return uids.start, uids.count
+
+
+def mount_image(spec: SessionSpec, name: str, private_users: Optional[Tuple[int, int]] = None) -> str:
     """Start working container ``name`` from the session's image and mount it; returns the mount point.
 
-    A leftover container of a killed session with the same id is removed first.
+    ``private_users`` ``(start, count)``: the working container maps ids 0.. to host ids from ``start`` (its
+    image's layers mounted idmapped by containers-storage), so the mounted tree shows the owners a container
+    with that user namespace expects; its ``/`` (the container's own upper directory, host root's) is given to
+    the mapped root. A leftover container of a killed session with the same id is removed first.
     """
     client = Buildah(executable=spec.buildah)
+    maps = None
+    if private_users is not None:
+        start, count = private_users
+        maps = (f"0:{start}:{count}", f"0:{start}:{count}")
     try:
         client.rm(name)  # a leftover of a killed session with this id
-        client.from_image(spec.image, name)
-        return client.mount(name)
+        client.from_image(spec.image, name, userns=maps)
+        mountpoint = client.mount(name)
+        if private_users is not None:
+            os.chown(mountpoint, private_users[0], private_users[0], follow_symlinks=False)
+        return mountpoint
     except ToolMissing as exc:
         raise NspawnError(str(exc)) from exc
     except BuildahError as exc:

@@ -54,7 +54,7 @@ from ansible_collections.hpc.stateless.plugins.module_utils._nspawn.state import
     read_json,
     write_json,
 )
-from ansible_collections.hpc.stateless.plugins.module_utils._nspawn.supervisor import launch_command
+from ansible_collections.hpc.stateless.plugins.module_utils._nspawn.supervisor import launch_command, private_users_of
 from ansible_collections.hpc.stateless.plugins.module_utils._nspawn.teardown import teardown
 
 
@@ -185,7 +185,8 @@ class Session:
         if not spec.boot:
             argv = nspawn_command_argv(spec.nspawn, state["root"], spec.machine, command,
                                        hostname=spec.hostname, network=spec.network,
-                                       extra_args=spec.extra_args, user=user)
+                                       extra_args=spec.extra_args, user=user,
+                                       private_users=private_users_of(state))
             cgroups = state.get("cgroups")
             if cgroups is None:  # no supervisor: the cgroups live as long as the command
                 cgroups = session_cgroups(spec.id)
@@ -204,7 +205,8 @@ class Session:
                 raise NspawnError(f"user {name!r} does not exist in the container of {spec.host} "
                                   f"(ansible_user / remote_user)")
             uid, gid, home = found
-        return nsenter_argv(spec.nsenter, leader, command, uid=uid, gid=gid), container_env(name, home)
+        return (nsenter_argv(spec.nsenter, leader, command, uid=uid, gid=gid, user_ns=spec.userns),
+                container_env(name, home))
 
     def after_command(self, state: Dict[str, Any]) -> None:
         """Release what a command of a session without supervisor left (its cgroups)."""

@@ -38,7 +38,7 @@ class SessionSpec:
     """
 
     FIELDS = ("host", "root", "image", "boot", "ephemeral", "hostname", "network", "extra_args",
-              "boot_timeout", "stop_timeout", "runtime_dir", "owner_pid", "owner_start")
+              "boot_timeout", "stop_timeout", "runtime_dir", "owner_pid", "owner_start", "userns")
     PROGRAMS = ("nspawn", "nsenter", "buildah")
 
     def __init__(self, host: str, root: Optional[str] = None, image: Optional[str] = None,
@@ -47,10 +47,17 @@ class SessionSpec:
                  boot_timeout: float = 60.0, stop_timeout: float = 10.0,
                  runtime_dir: Optional[str] = None, owner_pid: Optional[int] = None,
                  owner_start: Optional[str] = None, nspawn: str = "systemd-nspawn",
-                 nsenter: str = "nsenter", buildah: str = "buildah") -> None:
+                 nsenter: str = "nsenter", buildah: str = "buildah", userns: bool = False) -> None:
         if bool(root) == bool(image):
             raise NspawnError(f"host {host}: set exactly one of ansible_nspawn_root (a directory) "
                               f"and ansible_nspawn_image (a local image)")
+        if userns and root:
+            # A directory tree would have to be mounted idmapped; its ephemeral overlay cannot be (overlayfs here
+            # refuses it), and an idmapped lower layer needs a mount(8) newer than this host's.
+            raise NspawnError(f"host {host}: ansible_nspawn_userns (a user namespace, container root an unprivileged "
+                              f"host uid) needs ansible_nspawn_image; the directory tree {root} cannot be mapped. Boot "
+                              "it unmapped, as host root, only if its services are trusted: ansible_nspawn_userns: "
+                              "false (verify: hpc_stateless_verify_userns: false)")
         self.host = host
         self.root = os.path.abspath(root) if root else None
         self.image = image or None
@@ -68,6 +75,7 @@ class SessionSpec:
         self.nspawn = nspawn
         self.nsenter = nsenter
         self.buildah = buildah
+        self.userns = bool(userns)
 
     def to_dict(self) -> Dict[str, Any]:
         return {name: getattr(self, name) for name in self.FIELDS}
@@ -89,7 +97,7 @@ class SessionSpec:
         return session_id({
             "owner": [self.owner_pid, self.owner_start], "host": self.host, "root": self.root,
             "image": self.image, "boot": self.boot, "ephemeral": self.ephemeral,
-            "hostname": self.hostname, "network": self.network, "extra": self.extra_args,
+            "hostname": self.hostname, "network": self.network, "extra": self.extra_args, "userns": self.userns,
         })
 
     @property

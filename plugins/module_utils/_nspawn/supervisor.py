@@ -41,7 +41,11 @@ from ansible_collections.hpc.stateless.plugins.module_utils._nspawn.commands imp
     parse_notify,
     parse_unit_list,
 )
-from ansible_collections.hpc.stateless.plugins.module_utils._nspawn.container import container_name, mount_image
+from ansible_collections.hpc.stateless.plugins.module_utils._nspawn.container import (
+    container_name,
+    mount_image,
+    userns_range,
+)
 from ansible_collections.hpc.stateless.plugins.module_utils._nspawn.overlay import mount_overlay
 from ansible_collections.hpc.stateless.plugins.module_utils._nspawn.process import (
     keep_running,
@@ -80,7 +84,7 @@ def launch_command(session_dir: str, programs: Dict[str, str]) -> Tuple[List[str
 def in_container(spec: SessionSpec, leader_pid: int, command: List[str], timeout: float = 30.0
                  ) -> Tuple[int, str, str]:
     """Run a short diagnostic command inside a booted container."""
-    argv = nsenter_argv(spec.nsenter, leader_pid, command)
+    argv = nsenter_argv(spec.nsenter, leader_pid, command, user_ns=spec.userns)
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             env=container_env(), text=True)
     keep_running(proc)
@@ -101,6 +105,12 @@ def system_report(spec: SessionSpec, leader_pid: int) -> Dict[str, Any]:
     _rc, jobs, _err = in_container(spec, leader_pid, ["systemctl", "list-jobs", "--no-legend", "--no-pager"])
     return {"system_state": state.strip() or f"unknown ({err.strip()})",
             "failed_units": parse_unit_list(failed), "jobs": parse_job_list(jobs)}
+
+
+def private_users_of(state: Dict[str, Any]) -> Optional[Tuple[int, int]]:
+    """``(start, count)`` of the user namespace a session's container runs in (None: the host's ids)."""
+    found = state.get("private_users")
+    return (int(found[0]), int(found[1])) if found else None
 
 
 class _Supervisor:
@@ -164,9 +174,12 @@ class _Supervisor:
         spec = self.spec
         if spec.image:
             name = container_name(spec)
+            private_users = userns_range() if spec.userns else None
             self.state["container"] = name  # recorded first: teardown removes it whatever happens next
+            if private_users is not None:
+                self.state["private_users"] = list(private_users)
             self.save()
-            return mount_image(spec, name)
+            return mount_image(spec, name, private_users)
         check_root(spec.root, boot=spec.boot)
         if not spec.ephemeral:
             return spec.root
@@ -190,7 +203,8 @@ class _Supervisor:
         # The image's own /etc/hostname would win over --hostname once systemd starts.
         argv = nspawn_boot_argv(spec.nspawn, root, spec.machine, hostname=spec.hostname,
                                 network=spec.network, extra_args=spec.extra_args,
-                                binds_ro=[(hostname_file, "/etc/hostname")])
+                                binds_ro=[(hostname_file, "/etc/hostname")],
+                                private_users=private_users_of(self.state))
         notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         address = f"\0hpc-nspawn-{spec.id}-{os.getpid()}"
         notify.bind(address)

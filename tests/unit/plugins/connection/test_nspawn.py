@@ -45,7 +45,9 @@ from ansible_collections.hpc.stateless.plugins.module_utils._nspawn.container im
     container_stem,
     mount_image,
     remove_container,
+    userns_range,
 )
+from ansible_collections.hpc.stateless.plugins.module_utils._build import idshift
 from ansible_collections.hpc.stateless.plugins.module_utils._nspawn.overlay import (
     mount_overlay,
     overlay_options,
@@ -108,6 +110,27 @@ COMMAND_LINES = [
         ["nsenter", "--target=7", "--mount", "--uts", "--ipc", "--net", "--pid", "--cgroup", "--root", "--wd",
          "--setuid=1000", "--setgid=100", "--", "id"],
         id="nsenter-user"),
+    pytest.param(
+        lambda: nsenter_argv("nsenter", 7, ["id"], user_ns=True),
+        ["nsenter", "--target=7", "--user", "--mount", "--uts", "--ipc", "--net", "--pid", "--cgroup", "--root",
+         "--wd", "--", "id"],
+        id="nsenter-joins-the-user-namespace"),
+    pytest.param(
+        lambda: nspawn_boot_argv("nspawn", "/r", "m", extra_args=["--bind=/s/k:/etc/k", "--bind-ro=/l",
+                                                                  "--bind-ro=/o:/p:norbind", "--tmpfs=/x"],
+                                 binds_ro=[("/s/hostname", "/etc/hostname")], private_users=(165536, 65536)),
+        ["nspawn", "--quiet", "--boot", "--register=no", "--keep-unit", "--notify-ready=yes",
+         "--console=read-only", "--directory=/r", "--machine=m", "--bind-ro=/s/hostname:/etc/hostname:idmap",
+         "--private-network", "--private-users=165536:65536", "--private-users-ownership=off",
+         "--bind=/s/k:/etc/k:idmap", "--bind-ro=/l:/l:idmap", "--bind-ro=/o:/p:norbind", "--tmpfs=/x"],
+        id="booted-mode-in-a-user-namespace-binds-idmapped"),
+    pytest.param(
+        lambda: nspawn_command_argv("nspawn", "/r", "m", ["id"], extra_args=["--bind-ro=/a\\:b:/c"],
+                                    private_users=(165536, 65536)),
+        ["nspawn", "--quiet", "--pipe", "--as-pid2", "--register=no", "--keep-unit", "--directory=/r",
+         "--machine=m", "--private-users=165536:65536", "--private-users-ownership=off",
+         "--bind-ro=/a\\:b:/c:idmap", "--", "id"],
+        id="directory-mode-in-a-user-namespace"),
 ]
 
 
@@ -203,6 +226,41 @@ def test_an_image_session_mounts_a_fresh_working_container(executor):
                                                  "localhost/p/slurm:latest"], ["mount", "w"]]
 
 
+def test_an_image_in_a_user_namespace_is_mounted_with_the_mapping_and_its_root_given_to_mapped_root(
+        executor, monkeypatch):
+    calls, answers = executor
+    answers.extend([(0, "", ""), (0, "w\n", ""), (0, "/mnt/w\n", "")])
+    chowned = []
+    monkeypatch.setattr(os, "chown", lambda path, uid, gid, follow_symlinks=True: chowned.append(
+        (path, uid, gid, follow_symlinks)))
+    assert mount_image(spec(buildah="/bin/true"), "w", (165536, 65536)) == "/mnt/w"
+    assert buildah_args(calls)[1] == ["from", "--pull=never", "--quiet", "--userns-uid-map", "0:165536:65536",
+                                      "--userns-gid-map", "0:165536:65536", "--name", "w", "localhost/p/slurm:latest"]
+    assert chowned == [("/mnt/w", 165536, 165536, False)]
+
+
+def test_userns_range_is_roots_subordinate_range_and_refuses_a_mismatch(monkeypatch):
+    ranges = {"uid": idshift.IdRange(165536, 65536), "gid": idshift.IdRange(165536, 65536)}
+    monkeypatch.setattr(idshift, "root_ranges", lambda: (ranges["uid"], ranges["gid"]))
+    assert userns_range() == (165536, 65536)
+    ranges["gid"] = idshift.IdRange(231072, 65536)
+    with pytest.raises(NspawnError, match=r"root's subordinate uids \(165536, 65536 ids\) and gids \(231072"):
+        userns_range()
+
+    def missing():
+        raise idshift.IdShiftError("root has no range of 65536: add the line 'root:165536:65536' to /etc/subuid")
+    monkeypatch.setattr(idshift, "root_ranges", missing)
+    with pytest.raises(NspawnError, match=r"add the line 'root:165536:65536' to /etc/subuid; or boot unmapped with "
+                                          r"ansible_nspawn_userns: false"):
+        userns_range()
+
+
+def test_a_directory_root_cannot_be_mapped():
+    with pytest.raises(NspawnError, match=r"ansible_nspawn_userns .* needs ansible_nspawn_image; the directory tree "
+                                          r"/srv/tree cannot be mapped"):
+        spec(image=None, root="/srv/tree", userns=True)
+
+
 def test_a_missing_image_says_build_it_first(executor):
     _calls, answers = executor
     answers.extend([(0, "", ""), (125, "", "localhost/p/slurm:latest: image not known")])
@@ -231,9 +289,9 @@ def test_session_id_is_stable_and_depends_on_identity():
     assert len(spec().id) == 16
     others = {spec(host="c2").id, spec(boot=True).id, spec(owner_pid=1235).id, spec(owner_start="100").id,
               spec(hostname="other").id, spec(extra_args=["--bind-ro=/a:/b"]).id,
-              spec(image="localhost/p/slurm:abc").id}
+              spec(image="localhost/p/slurm:abc").id, spec(userns=True).id}
     assert spec().id not in others
-    assert len(others) == 7
+    assert len(others) == 8
 
 
 def test_session_id_ignores_timeouts_and_executables():
@@ -241,7 +299,7 @@ def test_session_id_ignores_timeouts_and_executables():
 
 
 def test_spec_round_trips_through_json_dict():
-    original = spec(boot=True, extra_args=["--bind-ro=/k:/etc/munge/munge.key"], network="/run/netns/t")
+    original = spec(boot=True, extra_args=["--bind-ro=/k:/etc/munge/munge.key"], network="/run/netns/t", userns=True)
     copy = SessionSpec.from_dict(original.to_dict())
     assert copy.to_dict() == original.to_dict()
     assert copy.id == original.id
