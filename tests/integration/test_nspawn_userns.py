@@ -38,37 +38,40 @@ SCRIPT = textwrap.dedent('''\
     import ctypes, os, stat, sys
     MARKER, DISK, DISK_NAME = sys.argv[1], sys.argv[2], sys.argv[3]
     NODE, MOUNTPOINT = "/dev/escape-disk", "/run/escape-mnt"  # /run is nodev
-    def write(path):
+
+
+    def attempt(what, action):
+        """Print ``what`` and the result of ``action()``, or the errno that refused it."""
         try:
-            with open(path, "w", encoding="ascii") as handle:
-                handle.write("escaped\\n")
-            return "wrote"
+            print(what, action())
         except OSError as exc:
-            return f"errno{exc.errno}"
-    def read_disk(path):
-        try:
-            with open(path, "rb") as handle:
-                head = handle.read(4096)
-        except OSError as exc:
-            return f"errno{exc.errno}"
-        return "read ext" if head[1080:1082] == b"\\x53\\xef" else f"read {len(head)} bytes"
+            print(what, f"errno{exc.errno}")
+
+
+    def superblock(path):
+        with open(path, "rb") as disk:
+            return "read ext" if disk.read(4096)[1080:1082] == b"\\x53\\xef" else "read other"
+
+
+    def overwrite(path):
+        with open(path, "w", encoding="ascii") as target:
+            target.write("escaped\\n")
+        return "wrote"
+
+
     major, minor = (int(part) for part in DISK.split(":"))
-    try:
-        os.mknod(NODE, stat.S_IFBLK | 0o600, os.makedev(major, minor))
-        print("mknod made")
-    except OSError as exc:
-        print(f"mknod errno{exc.errno}")
-    print("nodedisk", read_disk(NODE))
+    attempt("mknod", lambda: os.mknod(NODE, stat.S_IFBLK | 0o600, os.makedev(major, minor)) or "made")
+    attempt("nodedisk", lambda: superblock(NODE))
     os.makedirs(MOUNTPOINT, exist_ok=True)
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.mount(NODE.encode(), MOUNTPOINT.encode(), b"ext4", 0, None) == 0:
         print("mount mounted")
-        print("mountwrite", write(MOUNTPOINT + MARKER))
+        attempt("mountwrite", lambda: overwrite(MOUNTPOINT + MARKER))
         libc.umount2(MOUNTPOINT.encode(), 2)
     else:
         print(f"mount errno{ctypes.get_errno()}")
-    print("proc1disk", read_disk(f"/proc/1/root/dev/{DISK_NAME}"))
-    print("proc1root", write("/proc/1/root" + MARKER))
+    attempt("proc1disk", lambda: superblock(f"/proc/1/root/dev/{DISK_NAME}"))
+    attempt("proc1root", lambda: overwrite("/proc/1/root" + MARKER))
     ''')
 
 
