@@ -64,13 +64,10 @@ def mount_image(spec: SessionSpec, name: str, private_users: Optional[Tuple[int,
     the mapped root. A leftover container of a killed session with the same id is removed first.
     """
     client = Buildah(executable=spec.buildah)
-    maps = None
-    if private_users is not None:
-        start, count = private_users
-        maps = (f"0:{start}:{count}", f"0:{start}:{count}")
+    ids = idshift.IdRange(*private_users) if private_users is not None else None
     try:
         client.rm(name)  # a leftover of a killed session with this id
-        client.from_image(spec.image, name, userns=maps)
+        client.from_image(spec.image, name, userns=idshift.map_args(ids, ids) if ids else None)
         mountpoint = client.mount(name)
         if private_users is not None:
             os.chown(mountpoint, private_users[0], private_users[0], follow_symlinks=False)
