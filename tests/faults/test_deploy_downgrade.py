@@ -15,8 +15,8 @@ import time
 
 from bootlink_fixtures import tree_snapshot
 from faults_site import FAULTS_IMAGE, run_site
-from faults_support import (DEPLOY_PLAYBOOK, boot_tree_problems, copy_version, deploy, deploy_site, failure_of,
-                             pack_dir, served)
+from faults_support import (
+    DEPLOY_PLAYBOOK, boot_tree_problems, copy_version, deploy, deploy_site, failure_of, pack_dir, served)
 
 
 def test_an_older_pack_is_served_only_when_the_downgrade_is_asked_for(tmp_path):
