@@ -27,6 +27,7 @@ import yaml
 from conftest import REPO
 from pack_support import run_module
 from rootless_support import BOOTSTRAP_VARYING, tree_entries
+from test_build_userns import DISK
 
 from ansible_collections.hpc.stateless.plugins.module_utils._build import caches, idshift
 from ansible_collections.hpc.stateless.plugins.module_utils._build.bootstrap import default_cache_dir
@@ -49,18 +50,6 @@ fi
 """
 
 
-def host_disk() -> tuple[str, str]:
-    """The block device under the temporary directory or ``/`` as ``("MAJOR:MINOR", name)``, else a name none has."""
-    for where in (tempfile.gettempdir(), "/"):
-        dev = os.stat(where).st_dev
-        uevent = Path("/sys/dev/block", f"{os.major(dev)}:{os.minor(dev)}", "uevent")
-        if os.major(dev) and uevent.is_file():
-            fields = dict(line.split("=", 1) for line in uevent.read_text().splitlines() if "=" in line)
-            if fields.get("DEVNAME") and Path("/dev", fields["DEVNAME"]).exists():
-                return f"{os.major(dev)}:{os.minor(dev)}", fields["DEVNAME"]
-    return "0:0", "hpc-escape-no-disk"
-
-
 def make_probe(debdir: Path, marker: Path) -> Path:
     """The probe package (architecture all, depends on python3), its postinst aimed at ``marker``."""
     tree = debdir / "tree"
@@ -71,7 +60,7 @@ def make_probe(debdir: Path, marker: Path) -> Path:
     (tree / "DEBIAN/control").write_text(
         "Package: hpc-escape-probe\nVersion: 1.0\nArchitecture: all\nMaintainer: hpc.stateless tests <t@example.org>\n"
         "Depends: python3\nDescription: tries to reach the build host from a package script\n")
-    disk, disk_name = host_disk()
+    disk, disk_name = DISK or ("0:0", "hpc-escape-no-disk")  # without a block device the tries name none that exists
     postinst = tree / "DEBIAN/postinst"
     postinst.write_text(POSTINST.format(marker=marker, disk=disk, disk_name=disk_name, tries=TRIES))
     os.chmod(postinst, 0o755)
