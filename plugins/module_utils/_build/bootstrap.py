@@ -1107,7 +1107,10 @@ class RootfsBootstrap:
                 if spec.id_ranges:
                     # /dev first: the lists' parse in the namespace (any program of the tree) writes to /dev/null.
                     self.finish_mapped("its device nodes", lambda: make_dev_entries(spec.path))
+                if spec.family == "debootstrap":
+                    self.write_sources()
                 if parse:
+                    # After the sources are written: apt takes its parsed lists for stale when sources.list is newer.
                     self.run(parse, environ)
                 if spec.id_ranges:
                     ranges = spec.id_ranges
@@ -1117,8 +1120,6 @@ class RootfsBootstrap:
                     # by the sources' keys vouches for: the packages' scripts may have rewritten the lists
                     # (_build/caches.py).
                     caches.merge(os.path.join(view, "upper"), spec.cache_dir, spec.path, merge_keyrings(spec))
-                if spec.family == "debootstrap":
-                    self.write_sources()
                 if upgrade:
                     stdout, stderr = self.run(upgrade, {**environ, "DEBIAN_FRONTEND": "noninteractive"})
                     out = stdout or stderr
